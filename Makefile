@@ -1,0 +1,44 @@
+# Thin wrappers over the `covbook` command. `make book` and `make test` set everything up.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PROFILE ?= quick
+DEVICE  ?= auto
+JOBS    ?= 1
+STAMP  := $(VENV)/.covbook-installed
+
+.PHONY: setup book test unit notebooks-smoke lint bench clean distclean
+
+setup: $(STAMP)
+
+# torch first, pinned (a CPU build is on this project's machines; an unpinned torch pulls a CUDA build),
+# then the package with its dev extras, then the Jupyter kernel the notebooks run on.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (covbook)" >/dev/null
+	touch $(STAMP)
+
+book: setup
+	$(BIN)/covbook run --profile $(PROFILE) --device $(DEVICE) --jobs $(JOBS)
+	$(BIN)/covbook check
+	$(BIN)/covbook build
+
+test: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -m "not notebooks and not book"
+	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+bench: setup
+	$(BIN)/python benchmarks/bench_attention.py
+
+clean:
+	-$(BIN)/covbook clean
+
+distclean: clean
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,88 @@
+"""Input validation shared by every covbook module.
+
+Bad input must fail early with a ``ValueError`` that says what was expected,
+never propagate as a NaN or a silently wrong answer (DESIGN.md, conventions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def as_tensor(
+    x: object,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Convert ``x`` to a finite floating tensor, checking its number of dims."""
+    try:
+        t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be array-like of numbers, got {type(x).__name__}") from err
+    if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64, torch.int16, torch.int8)):
+        raise ValueError(f"{name} must hold real numbers, got dtype {t.dtype}")
+    t = t.to(dtype=dtype, device=device)
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.ndim not in allowed:
+            raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dims, got shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return t
+
+
+def check_square(m: torch.Tensor, name: str, size: int | None = None) -> None:
+    """Raise unless ``m`` is a square matrix (of side ``size`` when given)."""
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {tuple(m.shape)}")
+    if size is not None and m.shape[0] != size:
+        raise ValueError(f"{name} must be {size}x{size}, got shape {tuple(m.shape)}")
+
+
+def as_covariance(cov: object, name: str = "cov", *, size: int | None = None) -> torch.Tensor:
+    """A symmetric positive semi-definite float64 matrix, or a ``ValueError``."""
+    c = as_tensor(cov, name, ndim=2)
+    check_square(c, name, size)
+    scale = max(1.0, float(c.abs().max()))
+    if not torch.allclose(c, c.T, atol=1e-10 * scale, rtol=0.0):
+        raise ValueError(f"{name} must be symmetric")
+    lam_min = float(torch.linalg.eigvalsh(c).min())
+    if lam_min < -1e-10 * scale:
+        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue {lam_min:.3g})")
+    return 0.5 * (c + c.T)
+
+
+def psd_sqrt_factor(cov: torch.Tensor) -> torch.Tensor:
+    """A matrix L with L Lᵀ = cov, valid for singular PSD matrices too."""
+    lam, vec = torch.linalg.eigh(cov)
+    return vec * lam.clamp_min(0.0).sqrt()
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """Map ``auto|cpu|cuda`` to a torch device; ``auto`` picks CUDA when present."""
+    if isinstance(device, torch.device):
+        name = device.type
+    else:
+        name = str(device)
+    if name not in DEVICES and not name.startswith("cuda:"):
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was requested but no CUDA GPU is available; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def check_positive_int(n: object, name: str) -> int:
+    """Return ``n`` as an int, or raise unless it is a positive integer."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    return int(n)

@@ -1,0 +1,223 @@
+"""Claims: every quantitative statement the book makes, recorded and verified.
+
+A claim is a measured number, the value (or interval) that theory predicts, a
+tolerance, and one sentence naming the theorem it tests (DESIGN.md, claims).
+Notebooks call :func:`record`; the claim is shown as a one-line verdict, glued
+for the prose (myst-nb ``glue``) and, when the notebook runs under the covbook
+runner, written to the notebook's claims JSON file, which ``covbook check``
+reads.  Tolerances come from theory or from the run's own uncertainty, never
+from the wish to see green.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = ["Claim", "record", "glue", "claims", "write_json_atomic", "load_claims", "CLAIMS_FILE_ENV"]
+
+CLAIMS_FILE_ENV = "COVBOOK_CLAIMS_FILE"
+NOTEBOOK_ENV = "COVBOOK_NOTEBOOK"
+
+
+@dataclass
+class Claim:
+    """One verified statement.
+
+    The claim passes when ``lower <= measured <= upper``; with ``expected`` and
+    ``tolerance`` given, ``lower, upper = expected ∓ tolerance``.
+    """
+
+    id: str
+    notebook: str
+    statement: str
+    measured: float
+    expected: float | None
+    tolerance: float | None
+    lower: float | None
+    upper: float | None
+    passed: bool
+    theorem: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def verdict_line(self) -> str:
+        """One line: verdict, id, statement, measured against expected."""
+        mark = "PASS" if self.passed else "FAIL"
+        return f"[{mark}] {self.id}: {self.statement} — measured {fmt(self.measured)}, expected {self.expected_text()}"
+
+    def expected_text(self) -> str:
+        if self.expected is not None and self.tolerance is not None:
+            return f"{fmt(self.expected)} ± {fmt(self.tolerance)}"
+        lo = "-∞" if self.lower is None else fmt(self.lower)
+        hi = "∞" if self.upper is None else fmt(self.upper)
+        return f"in [{lo}, {hi}]"
+
+
+def fmt(x: float | None) -> str:
+    """Four significant digits, scientific notation where needed."""
+    if x is None:
+        return "—"
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.4g}"
+
+
+_CLAIMS: dict[str, Claim] = {}
+
+
+def _number(x: object, name: str, allow_none: bool = False) -> float | None:
+    if x is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{name} must be a number, got None")
+    try:
+        v = float(x)  # works for numpy and 0-dim torch scalars
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a real number, got {x!r}") from err
+    return v
+
+
+def record(
+    id: str,
+    statement: str,
+    measured: object,
+    expected: object | None = None,
+    *,
+    tolerance: object | None = None,
+    interval: tuple[object | None, object | None] | None = None,
+    theorem: str | None = None,
+    glue_value: bool = True,
+    show: bool = True,
+    **extra: object,
+) -> Claim:
+    """Record a claim, show its verdict, glue its measured value and save it.
+
+    Give either ``expected`` and ``tolerance`` (pass iff |measured − expected| ≤
+    tolerance) or ``interval=(lower, upper)`` (either end may be ``None``).  A
+    non-finite measured value fails the claim; it never passes silently.
+
+    Parameters
+    ----------
+    id : str
+        Short identifier, unique within the notebook (a valid glue key).
+    statement : str
+        One sentence naming the theorem the claim tests.
+    measured : float
+    expected : float, optional
+    tolerance : float, optional
+        Non-negative; from theory or the run's own uncertainty.
+    interval : (float | None, float | None), optional
+    theorem : str, optional
+        Label of the theorem box the claim tests.
+
+    Examples
+    --------
+    >>> c = record("demo", "two plus two", 4.0, 4.0, tolerance=0.0, show=False, glue_value=False)
+    >>> c.passed
+    True
+    """
+    if not isinstance(id, str) or not id or not id.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"claim id must be a non-empty identifier of letters, digits, '_' or '-', got {id!r}")
+    if not isinstance(statement, str) or not statement.strip():
+        raise ValueError("claim statement must be a non-empty sentence")
+    m = _number(measured, "measured")
+    if interval is not None:
+        if expected is not None or tolerance is not None:
+            raise ValueError("give either expected and tolerance, or interval, not both")
+        try:
+            lo_raw, hi_raw = interval
+        except (TypeError, ValueError) as err:
+            raise ValueError("interval must be a pair (lower, upper)") from err
+        lo, hi = _number(lo_raw, "interval lower", True), _number(hi_raw, "interval upper", True)
+        if lo is None and hi is None:
+            raise ValueError("interval needs at least one finite end")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"interval lower {lo} exceeds upper {hi}")
+        exp, tol = None, None
+    else:
+        exp = _number(expected, "expected")
+        tol = _number(tolerance, "tolerance")
+        if not (math.isfinite(exp) and math.isfinite(tol)) or tol < 0:
+            raise ValueError(f"expected must be finite and tolerance finite and >= 0, got {exp}, {tol}")
+        lo, hi = exp - tol, exp + tol
+    passed = math.isfinite(m) and (lo is None or m >= lo) and (hi is None or m <= hi)
+    nb = os.environ.get(NOTEBOOK_ENV, "interactive")
+    extra_clean = {k: _number(v, k) if not isinstance(v, str) else v for k, v in extra.items()}
+    claim = Claim(id, nb, statement.strip(), m, exp, tol, lo, hi, bool(passed), theorem, extra_clean)
+    _CLAIMS[id] = claim
+    _save()
+    if glue_value:
+        glue(id, m)
+    if show:
+        _show(claim)
+    return claim
+
+
+def claims() -> list[Claim]:
+    """The claims recorded so far in this session."""
+    return list(_CLAIMS.values())
+
+
+def glue(name: str, value: object) -> None:
+    """Glue ``value`` under ``name`` for ``{glue:text}`` roles in the prose (no display)."""
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:  # pragma: no cover - myst-nb is a dependency
+        return
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return
+    if get_ipython() is None:
+        return
+    _glue(name, value, display=False)
+
+
+def _show(claim: Claim) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover
+        print(claim.verdict_line())
+        return
+    if get_ipython() is None:
+        print(claim.verdict_line())
+        return
+    mark = "✅ PASS" if claim.passed else "❌ FAIL"
+    display(Markdown(f"**{mark}** `{claim.id}` — {claim.statement} Measured **{fmt(claim.measured)}**, "
+                     f"expected {claim.expected_text()}."))
+
+
+def write_json_atomic(path: str | os.PathLike, data: object) -> None:
+    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, allow_nan=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save() -> None:
+    target = os.environ.get(CLAIMS_FILE_ENV)
+    if target:
+        write_json_atomic(target, [asdict(c) for c in _CLAIMS.values()])
+
+
+def load_claims(path: str | os.PathLike) -> list[Claim]:
+    """Read a claims JSON file written by :func:`record`."""
+    with open(path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a JSON list of claims")
+    return [Claim(**c) for c in raw]

@@ -1,0 +1,83 @@
+"""Small statistics used to turn runs into claims with honest tolerances.
+
+Log-log slope fits and bootstrap standard errors over independent replicates
+(streams, seeds, models): the uncertainty a claim's tolerance is built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from covbook._validate import check_positive_int
+
+__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se"]
+
+
+def _array(x: object, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def loglog_slope(t: object, y: object) -> tuple[float, float]:
+    r"""Least-squares fit of log y = c + b log t; returns (b, c).
+
+    Examples
+    --------
+    >>> b, c = loglog_slope([1, 10, 100], [3.0, 0.3, 0.03])
+    >>> round(b, 6), round(float(np.exp(c)), 6)
+    (-1.0, 3.0)
+    """
+    tt, yy = _array(t, "t"), _array(y, "y")
+    if tt.shape != yy.shape or tt.ndim != 1 or tt.size < 2:
+        raise ValueError(f"t and y must be 1-d arrays of equal length >= 2, got {tt.shape} and {yy.shape}")
+    if np.any(tt <= 0) or np.any(yy <= 0):
+        raise ValueError("a log-log fit needs positive t and y")
+    b, c = np.polyfit(np.log(tt), np.log(yy), 1)
+    return float(b), float(c)
+
+
+def bootstrap_se(
+    samples: object, statistic: Callable[[np.ndarray], float], n_boot: int = 1000, seed: int = 0
+) -> float:
+    """Bootstrap standard error of ``statistic`` over the first axis of ``samples``.
+
+    Rows are the independent replicates (streams, seeds); ``statistic`` maps
+    an array of rows to a number.
+    """
+    x = _array(samples, "samples")
+    if x.ndim == 0 or x.shape[0] < 2:
+        raise ValueError("bootstrap needs at least two independent replicates")
+    n_boot = check_positive_int(n_boot, "n_boot")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
+    vals = np.array([statistic(x[i]) for i in idx])
+    return float(vals.std(ddof=1))
+
+
+def mean_with_se(samples: object) -> tuple[float, float]:
+    """Mean over replicates and its standard error s/sqrt(n)."""
+    x = _array(samples, "samples").reshape(-1)
+    if x.size < 2:
+        raise ValueError("need at least two replicates for a standard error")
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+
+
+def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -> tuple[float, float]:
+    """Log-log slope of the mean squared error against t, with a bootstrap SE over replicates.
+
+    Parameters
+    ----------
+    t : shape (n_t,)
+    sq_err : shape (n_replicates, n_t), squared errors of independent replicates.
+    """
+    tt = _array(t, "t")
+    e = _array(sq_err, "sq_err")
+    if e.ndim != 2 or e.shape[1] != tt.size:
+        raise ValueError(f"sq_err must have shape (replicates, {tt.size}), got {e.shape}")
+    slope, _ = loglog_slope(tt, e.mean(0))
+    se = bootstrap_se(e, lambda rows: loglog_slope(tt, rows.mean(0))[0], n_boot=n_boot, seed=seed)
+    return slope, se

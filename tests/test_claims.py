@@ -1,0 +1,57 @@
+"""Claims: verdicts, interval logic, the JSON file, error paths."""
+
+import json
+import math
+
+import pytest
+
+from covbook import claims
+from covbook.claims import load_claims, record
+
+
+def test_tolerance_claim_passes_and_fails_at_the_edge(monkeypatch, tmp_path):
+    f = tmp_path / "c.json"
+    monkeypatch.setenv(claims.CLAIMS_FILE_ENV, str(f))
+    monkeypatch.setenv("COVBOOK_NOTEBOOK", "nb")
+    assert record("a", "inside", 1.1, 1.0, tolerance=0.1, show=False).passed
+    assert not record("b", "outside", 1.1001, 1.0, tolerance=0.1, show=False).passed
+    saved = load_claims(f)
+    assert {c.id for c in saved} >= {"a", "b"} and all(c.notebook == "nb" for c in saved)
+    assert json.loads(f.read_text())[0]["statement"] == "inside"
+
+
+def test_interval_claims_and_open_ends():
+    assert record("i1", "upper bound", 3.0, interval=(None, 30), show=False).passed
+    assert not record("i2", "lower bound", -1.0, interval=(0, None), show=False).passed
+    c = record("i3", "interval", 0.5, interval=(0, 1), show=False)
+    assert c.passed and c.lower == 0 and c.upper == 1 and c.expected is None
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_measurement_fails_never_passes(bad):
+    assert not record("nf", "nan", bad, interval=(-1e9, 1e9), show=False).passed
+
+
+def test_verdict_line_mentions_everything():
+    c = record("v", "the slope is minus one", -0.98, -1.0, tolerance=0.05, show=False)
+    line = c.verdict_line()
+    assert "PASS" in line and "-0.98" in line and "± 0.05" in line and "slope" in line
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(id="", statement="s", measured=1, expected=1, tolerance=0), "identifier"),
+        (dict(id="a b", statement="s", measured=1, expected=1, tolerance=0), "identifier"),
+        (dict(id="x", statement=" ", measured=1, expected=1, tolerance=0), "statement"),
+        (dict(id="x", statement="s", measured="abc", expected=1, tolerance=0), "measured"),
+        (dict(id="x", statement="s", measured=1, expected=1, tolerance=-1), "tolerance"),
+        (dict(id="x", statement="s", measured=1, expected=None, tolerance=1), "expected"),
+        (dict(id="x", statement="s", measured=1, interval=(2, 1)), "exceeds"),
+        (dict(id="x", statement="s", measured=1, interval=(None, None)), "finite end"),
+        (dict(id="x", statement="s", measured=1, expected=1, tolerance=1, interval=(0, 2)), "not both"),
+    ],
+)
+def test_record_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        record(show=False, **kwargs)

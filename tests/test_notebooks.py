@@ -1,0 +1,58 @@
+"""Every notebook at the smoke profile through the real runner, its claims checked, then the book built with -W.
+
+The project is copied to a temporary folder so that `make test` does not replace the
+quick-profile book a user built with `make book`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, covbook
+
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
+
+
+@pytest.fixture(scope="session")
+def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("covbook-smoke")
+    shutil.copy(ROOT / "_config.yml", root)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    jobs = str(min(2, os.cpu_count() or 1))
+    proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
+    print(proc.stdout, proc.stderr)
+    return root
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_and_its_claims_pass(smoke_project: Path, name: str) -> None:
+    gen = smoke_project / "book" / "generated"
+    meta = json.loads((gen / "runs" / f"{name}.json").read_text())
+    assert meta["status"] == "ok", f"{name} failed: {meta.get('error')}"
+    claims = json.loads((gen / "claims" / f"{name}.json").read_text())
+    assert claims, f"{name} recorded no claims"
+    failed = [f"{c['id']}: measured {c['measured']}, expected [{c['lower']}, {c['upper']}]" for c in claims
+              if not c["passed"]]
+    assert not failed, f"{name}: failed claims: {failed}"
+
+
+@pytest.mark.book
+def test_check_and_book_build(smoke_project: Path) -> None:
+    chk = covbook(smoke_project, "check")
+    assert chk.returncode == 0, chk.stderr
+    build = covbook(smoke_project, "build")
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    html = smoke_project / "_build" / "html"
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    report = (html / "generated" / "reproduction.html").read_text()
+    assert "claims pass" in report and "torch" in report
+    for name in NOTEBOOKS:
+        page = (html / "generated" / f"{name}.html").read_text()
+        assert "mathjax/tex-chtml.js" in page and "cdn.jsdelivr" not in page
+        assert 'class="proof' in page or "prf:theorem" not in (ROOT / "notebooks" / f"{name}.md").read_text()

@@ -1,0 +1,47 @@
+"""Slope fits and bootstrap errors against exact answers."""
+
+import numpy as np
+import pytest
+
+from covbook.stats import bootstrap_se, loglog_slope, mean_with_se, slope_with_se
+
+
+def test_loglog_slope_exact_power_law():
+    t = np.array([10.0, 100.0, 1000.0, 1e4])
+    b, c = loglog_slope(t, 5.0 * t**-0.5)
+    assert b == pytest.approx(-0.5) and np.exp(c) == pytest.approx(5.0)
+
+
+def test_bootstrap_se_of_the_mean_matches_the_formula():
+    x = np.random.default_rng(0).normal(size=400)
+    se = bootstrap_se(x, np.mean, n_boot=4000, seed=1)
+    assert se == pytest.approx(x.std() / np.sqrt(x.size), rel=0.08)
+
+
+def test_mean_with_se():
+    m, se = mean_with_se([1.0, 2.0, 3.0, 4.0])
+    assert m == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
+
+
+def test_slope_with_se_recovers_minus_one():
+    rng = np.random.default_rng(3)
+    t = np.logspace(2, 5, 10)
+    sq = rng.chisquare(1, size=(500, t.size)) / t  # E = 1/t exactly
+    slope, se = slope_with_se(t, sq)
+    assert abs(slope + 1) < 4 * se and 0 < se < 0.1
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: loglog_slope([1, 2], [1, -1]), "positive"),
+        (lambda: loglog_slope([1], [1]), "length"),
+        (lambda: loglog_slope([1, np.nan], [1, 2]), "finite"),
+        (lambda: bootstrap_se([1.0], np.mean), "two"),
+        (lambda: slope_with_se([1, 2], np.ones((3, 3))), "shape"),
+        (lambda: mean_with_se([1.0]), "two"),
+    ],
+)
+def test_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
