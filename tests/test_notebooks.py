@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from helpers import ROOT, covbook
 
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md"))

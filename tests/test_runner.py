@@ -7,7 +7,6 @@ import json
 import pytest
 
 from covbook.runner import Paths, UsageError, notebook_parameters, resolve_parameters, run_notebooks
-
 from helpers import covbook, make_notebook
 
 pytestmark = pytest.mark.notebooks

@@ -5,8 +5,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covbook.theory import (covariance_readout, logit_variance, readout_mse_constant,
-                            scale_to_logit_variance, tilt_vector)
+from covbook.theory import (
+    covariance_readout,
+    logit_variance,
+    readout_mse_constant,
+    scale_to_logit_variance,
+    tilt_vector,
+)
 
 f64 = torch.float64
 

@@ -105,7 +105,9 @@ def _weights(theta_q: object, theta_k: object, theta_v: object, d: int, dev: tor
         if th.shape[1] != d:
             raise ValueError(f"{name} must have shape (*, {d}) to act on d={d} tokens, got {tuple(th.shape)}")
     if tq.shape[0] != tk.shape[0]:
-        raise ValueError(f"theta_q and theta_k must have the same number of rows d_k, got {tq.shape[0]} and {tk.shape[0]}")
+        raise ValueError(
+            f"theta_q and theta_k must have the same number of rows d_k, got {tq.shape[0]} and {tk.shape[0]}"
+        )
     return tq, tk, tv
 
 

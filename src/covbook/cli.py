@@ -110,8 +110,10 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     report = write_report(paths)
     print(f"covbook build: wrote {report.relative_to(paths.root)}")
     _copy_mathjax(paths)
-    cmd = [sys.executable, "-m", "jupyter_book.cli.main", "build", "book/", "--config", "_config.yml",
-           "-W", "-n", "--keep-going"]
+    jb = Path(sys.executable).with_name("jupyter-book")
+    if not jb.is_file():
+        raise ValueError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
+    cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
     proc = subprocess.run(cmd, cwd=paths.root)
     if proc.returncode == 0:
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")

@@ -69,7 +69,7 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     dev = resolve_device(device)
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - notebooks may use the legacy global generator
     torch.manual_seed(seed)
     threads = os.environ.get("COVBOOK_THREADS")
     if threads:

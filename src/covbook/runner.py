@@ -118,7 +118,9 @@ def resolve_parameters(
         )
     clash = sorted(set(overrides) & set(COMMON_PARAMETERS))
     if clash:
-        raise UsageError(f"notebooks/profiles.yml: {name}.{profile} must not set {', '.join(clash)} (command-line options)")
+        raise UsageError(
+            f"notebooks/profiles.yml: {name}.{profile} must not set {', '.join(clash)} (command-line options)"
+        )
     return {**overrides, "profile": profile, "device": device, "seed": seed}
 
 
@@ -142,7 +144,8 @@ def content_hash(nb_path: Path, params: dict, src_hash: str) -> str:
 
 def _is_cached(paths: Paths, name: str, digest: str) -> bool:
     rec = paths.runs / f"{name}.json"
-    if not (rec.is_file() and (paths.generated / f"{name}.ipynb").is_file() and (paths.claims / f"{name}.json").is_file()):
+    outputs = (rec, paths.generated / f"{name}.ipynb", paths.claims / f"{name}.json")
+    if not all(p.is_file() for p in outputs):
         return False
     try:
         meta = json.loads(rec.read_text())
