@@ -15,7 +15,9 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -29,6 +31,19 @@ from covbook.profiles import COMMON_PARAMETERS, PROFILES, load_profiles
 __all__ = ["UsageError", "Paths", "discover", "notebook_parameters", "resolve_parameters", "run_notebooks"]
 
 KERNEL = "python3"
+
+
+def _ipc_kernel_manager(socket_dir: Path):
+    """A kernel manager on IPC sockets in ``socket_dir`` (no TCP ports, no 'unencrypted TCP' warning)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: object) -> None:
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(socket_dir / "kernel"))
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
 
 
 class UsageError(ValueError):
@@ -184,12 +199,13 @@ def execute_one(root: str, name: str, params: dict, digest: str, threads: int | 
         os.environ["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
     error = None
+    sockets = Path(tempfile.mkdtemp(prefix="covbook-kernel-"))
     try:
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
         out = pm.execute_notebook(
             nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, cwd=str(paths.notebooks),
-            progress_bar=False, log_output=False,
+            progress_bar=False, log_output=False, kernel_manager_class=_ipc_kernel_manager(sockets),
         )
         _hide_injected(out)
         nbformat.write(out, str(tmp_nb))
@@ -199,6 +215,8 @@ def execute_one(root: str, name: str, params: dict, digest: str, threads: int | 
         error = f"cell {err.exec_count} (index {err.cell_index}) raised {err.ename}: {err.evalue}".strip()
     except Exception as err:  # noqa: BLE001 - report any failure, keep the other notebooks going
         error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
     meta = {"notebook": name, "parameters": params, "hash": digest, "seconds": seconds,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
