@@ -113,7 +113,7 @@ def write_report(paths: Paths) -> Path:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, meta in v.runs.items():
         p = meta.get("parameters", {})
-        lines.append(f"| {name} | {p.get('profile')} | {p.get('device')} | {p.get('seed')} | "
+        lines.append(f"| {name} | {p.get('profile')} | {meta.get('device_used', p.get('device'))} | {p.get('seed')} | "
                      f"{meta.get('seconds', float('nan')):.1f} | {meta.get('status')} | {meta.get('finished', '')} |")
     lines += ["", "## Environment", "", "| | |", "| --- | --- |",
               f"| git commit | {git_commit(paths.root)} |", f"| platform | {_cell(platform.platform())} |"]

@@ -219,6 +219,7 @@ def execute_one(root: str, name: str, params: dict, digest: str, threads: int | 
         shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
     meta = {"notebook": name, "parameters": params, "hash": digest, "seconds": seconds,
+            "device_used": _device_name(str(params.get("device", "auto"))),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if error is None:
         os.replace(tmp_claims, paths.claims / f"{name}.json")
@@ -233,6 +234,19 @@ def execute_one(root: str, name: str, params: dict, digest: str, threads: int | 
         stale.unlink(missing_ok=True)
     write_json_atomic(paths.runs / f"{name}.json", {**meta, "status": "failed", "error": error})
     return asdict(Result(name, "failed", seconds, error))
+
+
+def _device_name(device: str) -> str:
+    """The device a notebook ran on, in words (``cpu`` or the GPU's name)."""
+    import torch
+
+    from covbook._validate import resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except ValueError:
+        return f"{device} (unavailable)"
+    return f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "cpu"
 
 
 def select(paths: Paths, names: list[str] | None) -> dict[str, Path]:
