@@ -422,3 +422,80 @@ def student_t_extreme_angle_sd(nu: int, grid: int = 2001) -> float:
 
 
 __all__ += ["student_t_extreme_angle_sd"]
+
+
+def laplace_weight_tail_index(s: object) -> torch.Tensor:
+    r"""Tail index α of the softmax weights e^{aᵀX} for multivariate Laplace tokens: α = √(2/s).
+
+    aᵀX is a Laplace variable with variance s = aᵀΣa, i.e. scale b = √(s/2), so
+    P(e^{aᵀX} > w) = ½ w^{-1/b}: the weights have a Pareto tail of index 1/b.
+    They have a finite mean iff α > 1 (s < 2: the limit exists) and a finite
+    variance iff α > 2 (s < 1/2: the 1/t rate).
+
+    Examples
+    --------
+    >>> laplace_weight_tail_index([0.5, 2.0])
+    tensor([2., 1.], dtype=torch.float64)
+    """
+    ss = as_tensor(s, "s")
+    if bool((ss <= 0).any()):
+        raise ValueError("s = aᵀΣa must be positive")
+    return torch.sqrt(2.0 / ss)
+
+
+def heavy_tail_mse_exponent(alpha: object) -> torch.Tensor:
+    r"""Predicted exponent β of the readout's MSE ∝ t^β (up to log factors) for Pareto(α) weights.
+
+    With weights of tail index α ∈ (1, 2) the error is dominated by single
+    tokens whose weight is comparable to the whole denominator t·M(a): such a
+    token appears with probability ≈ t·(tM)^{-α} and then moves the output by
+    O(1), so MSE ≍ t^{1-α} (times (log t)² from the size of the value that rides
+    on a large weight).  For α ≥ 2 the delta method applies: β = −1.  Hence
+    β = max(−1, 1 − α); the median squared error instead scales like
+    t^{2/α − 2}, the square of the stable-law fluctuation t^{1/α − 1}.
+
+    Examples
+    --------
+    >>> heavy_tail_mse_exponent([3.0, 1.5])
+    tensor([-1.0000, -0.5000], dtype=torch.float64)
+    """
+    al = as_tensor(alpha, "alpha")
+    if bool((al <= 1).any()):
+        raise ValueError("alpha must exceed 1 (a finite mean of the weights); for alpha <= 1 there is no limit")
+    return torch.clamp(1.0 - al, min=-1.0)
+
+
+__all__ += ["laplace_weight_tail_index", "heavy_tail_mse_exponent"]
+
+
+def delta_method_reach(s: object, t: object) -> torch.Tensor:
+    r"""Heuristic fraction of the Gaussian rate constant C that is realised at context length t.
+
+    C = e^s(...) is a second moment of the weights, E e^{2aᵀX}: an expectation
+    under the law tilted by e^{2aᵀx}, which moves the logit Y = aᵀX ~ N(0, s)
+    to N(2s, s).  A context of t tokens only samples logits up to about its
+    maximum √s z_t, z_t = Φ̄^{-1}(1/t), so only the part of the tilted law
+    below that level has been seen:
+
+    .. math:: \rho(s, t) = \Phi\bigl(z_t - 2\sqrt s\bigr).
+
+    t·MSE/C ≈ ρ while ρ ≪ 1, and the delta-method regime needs
+    t ≫ 1/P(Y > 2s) ≈ e^{2s}, not merely t ≫ e^{s}.  A heuristic (not a
+    theorem): it captures the order of magnitude of the pre-asymptotic deficit.
+
+    Examples
+    --------
+    >>> r = delta_method_reach([1.0, 6.0], [1e8, 1e8])
+    >>> bool(r[0] > 0.999), bool(r[1] < 0.99)
+    (True, True)
+    """
+    from scipy.special import ndtr, ndtri
+
+    ss, tt = as_tensor(s, "s"), as_tensor(t, "t")
+    if bool((ss < 0).any()) or bool((tt < 1).any()):
+        raise ValueError("need s >= 0 and t >= 1")
+    z_t = ndtri(1.0 - 1.0 / (tt.numpy() + 1.0))  # upper 1/(t+1) quantile: the typical maximum
+    return torch.as_tensor(ndtr(z_t - 2.0 * torch.sqrt(ss).numpy()), dtype=torch.float64)
+
+
+__all__ += ["delta_method_reach"]
