@@ -55,3 +55,13 @@ def test_verdict_line_mentions_everything():
 def test_record_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         record(show=False, **kwargs)
+
+
+def test_numpy_and_torch_scalars_become_plain_numbers():
+    import numpy as np
+    import torch
+
+    from covbook.claims import _plain
+
+    assert type(_plain(np.float64(1.5))) is float and type(_plain(torch.tensor(2))) is int
+    assert _plain(np.arange(3)).shape == (3,) and _plain("text") == "text"

@@ -176,7 +176,18 @@ def glue(name: str, value: object) -> None:
         return
     if get_ipython() is None:
         return
+    value = _plain(value)
     _glue(name, value, display=False)
+
+
+def _plain(value: object) -> object:
+    """numpy / torch scalars as plain Python numbers, so ``{glue:text}`name:.2f``` formats work."""
+    if type(value).__module__.split(".")[0] in ("numpy", "torch") and hasattr(value, "item"):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):  # arrays with more than one element stay as they are
+            return value
+    return value
 
 
 def _show(claim: Claim) -> None:
