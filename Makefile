@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PROFILE ?= quick
 DEVICE  ?= auto
-JOBS    ?= 1
+JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
 
 .PHONY: setup book test unit notebooks-smoke lint bench clean distclean
