@@ -6,6 +6,7 @@ never propagate as a NaN or a silently wrong answer (DESIGN.md, conventions).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -79,6 +80,27 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was requested but no CUDA GPU is available; use 'auto' or 'cpu'")
     return torch.device(name)
+
+
+def check_positive_float(x: object, name: str) -> float:
+    """Return ``x`` as a float, or raise unless it is a positive finite number."""
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a positive finite number, got {x!r}") from err
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
+    return v
+
+
+def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
+    """A finite float64 vector of length ``size``; ``None`` gives the zero vector."""
+    if x is None:
+        return torch.zeros(size, dtype=torch.float64)
+    v = as_tensor(x, name, ndim=1)
+    if v.shape[0] != size:
+        raise ValueError(f"{name} must have shape ({size},), got {tuple(v.shape)}")
+    return v
 
 
 def check_positive_int(n: object, name: str) -> int:

@@ -29,7 +29,15 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from covbook._validate import as_covariance, as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
+from covbook._validate import (
+    as_covariance,
+    as_tensor,
+    as_vector,
+    check_positive_float,
+    check_positive_int,
+    psd_sqrt_factor,
+    resolve_device,
+)
 from covbook.attention import softmax_attention
 from covbook.processes import IIDProcess
 
@@ -50,13 +58,7 @@ X_LAWS = ("gaussian", "two_point", "laplace")
 
 
 def _check_eta(eta: object, name: str = "eta") -> float:
-    try:
-        e = float(eta)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive number, got {eta!r}") from err
-    if not math.isfinite(e) or e <= 0:
-        raise ValueError(f"{name} must be a positive finite step size, got {eta!r}")
-    return e
+    return check_positive_float(eta, name)
 
 
 def _check_law(x_law: str) -> str:
@@ -79,12 +81,7 @@ def _cov_x(cov_x: object | None, d: int) -> torch.Tensor:
 
 
 def _mean_x(mean_x: object | None, d: int) -> torch.Tensor:
-    if mean_x is None:
-        return torch.zeros(d, dtype=torch.float64)
-    mu = as_tensor(mean_x, "mean_x", ndim=1)
-    if mu.shape[0] != d:
-        raise ValueError(f"mean_x must have shape ({d},), got {tuple(mu.shape)}")
-    return mu
+    return as_vector(mean_x, "mean_x", d)
 
 
 def _mixing(x_law: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int
+from covbook._validate import as_tensor, check_positive_float, check_positive_int
 
 __all__ = [
     "empirical_frequencies",
@@ -131,13 +131,7 @@ def _kernel(kernel: object) -> torch.Tensor:
 
 
 def _temperature(temperature: object) -> float:
-    try:
-        tau = float(temperature)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}") from err
-    if not np.isfinite(tau) or tau <= 0:
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
-    return tau
+    return check_positive_float(temperature, "temperature")
 
 
 def _positions(positions: object | None, length: int) -> list[int]:

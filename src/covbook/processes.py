@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from covbook._validate import as_covariance, as_tensor, check_positive_int, psd_sqrt_factor
+from covbook._validate import as_covariance, as_tensor, as_vector, check_positive_int, psd_sqrt_factor
 
 Sampler = Callable[[int], torch.Tensor]
 
@@ -102,12 +102,7 @@ class GaussianIID(IIDProcess):
     def __init__(self, cov: object, mean: object | None = None) -> None:
         self._cov = as_covariance(cov, "cov")
         self.dim = self._cov.shape[0]
-        if mean is None:
-            self._mean = torch.zeros(self.dim, dtype=torch.float64)
-        else:
-            self._mean = as_tensor(mean, "mean", ndim=1)
-            if self._mean.shape[0] != self.dim:
-                raise ValueError(f"mean must have shape ({self.dim},), got {tuple(self._mean.shape)}")
+        self._mean = as_vector(mean, "mean", self.dim)
         self._factor = psd_sqrt_factor(self._cov)  # (d, d), L Lᵀ = Σ
 
     @property

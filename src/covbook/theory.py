@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from covbook._validate import as_covariance, as_tensor
+from covbook._validate import as_covariance, as_tensor, as_vector
 
 __all__ = ["tilt_vector", "logit_variance", "scale_to_logit_variance", "covariance_readout", "readout_mse_constant"]
 
@@ -37,12 +37,7 @@ def _queries(q: object, d: int) -> tuple[torch.Tensor, bool]:
 
 
 def _mean(mean: object | None, d: int) -> torch.Tensor:
-    if mean is None:
-        return torch.zeros(d, dtype=torch.float64)
-    mu = as_tensor(mean, "mean", ndim=1)
-    if mu.shape[0] != d:
-        raise ValueError(f"mean must have shape ({d},), got {tuple(mu.shape)}")
-    return mu
+    return as_vector(mean, "mean", d)
 
 
 def tilt_vector(theta_q: object, theta_k: object, q: object) -> torch.Tensor:
