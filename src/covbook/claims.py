@@ -200,7 +200,7 @@ def _show(claim: Claim) -> None:
     if get_ipython() is None:
         print(claim.verdict_line())
         return
-    mark = "✅ PASS" if claim.passed else "❌ FAIL"
+    mark = "✓ PASS" if claim.passed else "✗ FAIL"
     display(Markdown(f"**{mark}** `{claim.id}` — {claim.statement} Measured **{fmt(claim.measured)}**, "
                      f"expected {claim.expected_text()}."))
 

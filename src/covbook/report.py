@@ -104,11 +104,16 @@ def write_report(paths: Paths) -> Path:
     ]
     if v.problems:
         lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
-    lines += ["## Claims", "", "| notebook | claim | statement | measured | expected | verdict |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for c in v.claims:
-        lines.append(f"| {c.notebook} | `{c.id}` | {_cell(c.statement)} | {fmt(c.measured)} | "
-                     f"{_cell(c.expected_text())} | {'✅ pass' if c.passed else '❌ FAIL'} |")
+    lines += ["## Claims", ""]
+    for name in v.runs:
+        cl = [c for c in v.claims if c.notebook == name]
+        if not cl:
+            continue
+        lines += [f"### {name}", "", f"{sum(c.passed for c in cl)} of {len(cl)} pass.", "",
+                  "| claim | measured | expected | verdict |", "| --- | --- | --- | --- |"]
+        lines += [f"| `{c.id}`: {_cell(c.statement)} | {fmt(c.measured)} | {_cell(c.expected_text())} | "
+                  f"{'✓ pass' if c.passed else '✗ FAIL'} |" for c in cl]
+        lines.append("")
     lines += ["", "## Runs", "", "| notebook | profile | device | seed | run time (s) | status | finished |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, meta in v.runs.items():
