@@ -333,7 +333,22 @@ class InverseGaussianMixing(MixingLaw):
         return torch.where(ok, 1.0 / torch.sqrt(1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape), torch.inf)
 
 
-class ScaleMixture(IIDProcess):
+class _ZeroMeanWithCovariance:
+    """Mean zero and the covariance stored in ``self._cov`` (for the centred laws below)."""
+
+    dim: int
+    _cov: torch.Tensor
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return torch.zeros(self.dim, dtype=torch.float64)
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        return self._cov.clone()
+
+
+class ScaleMixture(_ZeroMeanWithCovariance, IIDProcess):
     r"""iid Gaussian scale mixture X = √W Z, Z ~ N(0, Σ), W ⟂ Z drawn from a :class:`MixingLaw`.
 
     An elliptical law with mean 0 and covariance Σ (the mixing law has
@@ -363,13 +378,6 @@ class ScaleMixture(IIDProcess):
         self.scale = scale
         self._factor = psd_sqrt_factor(self._cov)  # (d, d)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=torch.float64)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        return self._cov.clone()
 
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
@@ -445,7 +453,7 @@ def _linear_recurrence(xi: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return y
 
 
-class VAR1(Process):
+class VAR1(_ZeroMeanWithCovariance, Process):
     r"""Stationary Gaussian VAR(1): x_{s+1} = A x_s + ξ_s, ξ_s ~ N(0, Q) iid.
 
     The stream starts from the stationary law N(0, Σ), where Σ solves the
@@ -476,13 +484,6 @@ class VAR1(Process):
         self._q_factor = psd_sqrt_factor(self._q)  # (d, d)
         self._factor = psd_sqrt_factor(self._cov)  # (d, d)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=torch.float64)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        return self._cov.clone()
 
     @property
     def noise_covariance(self) -> torch.Tensor:
