@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from covbook.runner import Paths, UsageError, notebook_parameters, resolve_parameters, run_notebooks
+from covbook.book.config import Paths, UsageError, notebook_parameters, resolve_parameters
+from covbook.book.runner import run_notebooks
 from helpers import covbook, make_notebook
 
 pytestmark = pytest.mark.notebooks

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+
+from covbook.book.jsonio import write_json_atomic
 
 __all__ = ["Claim", "record", "glue", "claims", "write_json_atomic", "load_claims", "CLAIMS_FILE_ENV"]
 
@@ -203,20 +203,6 @@ def _show(claim: Claim) -> None:
     mark = "✓ PASS" if claim.passed else "✗ FAIL"
     display(Markdown(f"**{mark}** `{claim.id}` — {claim.statement} Measured **{fmt(claim.measured)}**, "
                      f"expected {claim.expected_text()}."))
-
-
-def write_json_atomic(path: str | os.PathLike, data: object) -> None:
-    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _save() -> None:
