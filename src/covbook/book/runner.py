@@ -204,6 +204,7 @@ def execute_one(job: dict) -> dict:
         error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
     finally:
         _kill_kernel(pid_file)
+        pid_file.unlink(missing_ok=True)
         shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
     device_used = _device_name(str(params.get("device", "auto")))
@@ -403,6 +404,9 @@ def run_notebooks(
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
         try:
             _stop(running, rundir)
+            for name, (proc, job_file) in running.items():  # finished before it could be stopped: kept
+                if job_file.with_suffix(".result.json").is_file():
+                    results.append(_collect(name, proc, job_file))
         finally:
             bar.close()
             shutil.rmtree(rundir, ignore_errors=True)
