@@ -335,3 +335,29 @@ def test_make_notebook_helper_round_trips(project):
     got = notebook_parameters(project / "notebooks" / "03_gamma.md")
     assert got == {"profile": "quick", "device": "auto", "seed": 0, "n": [1, 2], "lr": 1e-3}
     assert json.dumps(got)
+
+
+def test_parameters_are_read_as_jupytext_reads_them(tmp_path):
+    """The light MyST reader of the parameters cell agrees with jupytext on every notebook, and on both forms."""
+    import ast
+
+    import jupytext
+
+    from covbook.book.config import discover, notebook_parameters
+
+    def by_jupytext(path):
+        nb = jupytext.read(path)
+        (cell,) = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+        out = {}
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.Assign):
+                try:
+                    out[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    out[node.targets[0].id] = ast.unparse(node.value)
+        return out
+
+    yaml_form = make_notebook("pass").replace(":tags: [parameters]\n", "---\ntags: [parameters]\n---\n")
+    (tmp_path / "99_yaml.md").write_text(yaml_form)
+    for path in [*discover(Paths(ROOT)).values(), tmp_path / "99_yaml.md"]:
+        assert notebook_parameters(path) == by_jupytext(path), path.name
