@@ -1,44 +1,13 @@
-"""Notebook-facing run set-up: seeding, device choice, determinism.
+"""Names for notebooks written before :mod:`covbook.session` and :mod:`covbook.book.config`.
 
-A notebook calls :func:`setup` with the ``profile``, ``seed`` and ``device`` of
-its parameters cell.  The profiles themselves (``notebooks/profiles.yml``) are
-read by the pipeline, :mod:`covbook.book.config`; its names are re-exported
-here for notebooks that import them from ``covbook.profiles``.
+A notebook calls :func:`covbook.session.setup`; the profiles file is read by the
+pipeline, :mod:`covbook.book.config`.  Both are re-exported here so that
+``from covbook.profiles import setup, project_root`` keeps working.
 """
 
 from __future__ import annotations
 
-import os
-import random
-
-import numpy as np
-import torch
-
-from covbook._validate import resolve_device
 from covbook.book.config import COMMON_PARAMETERS, PROFILES, load_profiles, project_root
+from covbook.session import setup
 
 __all__ = ["PROFILES", "COMMON_PARAMETERS", "project_root", "load_profiles", "setup"]
-
-
-def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False) -> torch.device:
-    """Seed every generator, pick the device and make CPU runs deterministic.
-
-    Returns the torch device (``auto`` means CUDA when available).  Threads can be
-    capped with ``COVBOOK_THREADS`` (the runner sets it when running notebooks
-    in parallel).
-    """
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    dev = resolve_device(device)
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 - notebooks may use the legacy global generator
-    torch.manual_seed(seed)
-    threads = os.environ.get("COVBOOK_THREADS")
-    if threads:
-        torch.set_num_threads(max(1, int(threads)))
-    torch.use_deterministic_algorithms(dev.type == "cpu", warn_only=True)
-    if not quiet:
-        print(f"covbook run: profile={profile}, device={dev.type}, seed={seed}, torch {torch.__version__}")
-    return dev
