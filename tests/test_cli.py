@@ -361,3 +361,13 @@ def test_parameters_are_read_as_jupytext_reads_them(tmp_path):
     (tmp_path / "99_yaml.md").write_text(yaml_form)
     for path in [*discover(Paths(ROOT)).values(), tmp_path / "99_yaml.md"]:
         assert notebook_parameters(path) == by_jupytext(path), path.name
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "full"])
+def test_plan_works_for_every_profile_and_device_of_the_book(profile):
+    for device in ("auto", "cpu", "cuda"):
+        res = covbook(ROOT, "run", "--plan", "--profile", profile, "--device", device, check=True)
+        lines = res.stdout.splitlines()
+        assert lines[0].startswith(f"covbook run --plan: profile {profile}")
+        assert sum(line.startswith("  ") for line in lines) == len(list((ROOT / "notebooks").glob("[0-9]*.md"))) + 1
+        assert "How:" in res.stdout
