@@ -96,6 +96,9 @@ def test_rehearsal_takes_smoke_lengths_and_keeps_full_shapes():
     got = resolve_parameters("nb", defaults, profiles, "full", "cpu", 0, rehearse=True)
     assert got == {"width": 64, "steps": 3, "profile": "full", "device": "cpu", "seed": 0}  # n: notebook default
     assert resolve_parameters("nb", defaults, profiles, "full", "cpu", 0)["steps"] == 10**6
+    profiles["nb"]["lengths"] = {"steps": 1, "n": None}  # a mapping: explicit rehearsal values, null = smoke
+    got = resolve_parameters("nb", defaults, profiles, "full", "cpu", 0, rehearse=True)
+    assert got["steps"] == 1 and "n" not in got and got["width"] == 64
     with pytest.raises(UsageError, match="lengths names unknown"):
         resolve_parameters("nb", defaults, {"nb": {"lengths": ["nope"]}}, "full", "cpu", 0)
 

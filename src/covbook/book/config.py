@@ -140,8 +140,10 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
         for key, value in per.items():
             if key == "lengths":
-                if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names")
+                names = list(value) if isinstance(value, (list, dict)) else None
+                if names is None or not all(isinstance(v, str) for v in names):
+                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of "
+                                     "parameter names to rehearsal values (null: the smoke value)")
                 continue
             if key == "work":
                 if not (isinstance(value, dict) and isinstance(value.get("expr"), str)
@@ -266,8 +268,8 @@ def resolve_parameters(
     """Parameters injected into notebook ``name`` for ``profile``.
 
     With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
-    take their ``smoke`` value (or the notebook's default): the profile's shapes
-    at smoke lengths.  Unknown names, and values of the wrong type or sign, are
+    take their ``smoke`` value (or the notebook's default), or the value given
+    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of the wrong type or sign, are
     usage errors.
     """
     if profile not in PROFILES:
@@ -291,8 +293,11 @@ def resolve_parameters(
         raise UsageError(f"notebooks/profiles.yml: {name}.lengths names unknown parameter(s) {', '.join(bad)}")
     if rehearse:
         smoke = entry.get("smoke", {})
+        explicit = lengths if isinstance(lengths, dict) else {}
         for key in lengths:
-            if key in smoke:
+            if explicit.get(key) is not None:
+                overrides[key] = explicit[key]
+            elif key in smoke:
                 overrides[key] = smoke[key]
             else:
                 overrides.pop(key, None)  # the notebook's default (quick) length
