@@ -76,11 +76,16 @@ def read_manifest(paths: Paths) -> dict[str, list[str]] | None:
     path = manifest_path(paths)
     if not path.is_file():
         return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v) for k, v in data.items()
-    ):
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err}); rewrite it with `covbook check --update-manifest`") from err
+    if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of notebook name -> list of claim ids")
+    for k, v in data.items():
+        if not (isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)):
+            raise ValueError(f"{path}: entry {k!r}: expected a mapping of notebook name -> list of claim ids "
+                             f"(quote ids YAML reads as other types, e.g. 'off', '1'), got {v!r}")
     return {k: list(v) for k, v in data.items()}
 
 
