@@ -36,8 +36,8 @@ def error_rate_text(n_evidence: int) -> str:
         f"This run has N = {n_evidence} evidence claims, so a correct run fails at least one of them by chance "
         f"with probability at most 1 − (1 − α)^N = {100 * familywise(n_evidence):.2g} % (\"at most\": evidence "
         "claims with exact bounds cannot fail by chance). Identity and sanity claims should never fail. "
-        "A tolerance at a different level says so in its basis. The calibration page shows how often each "
-        "claim fails across seeds."
+        "A tolerance at a different level says so in its basis. The {doc}`calibration page <calibration>` "
+        "shows how often each claim fails across seeds."
     )
 
 
