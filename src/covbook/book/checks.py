@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from covbook.claims import Claim, load_claims
-from covbook.runner import Paths, discover
+from covbook.runner import Paths, UsageError, discover
 
 __all__ = ["Verdict", "check", "manifest_path", "read_manifest", "write_manifest", "update_manifest",
            "claim_problems", "id_problems"]
@@ -79,12 +79,12 @@ def read_manifest(paths: Paths) -> dict[str, list[str]] | None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({err}); rewrite it with `covbook check --update-manifest`") from err
+        raise UsageError(f"{path}: not valid YAML ({err}); rewrite it with `covbook check --update-manifest`") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of notebook name -> list of claim ids")
+        raise UsageError(f"{path}: expected a mapping of notebook name -> list of claim ids")
     for k, v in data.items():
         if not (isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)):
-            raise ValueError(f"{path}: entry {k!r}: expected a mapping of notebook name -> list of claim ids "
+            raise UsageError(f"{path}: entry {k!r}: expected a mapping of notebook name -> list of claim ids "
                              f"(quote ids YAML reads as other types, e.g. 'off', '1'), got {v!r}")
     return {k: list(v) for k, v in data.items()}
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from covbook.book.checks import read_manifest
 from covbook.claims import LEVEL, fmt, load_claims, write_json_atomic
-from covbook.runner import Paths, UsageError, run_notebooks, select
+from covbook.runner import Paths, UsageError, select
 
 __all__ = ["parse_seeds", "seed_root", "run_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
@@ -97,7 +97,7 @@ def _shadow(paths: Paths, root: Path) -> Paths:
     link = root / "notebooks"
     if not link.is_symlink():
         if link.exists():
-            raise ValueError(f"{link} exists and is not a link to {paths.notebooks}; remove it")
+            raise UsageError(f"{link} exists and is not a link to {paths.notebooks}; remove it")
         link.symlink_to(os.path.relpath(paths.notebooks.resolve(), root.resolve()), target_is_directory=True)
     return Paths(root)
 
@@ -115,6 +115,8 @@ def run_sweep(
     log=print,
 ) -> dict:
     """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page."""
+    from covbook.runner import run_notebooks  # the execution machinery, only when a sweep runs
+
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
@@ -189,7 +191,7 @@ def _read_json(paths: Paths) -> dict:
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{f}: damaged ({err}); delete it and rerun `covbook sweep`") from err
+        raise UsageError(f"{f}: damaged ({err}); delete it and rerun `covbook sweep`") from err
     return data if isinstance(data, dict) else {}
 
 
