@@ -8,7 +8,7 @@ import pytest
 
 from claims_fixtures import claim, fake_project, fake_run
 from covbook.book.sweep import binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
-from covbook.claims import LEVEL
+from covbook.claims import LEVEL, Z
 from covbook.runner import Paths, UsageError
 from helpers import covbook, make_notebook
 
@@ -41,8 +41,10 @@ def test_calibrate_flags_improbable_failures_and_vanished_claims(tmp_path):
     rows = {r["id"]: r for r in data["01_alpha"]["claims"]}
     assert rows["a"]["passed"] == 3 and rows["a"]["mean"] == pytest.approx(2.0) and rows["a"]["sd"] == pytest.approx(1)
     assert not rows["a"]["flagged"] and rows["a"]["tail_p"] == 1.0
+    assert rows["a"]["sd_over_se"] == pytest.approx(1 / (0.5 / Z))  # SD 1 over the SE a tolerance 0.5 implies
     assert rows["b"]["n"] == 2 and rows["b"]["passed"] == 1 and rows["b"]["missing_seeds"] == [2]
     assert rows["b"]["flagged"] and rows["b"]["tail_p"] == pytest.approx(binomial_tail(1, 2))
+    assert rows["b"]["fail_seeds"] == [1] and rows["a"]["fail_seeds"] == []
 
 
 def test_page_without_sweep_says_how_to_run_one(tmp_path):
