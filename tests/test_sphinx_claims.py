@@ -11,8 +11,8 @@ import nbformat
 import pytest
 
 from claims_fixtures import claim, fake_project
+from covbook.book.citations import split_target
 from covbook.book.report import write_report
-from covbook.book.sphinx_claims import split_target
 from covbook.claims import anchor
 from covbook.runner import Paths
 from helpers import ROOT, covbook

@@ -7,7 +7,9 @@ run`` wrote into ``book/generated`` and fails when
 - a claim failed (including a claim recorded as not evaluable, with a reason);
 - an *evidence* claim carries no ``basis`` (where its tolerance comes from);
 - a notebook's set of claim ids differs from the committed manifest
-  ``notebooks/claims_manifest.yml``.
+  ``notebooks/claims_manifest.yml``;
+- a notebook's prose cites (``{claim}`id```) a claim the run did not record
+  (the book build fails on it too, but only after minutes).
 
 The manifest makes a claim impossible to lose silently: a notebook records the
 same claim ids at every profile and seed (a claim that cannot be evaluated is
@@ -25,11 +27,12 @@ from pathlib import Path
 
 import yaml
 
+from covbook.book.citations import citations, split_target
 from covbook.claims import Claim, load_claims
 from covbook.runner import Paths, UsageError, discover
 
 __all__ = ["Verdict", "check", "manifest_path", "read_manifest", "write_manifest", "update_manifest",
-           "claim_problems", "id_problems"]
+           "claim_problems", "id_problems", "citation_problems"]
 
 MANIFEST = Path("notebooks") / "claims_manifest.yml"
 MANIFEST_HEADER = """\
@@ -159,6 +162,25 @@ def id_problems(name: str, ids: list[str], expected: list[str] | None, where: st
     return out
 
 
+def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
+    """Citations in the notebooks' prose of claims that the run did not record.
+
+    ``recorded`` maps each notebook whose run succeeded to its claim ids; a
+    citation of a chapter that did not run is left to that chapter's own problem.
+    """
+    out = []
+    for name, src in discover(paths).items():
+        for line, text in citations(src.read_text(encoding="utf-8")):
+            try:
+                chap, cid = split_target(text, name, list(discover(paths)))
+            except ValueError as err:
+                out.append(f"notebooks/{src.name}:{line}: {{claim}}`{text}`: {err}")
+                continue
+            if chap in recorded and cid not in recorded[chap]:
+                out.append(f"notebooks/{src.name}:{line}: {{claim}}`{text}` cites a claim that {chap} did not record")
+    return out
+
+
 def check(paths: Paths) -> Verdict:
     """Collect the claims of the last run and every reason it does not verify."""
     v = Verdict()
@@ -187,4 +209,7 @@ def check(paths: Paths) -> Verdict:
         v.problems.extend(claim_problems(name, cl))
         if manifest is not None:
             v.problems.extend(id_problems(name, [c.id for c in cl], manifest.get(name)))
+    recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
+                if m.get("status") == "ok"}
+    v.problems.extend(citation_problems(paths, recorded))
     return v

@@ -40,6 +40,7 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
+from covbook.book.citations import split_target
 from covbook.claims import LEVEL, Z, Claim, anchor, familywise, fmt, load_claims
 
 __all__ = ["setup", "split_target"]
@@ -58,29 +59,6 @@ CSS = """\
 
 class claim_link(nodes.inline):
     """A claim citation waiting for its link (resolved once every page is known)."""
-
-
-def split_target(text: str, docname: str, chapters: list[str]) -> tuple[str, str]:
-    """``(chapter, claim id)`` of a role's text on page ``docname``.
-
-    ``id`` means this page's chapter; ``NN_name:id`` or ``NN:id`` another's.
-    Raises ``ValueError`` with a message for the build warning.
-    """
-    text = text.strip()
-    if ":" in text:
-        chap, cid = (s.strip() for s in text.split(":", 1))
-        if chap not in chapters:
-            hits = [c for c in chapters if c.split("_", 1)[0] == chap]
-            if len(hits) != 1:
-                raise ValueError(f"no claims of chapter {chap!r} in this run (chapters with claims: "
-                                 f"{', '.join(chapters) or 'none'})")
-            chap = hits[0]
-        return chap, cid
-    chap = docname.rsplit("/", 1)[-1]
-    if chap not in chapters:
-        raise ValueError(f"page {docname!r} is not a chapter with claims in this run; cite another chapter's "
-                         f"claim as NN_name:{text}")
-    return chap, text
 
 
 def _claims_dir(app: Sphinx) -> Path:
