@@ -9,9 +9,9 @@ import yaml
 
 from claims_fixtures import claim, fake_project, fake_run
 from covbook.book.checks import check, read_manifest, update_manifest
+from covbook.book.config import Paths
 from covbook.book.report import error_rate_text, write_report
 from covbook.claims import LEVEL, familywise
-from covbook.runner import Paths
 from helpers import covbook
 
 

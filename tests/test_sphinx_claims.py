@@ -12,9 +12,9 @@ import pytest
 
 from claims_fixtures import claim, fake_project
 from covbook.book.citations import split_target
+from covbook.book.config import Paths
 from covbook.book.report import write_report
 from covbook.claims import anchor
-from covbook.runner import Paths
 from helpers import ROOT, covbook
 
 CONF = 'extensions = ["myst_nb", "sphinx_proof", "covbook.book.sphinx_claims"]\nnb_execution_mode = "off"\n' \

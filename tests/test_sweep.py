@@ -7,9 +7,9 @@ import json
 import pytest
 
 from claims_fixtures import claim, fake_project, fake_run
+from covbook.book.config import Paths, UsageError
 from covbook.book.sweep import binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
 from covbook.claims import LEVEL, Z
-from covbook.runner import Paths, UsageError
 from helpers import covbook, make_notebook
 
 

@@ -29,7 +29,7 @@ import yaml
 
 from covbook.book.citations import citations, split_target
 from covbook.claims import Claim, load_claims
-from covbook.runner import Paths, UsageError, discover
+from covbook.book.config import Paths, UsageError, discover
 
 __all__ = ["Verdict", "check", "manifest_path", "read_manifest", "write_manifest", "update_manifest",
            "claim_problems", "id_problems", "citation_problems"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from covbook.book.checks import Verdict, check
 from covbook.book.sweep import write_calibration_page
 from covbook.claims import KINDS, LEVEL, Z, Claim, familywise, fmt
-from covbook.runner import Paths
+from covbook.book.config import Paths
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text"]
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from covbook.book.checks import read_manifest
 from covbook.claims import LEVEL, Z, familywise, fmt, load_claims, write_json_atomic
-from covbook.runner import Paths, UsageError, select
+from covbook.book.config import Paths, UsageError, select
 
 __all__ = ["parse_seeds", "seed_root", "run_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
@@ -117,7 +117,7 @@ def run_sweep(
     log=print,
 ) -> dict:
     """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page."""
-    from covbook.runner import run_notebooks  # the execution machinery, only when a sweep runs
+    from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
 
     if not seeds:
         raise UsageError("--seeds names no seed")
