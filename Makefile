@@ -28,11 +28,13 @@ book: setup
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -m "not notebooks and not book"
-	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider
+	$(BIN)/actionlint
+	$(BIN)/python -m pytest -m "not notebooks and not book and not browser"
+	$(BIN)/python -m pytest -m "notebooks or book or browser" -p no:cacheprovider -rs
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/actionlint
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py
