@@ -102,7 +102,8 @@ def _source(cell: dict) -> str:
 
 def test_fill_notebook_file(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("COVBOOK_SOURCE = None"), nbformat.v4.new_code_cell("COVBOOK_SOURCE = None")]
+    line = "COVBOOK_SOURCE = None"
+    nb.cells = [nbformat.v4.new_markdown_cell(line), nbformat.v4.new_code_cell(line)]
     path = tmp_path / "n.ipynb"
     nbformat.write(nb, path)
     assert fill_notebook_file(path, OCTO.install_source)
