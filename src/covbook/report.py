@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from covbook.book.results import write_results
 from covbook.claims import Claim, fmt, load_claims
 from covbook.runner import Paths, discover
 
@@ -128,4 +129,5 @@ def write_report(paths: Paths) -> Path:
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
+    write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
     return out
