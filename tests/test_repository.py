@@ -195,3 +195,38 @@ def test_book_buttons_follow_the_repository(tmp_path: Path) -> None:
     assert (html / "_sources" / "generated" / "01_alpha.md").is_file()
     published = json.loads((html / "_sources" / "generated" / "01_alpha.ipynb").read_text())
     assert "COVBOOK_SOURCE = None" in _source(published["cells"][1])
+
+
+# --- the notebooks' setup cell ------------------------------------------------------------------
+
+def test_setup_cell_is_a_no_op_where_covbook_is_importable() -> None:
+    from covbook.book.repository import SETUP_CELL
+
+    namespace: dict = {}
+    exec(compile(fill_setup_source(SETUP_CELL, "git+https://invalid.invalid/never-used"), "setup", "exec"), namespace)
+    assert namespace["COVBOOK_SOURCE"].startswith("git+")  # filled, and pip was not called (covbook is importable)
+
+
+def test_setup_cell_without_covbook_or_source_says_how_to_install() -> None:
+    from covbook.book.repository import SETUP_CELL
+
+    # -I -S: no site-packages, so covbook is not importable; the unpublished cell must not try pip
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SETUP_CELL], capture_output=True, text=True)
+    assert proc.returncode == 1 and "ModuleNotFoundError: covbook is not installed: run `make setup`" in proc.stderr
+
+
+def test_setup_cell_in_the_notebooks() -> None:
+    """Every chapter's first code cell is the setup cell (once pasted), tagged remove-cell."""
+    import jupytext
+
+    from covbook.book.repository import SETUP_CELL
+
+    chapters = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
+    with_cell = [p for p in chapters if "COVBOOK_SOURCE = None" in p.read_text()]
+    if not with_cell:
+        pytest.skip("the setup cell is not in the notebooks yet (covbook.book.repository.SETUP_CELL)")
+    assert with_cell == chapters, f"missing in {[p.stem for p in chapters if p not in with_cell]}"
+    for path in chapters:
+        first = next(c for c in jupytext.read(path).cells if c.cell_type == "code")
+        assert first.source.strip() == SETUP_CELL.strip(), f"{path.stem}: the first code cell is not SETUP_CELL"
+        assert "remove-cell" in first.metadata.get("tags", []), f"{path.stem}: tag the setup cell remove-cell"

@@ -38,6 +38,7 @@ __all__ = [
     "ENV",
     "NOTEBOOKS_BRANCH",
     "SETUP_PLACEHOLDER",
+    "SETUP_CELL",
     "Repository",
     "parse_github",
     "resolve_repository",
@@ -51,6 +52,20 @@ COLAB_URL = "https://colab.research.google.com"
 BINDER_URL = "https://mybinder.org"
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
+#: The first code cell of every chapter (tagged ``remove-cell``): library-free, so that a notebook
+#: opened outside a covbook checkout (Colab, a fresh Jupyter) installs covbook from the repository.
+SETUP_CELL = f"""\
+# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from its repository.
+import importlib.util
+import subprocess
+import sys
+
+{SETUP_PLACEHOLDER}  # set when the executed notebooks are published
+if importlib.util.find_spec("covbook") is None:
+    if COVBOOK_SOURCE is None:
+        raise ModuleNotFoundError("covbook is not installed: run `make setup` in a clone of the book's repository")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"covbook @ {{COVBOOK_SOURCE}}"], check=True)
+    importlib.invalidate_caches()"""
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
 _REPO = r"[A-Za-z0-9._-]+"
