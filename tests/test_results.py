@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from covbook.book.results import Results, Statement, load_statements, render, status, theorem_labels, write_results
+from covbook.book.results import Results, Statement, load_statements, render, status, write_results
+from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import Claim
 from helpers import ROOT
 
@@ -103,3 +104,13 @@ def test_results_page_of_the_smoke_run(smoke_project: Path, smoke_book: subproce
     assert "## Not in this run" not in page, page[page.find("## Not in this run"):]
     assert "0 not tested" in page
     assert (smoke_project / "_build" / "html" / "generated" / "results.html").is_file(), smoke_book.stdout[-2000:]
+
+
+def test_link_theorems_links_only_known_labels(tmp_path: Path) -> None:
+    (tmp_path / "01_a.md").write_text(":::{prf:theorem} A\n:label: thm-01-a\n:::\n")
+    (tmp_path / "02_b.ipynb").write_text('{"cells": [{"source": ":::{prf:proposition} B\\n:label: thm-02-b\\n"}]}')
+    labels = theorem_labels(tmp_path)
+    assert labels == {"thm-01-a", "thm-02-b"}
+    text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
+    assert link_theorems(text, labels) == ("rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); "
+                                           "Proposition thm-03-gone; x-01-y")

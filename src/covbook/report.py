@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook.book.results import write_results
+from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import Claim, fmt, load_claims
 from covbook.runner import Paths, discover
 
@@ -106,13 +107,15 @@ def write_report(paths: Paths) -> Path:
     if v.problems:
         lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
     lines += ["## Claims", ""]
+    labels = theorem_labels(paths.generated)  # theorem boxes of the built chapters, linked from the claims
     for name in v.runs:
         cl = [c for c in v.claims if c.notebook == name]
         if not cl:
             continue
         lines += [f"### {name}", "", f"{sum(c.passed for c in cl)} of {len(cl)} pass.", "",
                   "| claim | measured | expected | verdict |", "| --- | --- | --- | --- |"]
-        lines += [f"| `{c.id}`: {_cell(c.statement)} | {fmt(c.measured)} | {_cell(c.expected_text())} | "
+        lines += [f"| `{c.id}`: {link_theorems(_cell(c.statement), labels)} | {fmt(c.measured)} | "
+                  f"{_cell(c.expected_text())} | "
                   f"{'✓ pass' if c.passed else '✗ FAIL'} |" for c in cl]
         lines.append("")
     lines += ["", "## Runs", "", "| notebook | profile | device | seed | run time (s) | status | finished |",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim, fmt
 
 __all__ = ["STATUSES", "Statement", "load_statements", "status", "render", "write_results"]
@@ -135,14 +136,6 @@ def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, cla
     return f"{'✓' if claim.passed else '✗'}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
 
 
-def theorem_labels(notebooks: Path) -> set[str]:
-    """The labels of the theorem boxes (``:label: ...`` of prf directives) in the chapters' sources."""
-    labels: set[str] = set()
-    for src in sorted(notebooks.glob("[0-9][0-9]_*.md")):
-        labels.update(re.findall(r"^:label:\s*(\S+)\s*$", src.read_text(encoding="utf-8"), flags=re.MULTILINE))
-    return labels
-
-
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None) -> str:
     """The page's MyST markdown."""
@@ -212,7 +205,7 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     if not data.is_file():
         return None
     results = load_statements(data)
-    labels = theorem_labels(generated.parent.parent / "notebooks")
+    labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
     profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
     ran = {n for n, m in runs.items() if m.get("status") == "ok"}
     out = generated / "results.md"
