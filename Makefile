@@ -29,8 +29,12 @@ book: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/actionlint
-	$(BIN)/python -m pytest -m "not notebooks and not book and not browser"
-	$(BIN)/python -m pytest -m "notebooks or book or browser" -p no:cacheprovider -rs
+	$(BIN)/python -m pytest -m "not notebooks and not book"
+	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs
+
+# the fast tests only (no notebook executed, no book built): seconds
+unit: setup
+	$(BIN)/python -m pytest -m "not notebooks and not book"
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

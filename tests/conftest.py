@@ -25,6 +25,17 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(autouse=True)
+def _fresh_claims_registry():
+    """Each test starts with no recorded claims (the registry is module-level)."""
+    from covbook import claims
+
+    reset = getattr(claims, "reset", None) or claims._CLAIMS.clear
+    reset()
+    yield
+    reset()
+
+
 @pytest.fixture(scope="session")
 def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""

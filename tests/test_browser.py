@@ -27,7 +27,8 @@ import pytest
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.browser
+# also `book`: it needs the built book, so it runs with the book build (make test) and never in `make unit`
+pytestmark = [pytest.mark.browser, pytest.mark.book]
 
 INSTALL = "apt-get install chromium chromium-driver  (Debian/Ubuntu; .ci/run does this when run as root)"
 SCREENSHOTS = ROOT / "_build" / "screenshots"

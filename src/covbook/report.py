@@ -14,10 +14,10 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from covbook.book.config import Paths, discover
 from covbook.book.results import write_results
 from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import Claim, fmt, load_claims
-from covbook.runner import Paths, discover
 
 __all__ = ["Verdict", "check", "write_report", "versions"]
 

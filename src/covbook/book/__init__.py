@@ -1,1 +1,22 @@
-"""The book layer: building and publishing the HTML book from the executed notebooks."""
+"""The pipeline: everything the ``covbook`` command does besides the science.
+
+Modules (none imports torch or numpy at import time):
+
+- :mod:`covbook.book.config`: paths, the profiles file, a notebook's parameters;
+- :mod:`covbook.book.cache`: the cache key (notebook, parameters, science code,
+  versions, device) and the verification of stored outputs;
+- :mod:`covbook.book.runner`: executes notebooks in worker processes;
+- :mod:`covbook.book.plan`: ``covbook run --plan`` (work and time estimates);
+- :mod:`covbook.book.lock`: one writer per tree;
+- :mod:`covbook.book.jsonio`: atomic JSON writes, verifying reads;
+- :mod:`covbook.book.cli`: the ``covbook`` command;
+- :mod:`covbook.book.repository`: the book's GitHub repository, from one place, and the
+  notebooks' setup cell that installs covbook where it is missing (Colab);
+- :mod:`covbook.book.sphinx_repository`, :mod:`covbook.book.sphinx_pages`: Sphinx hooks
+  (repository and launch buttons only when the repository is known; pages without console errors);
+- :mod:`covbook.book.results`, :mod:`covbook.book.theorems`: the "Results at a glance" page and
+  links from generated pages to the theorem boxes.
+
+Nothing here changes a number the book reports, so editing this package does
+not invalidate cached notebooks.
+"""
