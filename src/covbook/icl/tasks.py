@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
@@ -129,6 +130,40 @@ class RegressionTasks:
     def sequence(self) -> torch.Tensor:
         """The causal layout: the N context tokens followed by the query, shape (B, N+1, d+1)."""
         return torch.cat([self.tokens, self.query[:, None, :]], dim=1)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def __getitem__(self, idx: int | slice | torch.Tensor) -> RegressionTasks:
+        """The tasks ``idx`` (a slice, index tensor or boolean mask over the batch), every field alike.
+
+        Examples
+        --------
+        >>> t = make_regression_tasks(6, 4, 2, seed=0)
+        >>> len(t[1:3]), len(t[torch.tensor([0, 5])])
+        (2, 2)
+        """
+        if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+            idx = slice(int(idx), int(idx) + 1 if int(idx) != -1 else None)
+        elif not isinstance(idx, (slice, torch.Tensor)):
+            raise TypeError(f"idx must be an int, a slice or an index tensor, got {type(idx).__name__}")
+        return RegressionTasks(self.tokens[idx], self.query[idx], self.y_query[idx], self.w[idx])
+
+    def to(self, *args: object, **kwargs: object) -> RegressionTasks:
+        """Every field moved/cast like :meth:`torch.Tensor.to` (e.g. ``tasks.to(torch.float64)``)."""
+        return RegressionTasks(*(t.to(*args, **kwargs) for t in (self.tokens, self.query, self.y_query, self.w)))
+
+    def with_query(self, x_query: object) -> RegressionTasks:
+        """The same contexts with the query inputs replaced by ``x_query`` ((d,) for all tasks, or (B, d)).
+
+        The targets become the noiseless x_qᵀw.
+        """
+        xq = as_tensor(x_query, "x_query", ndim=(1, 2), dtype=self.tokens.dtype, device=self.tokens.device)
+        if xq.shape[-1] != self.d or (xq.ndim == 2 and xq.shape[0] != len(self)):
+            raise ValueError(f"x_query must have shape ({self.d},) or ({len(self)}, {self.d}), got {tuple(xq.shape)}")
+        xq = xq.expand(len(self), self.d)  # (B, d)
+        query = torch.cat([xq, torch.zeros_like(xq[:, :1])], dim=-1)  # (B, d+1)
+        return RegressionTasks(self.tokens, query, (xq * self.w).sum(-1), self.w)
 
 
 def _check_tasks(tasks: RegressionTasks) -> None:

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from covbook._validate import check_positive_int, resolve_device
 from covbook.icl._common import _check_eta
 from covbook.icl.model import ICLTransformer
-from covbook.icl.tasks import RegressionTasks, make_regression_tasks
+from covbook.icl.tasks import make_regression_tasks
 
 __all__ = ["TrainLog", "train_icl"]
 
@@ -71,8 +71,7 @@ def _train_loop(model: ICLTransformer, n: int, steps: int, batch: int, lr: float
             pool = make_regression_tasks(batch * per_draw, n, model.d, cov_x=cov_x, noise=noise,
                                          seed=int(gen_seed) + k, device=dev, dtype=dtype)
         j = (k % per_draw) * batch
-        tasks = RegressionTasks(pool.tokens[j:j + batch], pool.query[j:j + batch],
-                                pool.y_query[j:j + batch], pool.w[j:j + batch])
+        tasks = pool[j:j + batch]
         loss = ((model.predict(tasks) - tasks.y_query) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
