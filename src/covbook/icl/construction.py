@@ -18,7 +18,8 @@ from covbook.attention import softmax_attention
 from covbook.icl._common import _check_eta, _precondition
 from covbook.icl.tasks import RegressionTasks, _check_tasks
 
-__all__ = ["construct_gd_head", "head_predict", "linear_attention_predict", "construction_risk_curve"]
+__all__ = ["construct_gd_head", "head_predict", "linear_attention_predict", "construction_predict",
+           "construction_risk_curve"]
 
 
 def construct_gd_head(d: int, eta: float, precondition: object | None = None
@@ -92,15 +93,38 @@ def linear_attention_predict(tasks: RegressionTasks, eta: float, precondition: o
     return ((tasks.x_query @ g) * w1).sum(-1)
 
 
+def _check_scale(e: object, name: str) -> float:
+    v = float(e)  # type: ignore[arg-type]
+    if not math.isfinite(v) or v == 0:
+        raise ValueError(f"{name} must be a finite non-zero logit scale, got {e!r}")
+    return v
+
+
+def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -> torch.Tensor:
+    r"""Prediction c·S of the one-layer GD head with logit scale η_a (either sign) and value scale c, shape (B,).
+
+    Θ_KᵀΘ_Q = η_a diag(I, 0), Θ_V = c e eᵀ, the query among the keys (the causal layout of
+    :class:`ICLTransformer`); S is the softmax average of the labels (the query contributes its empty slot, 0).
+    """
+    _check_tasks(tasks)
+    e = _check_scale(eta_a, "eta_a")
+    cc = float(c)
+    if not math.isfinite(cc):
+        raise ValueError(f"c must be finite, got {c!r}")
+    tq, tk, tv = construct_gd_head(tasks.d, abs(e))
+    return cc * head_predict(tasks, math.copysign(1.0, e) * tq, tk, tv, include_query=True)
+
+
 def construction_risk_curve(tasks: RegressionTasks, eta_grid: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     r"""Risk of the best-scaled one-layer GD head for each logit scale η_a, on given tasks.
 
-    The head has Θ_KᵀΘ_Q = η_a diag(I, 0) (η_a ≠ 0 of either sign) and Θ_V = c e eᵀ, with the
-    query among the keys (the causal layout of :class:`ICLTransformer`).  Its prediction is
-    c·S with S the softmax average of the labels, so the best c is ⟨S, t⟩/⟨S, S⟩
-    (t = x_qᵀw), and
+    The head is that of :func:`construction_predict`.  Its prediction is c·S with S the softmax
+    average of the labels, so the best c on these tasks is ⟨S, t⟩/⟨S, S⟩ (t = x_qᵀw), and
 
     .. math:: \mathcal R(\eta_a) = \min_c \mathbb E (c S - t)^2 / d .
+
+    The minimum is taken on the same tasks: to compare the tuned head with other learners, tune
+    (η_a, c) here on held-out tasks and evaluate :func:`construction_predict` on fresh ones.
 
     Returns
     -------
@@ -110,11 +134,7 @@ def construction_risk_curve(tasks: RegressionTasks, eta_grid: Sequence[float]) -
     risks, scales = [], []
     t = tasks.clean_target.double()  # (B,)
     for e in eta_grid:
-        e = float(e)
-        if not math.isfinite(e) or e == 0:
-            raise ValueError(f"eta_grid must hold finite non-zero logit scales, got {e!r}")
-        tq, tk, tv = construct_gd_head(tasks.d, abs(e))
-        s = head_predict(tasks, math.copysign(1.0, e) * tq, tk, tv, include_query=True).double()  # (B,)
+        s = construction_predict(tasks, _check_scale(e, "eta_grid"), 1.0).double()  # (B,)
         c = float((s * t).sum() / (s * s).sum())
         risks.append(float(((c * s - t) ** 2).mean()) / tasks.d)
         scales.append(c)
