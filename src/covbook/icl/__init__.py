@@ -55,9 +55,9 @@ from covbook.icl.training import TrainLog, train_icl
 __all__ = [
     "X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
     "elliptical_gain", "mixing_law", "construct_gd_head", "head_predict", "linear_attention_predict",
-    "construction_predict", "construction_risk_curve", "icl_prediction_paths", "ICLTransformer", "stacked_gd_transformer",
-    "random_icl_transformer", "causal_attention_matrix", "power_identity_predictions", "max_stable_step",
-    "population_gd", "empirical_gd", "ols", "gd_one_step_risk", "gd_optimal_step", "gd_optimal_risk",
-    "ols_risk", "averaging_risk", "empirical_gd_risk_mc", "TrainLog", "train_icl", "bilinear_forms",
-    "construction_alignment",
+    "construction_predict", "construction_risk_curve", "icl_prediction_paths", "ICLTransformer",
+    "stacked_gd_transformer", "random_icl_transformer", "causal_attention_matrix", "power_identity_predictions",
+    "max_stable_step", "population_gd", "empirical_gd", "ols", "gd_one_step_risk", "gd_optimal_step",
+    "gd_optimal_risk", "ols_risk", "averaging_risk", "empirical_gd_risk_mc", "TrainLog", "train_icl",
+    "bilinear_forms", "construction_alignment",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from covbook._validate import as_tensor, check_positive_int, resolve_device
+from covbook.attention import _OnlineSoftmax
 from covbook.icl._common import _check_eta, _precondition
 from covbook.icl.tasks import RegressionTokens
 
@@ -65,9 +66,8 @@ def icl_prediction_paths(
     gen = torch.Generator(device=dev).manual_seed(int(seed))
     draw = proc.sampler(gen, streams)
     m = xq.shape[0]
-    mx = torch.full((streams, m), float("-inf"), dtype=torch.float64, device=dev)  # (R, m)
-    den = torch.zeros(streams, m, dtype=torch.float64, device=dev)  # (R, m)
-    num = torch.zeros(streams, m, dtype=torch.float64, device=dev)  # (R, m)
+    # the online log-sum-exp of covbook.attention (one implementation; see the kernel issue for a public name)
+    soft = _OnlineSoftmax((streams, m), 1, dev)
     xty = torch.zeros(streams, d, dtype=torch.float64, device=dev)  # (R, d)
     xtx = torch.zeros(streams, d, d, dtype=torch.float64, device=dev)  # (R, d, d)
     out = {k: torch.empty(streams, len(cps), m, dtype=torch.float64) for k in ("softmax", "linear", "ols")}
@@ -76,17 +76,11 @@ def icl_prediction_paths(
         while seen < t:
             z = draw(min(chunk, t - seen))  # (R, n, d+1)
             x, y = z[..., :d], z[..., d]  # (R, n, d), (R, n)
-            logits = x @ a.T  # (R, n, m)
-            new_mx = torch.maximum(mx, logits.amax(1))  # (R, m)
-            wts = torch.exp(logits - new_mx[:, None])  # (R, n, m)
-            scale = torch.exp(mx - new_mx)  # (R, m)
-            den = den * scale + wts.sum(1)
-            num = num * scale + (wts * y[..., None]).sum(1)
-            mx = new_mx
+            soft.update(a @ x.transpose(1, 2), y[..., None])  # logits (R, m, n), values (R, n, 1)
             xty += (x * y[..., None]).sum(1)
             xtx += x.transpose(1, 2) @ x
             seen += z.shape[1]
-        out["softmax"][:, j] = (num / den).cpu()
+        out["softmax"][:, j] = soft.readout()[..., 0].cpu()
         out["linear"][:, j] = (e * (xty / t) @ (xq @ _precondition(precondition, d).to(dev)).T).cpu()
         w_ols = (torch.linalg.pinv(xtx, hermitian=True) @ xty[..., None])[..., 0]  # (R, d)
         out["ols"][:, j] = (w_ols @ xq.T).cpu()
