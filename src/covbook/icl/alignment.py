@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from covbook._validate import as_tensor
 from covbook.icl.model import ICLTransformer
 
 __all__ = ["bilinear_forms", "construction_alignment"]
@@ -13,6 +14,8 @@ __all__ = ["bilinear_forms", "construction_alignment"]
 
 def bilinear_forms(model: ICLTransformer) -> list[dict[str, torch.Tensor]]:
     """Per layer: the logit form B = Θ_QᵀΘ_K (logit = z_qᵀ B z_i) and Θ_V, float64 on the CPU."""
+    if not isinstance(model, ICLTransformer):
+        raise ValueError(f"model must be an ICLTransformer, got {type(model).__name__}")
     out = []
     for tq, tk, tv in zip(model.theta_q, model.theta_k, model.theta_v, strict=True):
         tq, tk, tv = (t.detach().double().cpu() for t in (tq, tk, tv))
@@ -34,8 +37,17 @@ def construction_alignment(b: torch.Tensor, v: torch.Tensor) -> dict[str, float]
     * ``v_yy``: Θ_V[y, y] and ``v_y_other``: |Θ_V[y, x]| / |Θ_V[y, ·]|;
     * ``eta_eff``: −v_yy · eta_attn, the effective GD step (prediction = −h_q[y]).
     """
+    b = as_tensor(b, "b", ndim=2)
+    v = as_tensor(v, "v", ndim=2)
     d = b.shape[0] - 1
+    if b.shape != (d + 1, d + 1) or d < 1:
+        raise ValueError(f"b must be a square (d+1, d+1) matrix with d >= 1, got shape {tuple(b.shape)}")
+    if v.shape != b.shape:
+        raise ValueError(f"v must have the shape of b, {tuple(b.shape)}, got {tuple(v.shape)}")
     bxx, bxy = b[:d, :d], b[:d, d]
+    if float(bxx.norm()) == 0.0 or float(v[d].norm()) == 0.0:
+        raise ValueError("b must have a non-zero x-block and v a non-zero label row: the alignment of a zero "
+                         "form is undefined")
     cos = float(torch.trace(bxx).abs() / (bxx.norm() * math.sqrt(d)))
     eta_attn = float(torch.trace(bxx) / d)
     v_row = v[d]

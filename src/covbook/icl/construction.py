@@ -77,6 +77,11 @@ def head_predict(tasks: RegressionTasks, theta_q: object, theta_k: object, theta
     dt, dev = tasks.tokens.dtype, tasks.tokens.device
     tq, tk, tv = (as_tensor(t, n, ndim=2, dtype=dt, device=dev)
                   for t, n in ((theta_q, "theta_q"), (theta_k, "theta_k"), (theta_v, "theta_v")))
+    side = tasks.d + 1
+    if tq.shape[1] != side or tk.shape != (tq.shape[0], side) or tv.shape != (side, side):
+        raise ValueError(f"theta_q and theta_k must be (k, {side}) of the same shape and theta_v ({side}, {side}) "
+                         f"for tokens of dimension {side}; got theta_q {tuple(tq.shape)}, theta_k {tuple(tk.shape)}, "
+                         f"theta_v {tuple(tv.shape)}")
     keys = tasks.sequence() if include_query else tasks.tokens  # (B, T, d+1)
     q = (tasks.query @ tq.T)[:, None]  # (B, 1, d_k)
     out = softmax_attention(q, keys @ tk.T, keys @ tv.T)  # (B, 1, d+1)
@@ -94,7 +99,10 @@ def linear_attention_predict(tasks: RegressionTasks, eta: float, precondition: o
 
 
 def _check_scale(e: object, name: str) -> float:
-    v = float(e)  # type: ignore[arg-type]
+    try:
+        v = float(e)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a finite non-zero logit scale, got {e!r}") from err
     if not math.isfinite(v) or v == 0:
         raise ValueError(f"{name} must be a finite non-zero logit scale, got {e!r}")
     return v
@@ -108,7 +116,10 @@ def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -
     """
     _check_tasks(tasks)
     e = _check_scale(eta_a, "eta_a")
-    cc = float(c)
+    try:
+        cc = float(c)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"c must be finite, got {c!r}") from err
     if not math.isfinite(cc):
         raise ValueError(f"c must be finite, got {c!r}")
     tq, tk, tv = construct_gd_head(tasks.d, abs(e))
@@ -131,10 +142,13 @@ def construction_risk_curve(tasks: RegressionTasks, eta_grid: Sequence[float]) -
     (risk, c_opt), each of shape (len(eta_grid),).
     """
     _check_tasks(tasks)
+    grid = [_check_scale(e, "eta_grid") for e in np.asarray(eta_grid, dtype=object).reshape(-1)]
+    if not grid:
+        raise ValueError("eta_grid must hold at least one logit scale")
     risks, scales = [], []
     t = tasks.clean_target.double()  # (B,)
-    for e in eta_grid:
-        s = construction_predict(tasks, _check_scale(e, "eta_grid"), 1.0).double()  # (B,)
+    for e in grid:
+        s = construction_predict(tasks, e, 1.0).double()  # (B,)
         c = float((s * t).sum() / (s * s).sum())
         risks.append(float(((c * s - t) ** 2).mean()) / tasks.d)
         scales.append(c)

@@ -28,6 +28,8 @@ def max_stable_step(cov_x: object, precondition: object | None = None) -> float:
     >>> max_stable_step(torch.diag(torch.tensor([1.0, 4.0])))
     0.5
     """
+    if as_tensor(cov_x, "cov_x", ndim=2).numel() == 0:
+        raise ValueError("cov_x must be at least 1x1, got an empty matrix")
     c = as_covariance(cov_x, "cov_x")
     g = _precondition(precondition, c.shape[0])
     lam = torch.linalg.eigvals(g @ c).real.max().item()
@@ -95,6 +97,8 @@ def empirical_gd(x: torch.Tensor, y: torch.Tensor, eta: float, steps: int = 1) -
     e = _check_eta(eta)
     steps = check_positive_int(steps, "steps")
     n = xx.shape[1]
+    if n == 0:
+        raise ValueError("x must hold at least one example per task (N >= 1), got shape (B, 0, d)")
     it = [torch.zeros(xx.shape[0], xx.shape[2], dtype=xx.dtype, device=xx.device)]
     for _ in range(steps):
         resid = yy - (xx * it[-1][:, None]).sum(-1)  # (B, N)
@@ -111,7 +115,13 @@ def ols(x: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
     yy = as_tensor(y, "y", ndim=2)
     if yy.shape != xx.shape[:2]:
         raise ValueError(f"y must have shape {tuple(xx.shape[:2])}, got {tuple(yy.shape)}")
-    lam = float(ridge)
+    if xx.shape[1] == 0 or xx.shape[2] == 0:
+        raise ValueError(f"x must hold at least one example of at least one coordinate per task, got shape "
+                         f"{tuple(xx.shape)}")
+    try:
+        lam = float(ridge)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"ridge must be a finite number >= 0, got {ridge!r}") from err
     if not math.isfinite(lam) or lam < 0:
         raise ValueError(f"ridge must be >= 0, got {ridge!r}")
     gram = xx.transpose(1, 2) @ xx + lam * torch.eye(xx.shape[2], dtype=xx.dtype, device=xx.device)  # (B, d, d)
@@ -119,9 +129,12 @@ def ols(x: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
 
 
 def _n_d(n: object, d: int) -> tuple[np.ndarray, int]:
-    nn_ = np.asarray(n, dtype=np.float64)
-    if np.any(nn_ < 1) or not np.all(np.isfinite(nn_)):
-        raise ValueError("n must be >= 1")
+    try:
+        nn_ = np.asarray(n, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"n must be a number (or array of numbers) >= 1, got {n!r}") from err
+    if not np.all(np.isfinite(nn_)) or np.any(nn_ < 1):
+        raise ValueError(f"n must be finite and >= 1, got {n!r}")
     return nn_, check_positive_int(d, "d")
 
 
@@ -139,7 +152,12 @@ def gd_one_step_risk(n: object, d: int, eta: object, noise: float = 0.0) -> np.n
     """
     nn_, d = _n_d(n, d)
     sigma = _check_noise(noise)
-    e = np.asarray(eta, dtype=np.float64)
+    try:
+        e = np.asarray(eta, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"eta must be a finite step size (or array of them), got {eta!r}") from err
+    if not np.all(np.isfinite(e)):
+        raise ValueError(f"eta must be finite, got {eta!r}")
     return e**2 * (1 + (d + 1) / nn_ + sigma**2 / nn_) - 2 * e + 1
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from covbook._validate import as_tensor, check_positive_int
 from covbook.attention import softmax_attention
-from covbook.icl._common import _check_eta
+from covbook.icl._common import _check_dtype, _check_eta, _check_seed
 from covbook.icl.construction import construct_gd_head
 from covbook.icl.tasks import RegressionTasks, _check_tasks, make_regression_tasks  # noqa: F401  (doctest)
 
@@ -36,12 +36,16 @@ class ICLTransformer(nn.Module):
                  *, trainable: bool = False) -> None:
         super().__init__()
         self.d = check_positive_int(d, "d")
-        if len(thetas) == 0:
-            raise ValueError("an ICLTransformer needs at least one layer")
+        if not isinstance(thetas, Sequence) or isinstance(thetas, str) or len(thetas) == 0:
+            raise ValueError(f"thetas must be a non-empty sequence of (theta_q, theta_k, theta_v) triples, one per "
+                             f"layer, got {thetas!r:.60}")
         self.theta_q, self.theta_k, self.theta_v = nn.ParameterList(), nn.ParameterList(), nn.ParameterList()
-        for i, (tq, tk, tv) in enumerate(thetas):
-            for th, name, store in ((tq, "theta_q", self.theta_q), (tk, "theta_k", self.theta_k),
-                                    (tv, "theta_v", self.theta_v)):
+        for i, triple in enumerate(thetas):
+            if (not isinstance(triple, Sequence) or len(triple) != 3
+                    or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in triple)):
+                raise ValueError(f"thetas[{i}] must be a triple (theta_q, theta_k, theta_v) of floating tensors")
+            for th, name, store in zip(triple, ("theta_q", "theta_k", "theta_v"),
+                                       (self.theta_q, self.theta_k, self.theta_v), strict=True):
                 if tuple(th.shape) != (d + 1, d + 1):
                     raise ValueError(f"layer {i}: {name} must have shape ({d + 1}, {d + 1}), got {tuple(th.shape)}")
                 store.append(nn.Parameter(th.detach().clone(), requires_grad=trainable))
@@ -105,7 +109,8 @@ def random_icl_transformer(d: int, layers: int, *, init_scale: float = 0.1, seed
     """A trainable ICLTransformer with iid N(0, init_scale²) weights, deterministic given ``seed``."""
     d, layers = check_positive_int(d, "d"), check_positive_int(layers, "layers")
     s = _check_eta(init_scale, "init_scale")
-    gen = torch.Generator().manual_seed(int(seed))
+    dtype = _check_dtype(dtype)
+    gen = torch.Generator().manual_seed(_check_seed(seed))
     thetas = [tuple(s * torch.randn(d + 1, d + 1, generator=gen, dtype=torch.float64) for _ in range(3))
               for _ in range(layers)]
     return ICLTransformer(d, thetas, trainable=True).to(dtype)
@@ -113,8 +118,16 @@ def random_icl_transformer(d: int, layers: int, *, init_scale: float = 0.1, seed
 
 def causal_attention_matrix(tokens: torch.Tensor, theta_q: object, theta_k: object) -> torch.Tensor:
     """Causal softmax attention matrix A_ij = softmax_{j≤i}((Θ_Q z_i)ᵀΘ_K z_j), shape (B, T, T)."""
+    if not isinstance(tokens, torch.Tensor) or not tokens.is_floating_point() or tokens.ndim != 3:
+        raise ValueError(f"tokens must be a floating tensor of shape (B, T, D), got {getattr(tokens, 'shape', tokens)}")
+    if not bool(torch.isfinite(tokens).all()):
+        raise ValueError("tokens must be finite (no NaN or inf)")
     tq = as_tensor(theta_q, "theta_q", ndim=2, dtype=tokens.dtype, device=tokens.device)
     tk = as_tensor(theta_k, "theta_k", ndim=2, dtype=tokens.dtype, device=tokens.device)
+    side = tokens.shape[-1]
+    if tq.shape[1] != side or tk.shape != tq.shape:
+        raise ValueError(f"theta_q and theta_k must both be (k, {side}); got theta_q {tuple(tq.shape)}, "
+                         f"theta_k {tuple(tk.shape)}")
     logits = (tokens @ tq.T) @ (tokens @ tk.T).transpose(1, 2)  # (B, T, T)
     t = tokens.shape[1]
     mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
-from covbook.icl._common import _check_noise, _cov_x, _mean_x
+from covbook.icl._common import _check_dtype, _check_noise, _check_seed, _cov_x, _mean_x
 from covbook.processes import DiscreteMixing, ExponentialMixing, IIDProcess, MixingLaw
 from covbook.theory import elliptical_gain as _theory_gain
 
@@ -26,7 +26,7 @@ X_LAWS = ("gaussian", "two_point", "laplace")
 
 
 def _check_law(x_law: str) -> str:
-    if x_law not in X_LAWS:
+    if not isinstance(x_law, str) or x_law not in X_LAWS:
         raise ValueError(f"x_law must be one of {', '.join(X_LAWS)}, got {x_law!r}")
     return x_law
 
@@ -207,7 +207,8 @@ def make_regression_tasks(
     law, sigma = _check_law(x_law), _check_noise(noise)
     cov, mu = _cov_x(cov_x, d), _mean_x(mean_x, d)
     dev = resolve_device(device)
-    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    dtype = _check_dtype(dtype)
+    gen = torch.Generator(device=dev).manual_seed(_check_seed(seed))
     if w is None:
         ww = torch.randn(b, d, generator=gen, dtype=torch.float64, device=dev)  # (B, d)
     else:
@@ -256,6 +257,8 @@ class RegressionTokens(IIDProcess):
                  x_law: str = "gaussian", mean_x: object | None = None) -> None:
         self.w = as_tensor(w, "w", ndim=1)
         d = self.w.shape[0]
+        if d == 0:
+            raise ValueError("w must have at least one coordinate, got an empty vector")
         self.dim = d + 1
         self.cov_x, self.mean_x = _cov_x(cov_x, d), _mean_x(mean_x, d)
         self.noise, self.x_law = _check_noise(noise), _check_law(x_law)
