@@ -90,7 +90,7 @@ class ICLTransformer(nn.Module):
 
 def stacked_gd_transformer(d: int, eta: float, layers: int, precondition: object | None = None
                            ) -> ICLTransformer:
-    """K = ``layers`` GD heads (Θ_Q = Θ_K = √η diag(Γ^{1/2}, 0), Θ_V = −e eᵀ) with residuals (chapter 6, thm-06-stacked).
+    """K = ``layers`` GD heads (Θ_Q = Θ_K = √η diag(Γ^{1/2}, 0), Θ_V = −e eᵀ) with residuals (thm-06-stacked).
 
     Examples
     --------
