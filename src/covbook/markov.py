@@ -1,6 +1,6 @@
 """The Markov reduction of generation, greedy orbits, and repetition metrics.
 
-Xu & Fang (2026), second consequence; THEOREMS.md T5.  In a causal transformer
+Xu & Fang (2026), Section 6 (book chapters 09-10).  In a causal transformer
 without positional encoding the terminal state at position t tends to a
 deterministic function F_π(x_t) of the current token, where π is the law of the
 context tokens (T4).  Along a context whose empirical token frequencies are
@@ -515,10 +515,10 @@ def markov_kernel(
     .. math:: K_\pi(x, \cdot) = \operatorname{softmax}\bigl(W_{\text{out}} F_\pi(x) / \tau\bigr),
 
     F_π(x) the terminal mean-field state of token x when the context tokens have
-    law π (THEOREMS.md T4, computed by ``mean_field``; by default
+    law π (paper Section 5, computed by ``mean_field``; by default
     :func:`covbook.transformer.mean_field_discrete`) and W_out the model's
     read-out (``model.logits_from_hidden``).  Row x is the Markov chain's law of
-    the next token after x (THEOREMS.md T5).
+    the next token after x (paper Section 6).
 
     Parameters
     ----------
@@ -688,7 +688,7 @@ def markov_gap(
     .. math:: \mathrm{gap}_t = \mathrm{TV}\bigl(p(\cdot \mid x_{1:t}),\; K_{\hat\pi_t}(x_t, \cdot)\bigr),
               \qquad \hat\pi_t = \tfrac1t \textstyle\sum_{s \le t} e_{x_s},
 
-    THEOREMS.md T5: O(t^{-1/2}) for a NoPE transformer on a stationary ergodic
+    Paper Section 6: O(t^{-1/2}) for a NoPE transformer on a stationary ergodic
     context.  For one layer it is 0 exactly: the attention at position t *is*
     the tilted mean over π̂_t.
 
@@ -732,7 +732,7 @@ def shuffle_test(
 
     averaged over ``n_perm`` permutations.  Needs only the model's outputs.  For
     a Markov law given π̂_t it is 0 (π̂_t is permutation invariant): exactly 0 for
-    a one-layer NoPE transformer, O(t^{-1/2}) for deeper ones (THEOREMS.md T5).
+    a one-layer NoPE transformer, O(t^{-1/2}) for deeper ones (paper Section 6).
 
     Parameters
     ----------
@@ -763,36 +763,22 @@ def shuffle_test(
     return out[0] if single else out
 
 
-def _generate(
-    model: torch.nn.Module,
-    prompt: object,
-    steps: int,
-    pick: Callable[[torch.Tensor], torch.Tensor],
-    temperature: float,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
-    x, single = _tokens_torch(prompt, _vocab_size(model), "prompt")
-    steps = check_positive_int(steps, "steps")
-    dev, _ = _model_device_dtype(model)
-    from covbook.transformer import CausalTransformer, generate
+def _generate(model: torch.nn.Module, prompt: object, steps: int, temperature: float,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """Validate a (T0,) or (B, T0) prompt and continue it with :func:`covbook.transformer.generate`."""
+    from covbook.transformer.generation import generate
 
-    if isinstance(model, CausalTransformer):  # KV-cached decoding, same picks
-        seq = generate(model, x.to(dev), steps, temperature=temperature, generator=generator)
-        return seq[0] if single else seq
-    seq = torch.empty(x.shape[0], x.shape[1] + steps, dtype=torch.long, device=dev)  # (B, T0 + steps)
-    seq[:, : x.shape[1]] = x.to(dev)
-    with torch.no_grad():
-        for t in range(x.shape[1], seq.shape[1]):
-            logits = model(seq[:, :t])[:, -1].to(torch.float64)  # (B, V)
-            seq[:, t] = pick(logits)
+    x, single = _tokens_torch(prompt, _vocab_size(model), "prompt")
+    seq = generate(model, x, steps, temperature=temperature, generator=generator)
     return seq[0] if single else seq
 
 
 def greedy_decode(model: torch.nn.Module, prompt: object, steps: int) -> torch.Tensor:
     """Greedy continuation x_{t+1} = argmax p(· | x_{1:t}) (ties: smallest id).
 
-    A :class:`covbook.transformer.CausalTransformer` decodes with its KV cache
-    (:func:`covbook.transformer.generate`); any other model reruns its forward pass.
+    Calls :func:`covbook.transformer.generate` (temperature 0): a
+    :class:`covbook.transformer.CausalTransformer` decodes with its KV cache, any
+    other model reruns its forward pass.
 
     Parameters
     ----------
@@ -803,7 +789,7 @@ def greedy_decode(model: torch.nn.Module, prompt: object, steps: int) -> torch.T
     -------
     long tensor, shape (T0 + steps,) or (B, T0 + steps): prompt then continuation.
     """
-    return _generate(model, prompt, steps, lambda logits: torch.argmax(logits, dim=-1), 0.0, None)
+    return _generate(model, prompt, steps, 0.0, None)
 
 
 def sample(
@@ -826,10 +812,4 @@ def sample(
     -------
     long tensor, shape (T0 + steps,) or (B, T0 + steps).
     """
-    tau = _temperature(temperature)
-
-    def pick(logits: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(logits / tau, dim=-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-    return _generate(model, prompt, steps, pick, tau, generator)
+    return _generate(model, prompt, steps, _temperature(temperature), generator)
