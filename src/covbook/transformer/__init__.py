@@ -8,7 +8,8 @@ chapters 08-10).  One concept per module:
   :func:`hidden_states_at`.
 * :mod:`~covbook.transformer.mean_field` -- the mean-field maps F_l of a NoPE transformer
   (:func:`mean_field`, :func:`mean_field_discrete`, :func:`mean_field_gaussian`,
-  :func:`gaussian_tail_exponents`).
+  :func:`gaussian_tail_exponents`) and their derivative in the context law
+  (:func:`mean_field_jacobian`, :func:`collapse_constant`).
 * :mod:`~covbook.transformer.quadrature` -- Gaussian quadrature rules used as context laws.
 * :mod:`~covbook.transformer.generation` -- :func:`generate`, the one implementation of greedy
   decoding and temperature sampling.
@@ -19,10 +20,12 @@ chapters 08-10).  One concept per module:
 
 from covbook.transformer.generation import generate
 from covbook.transformer.mean_field import (
+    collapse_constant,
     gaussian_tail_exponents,
     mean_field,
     mean_field_discrete,
     mean_field_gaussian,
+    mean_field_jacobian,
 )
 from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
 from covbook.transformer.quadrature import gauss_hermite_rule, gaussian_polar_rule
@@ -34,6 +37,7 @@ from covbook.transformer.training import (
     load_checkpoint,
     train_language_model,
     training_arguments,
+    window_losses,
 )
 
 __all__ = [
@@ -44,6 +48,8 @@ __all__ = [
     "mean_field_discrete",
     "mean_field_gaussian",
     "gaussian_tail_exponents",
+    "mean_field_jacobian",
+    "collapse_constant",
     "gauss_hermite_rule",
     "gaussian_polar_rule",
     "generate",
@@ -53,6 +59,7 @@ __all__ = [
     "train_language_model",
     "training_arguments",
     "evaluate_loss",
+    "window_losses",
     "checkpoint_fingerprint",
     "load_checkpoint",
 ]

@@ -23,7 +23,8 @@ from covbook._validate import as_covariance, psd_sqrt_factor
 from covbook.attention import softmax_attention
 from covbook.transformer.model import CausalTransformer
 
-__all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents"]
+__all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
+           "mean_field_jacobian", "collapse_constant"]
 
 
 def _check_model(model: object) -> CausalTransformer:
@@ -88,27 +89,33 @@ def mean_field(model: CausalTransformer, support: object, weights: object, queri
     -------
     tensor, shape (L+1, m, d_model): F_0, ..., F_L at the queries.
     """
+    with torch.no_grad():
+        return _mean_field_states(model, support, weights, queries)
+
+
+def _mean_field_states(model: CausalTransformer, support: object, weights: object,
+                       queries: object) -> torch.Tensor:
+    """The recursion of :func:`mean_field`, differentiable in ``weights`` (no ``no_grad``)."""
     _check_model(model)
     if model.pos is not None:
         raise ValueError(f"the mean-field map needs a model without positional encoding, got pos={model.pos!r}")
-    with torch.no_grad():
-        hs = _embed_points(model, support, "support")  # (N, d)
-        hq = _embed_points(model, queries, "queries")  # (m, d)
-        w = _check_weights(weights, hs.shape[0], model.dtype, model.device)  # (N,)
-        keep = w > 0
-        hs, logw = hs[keep], torch.log(w[keep])  # (N', d), (N',)
-        m = hq.shape[0]
-        layers = [hq]
-        for b in model.blocks:
-            h = torch.cat([hq, hs])  # (m + N', d) queries: the m query points and the support
-            q, _, _ = b.heads(b.ln_attn(h))  # (H, m+N', dh)
-            _, k, v = b.heads(b.ln_attn(hs))  # (H, N', dh)
-            ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (H, m+N', 1)
-            k_aug = torch.cat([k, logw.expand(k.shape[0], -1)[..., None]], dim=-1)  # (H, N', dh+1)
-            out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (H, m+N', dh)
-            h = b.token_mlp(h + b.merge(out))  # (m + N', d)
-            hq, hs = h[:m], h[m:]
-            layers.append(hq)
+    hs = _embed_points(model, support, "support")  # (N, d)
+    hq = _embed_points(model, queries, "queries")  # (m, d)
+    w = _check_weights(weights, hs.shape[0], model.dtype, model.device)  # (N,)
+    keep = w > 0
+    hs, logw = hs[keep], torch.log(w[keep])  # (N', d), (N',)
+    m = hq.shape[0]
+    layers = [hq]
+    for b in model.blocks:
+        h = torch.cat([hq, hs])  # (m + N', d) queries: the m query points and the support
+        q, _, _ = b.heads(b.ln_attn(h))  # (H, m+N', dh)
+        _, k, v = b.heads(b.ln_attn(hs))  # (H, N', dh)
+        ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (H, m+N', 1)
+        k_aug = torch.cat([k, logw.expand(k.shape[0], -1)[..., None]], dim=-1)  # (H, N', dh+1)
+        out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (H, m+N', dh)
+        h = b.token_mlp(h + b.merge(out))  # (m + N', d)
+        hq, hs = h[:m], h[m:]
+        layers.append(hq)
     return torch.stack(layers)  # (L+1, m, d)
 
 
@@ -202,3 +209,67 @@ def gaussian_tail_exponents(model: CausalTransformer, cov: object) -> list[float
             kappas.append(math.inf if lam <= 0 else 1.0 / (2.0 * lam))
     return kappas
 
+
+
+def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor:
+    r"""Derivative of the terminal mean-field states F_L(x; π) in the context law π, on the simplex.
+
+    .. math:: J_x[:, v] = rac{d}{dh}\Big|_{h=0} F_Ligl(x;\ \pi + h\,(e_v - \pi)igr),
+
+    one (d_model, V) matrix per token x, by central differences with step h = 1e-5 in float64
+    (error O(h²) times the third derivative, far below any sampling error it is compared with).
+    For a direction δ in the simplex's tangent space (1ᵀδ = 0), J_x δ is the first-order
+    change of F_L(x) when π moves by δ.
+
+    Returns
+    -------
+    tensor, shape (V, d_model, V), float64
+    """
+    if _check_model(model).vocab_size is None:
+        raise ValueError("mean_field_jacobian needs a model built with vocab_size")
+    v = model.vocab_size
+    tokens = torch.arange(v, device=model.device)  # (V,)
+    pi = _check_weights(freqs, v, torch.float64, model.device)  # (V,)
+    if bool((pi <= 0).any()):
+        raise ValueError("freqs must be positive for every token (the derivative is taken inside the simplex)")
+    h = 1e-5
+    eye = torch.eye(v, dtype=torch.float64, device=model.device)  # (V, V)
+    cols = []
+    for j in range(v):
+        step = h * (eye[j] - pi)  # (V,) a tangent direction, so π ± step stays a law
+        plus = mean_field(model, tokens, (pi + step).to(model.dtype), tokens)[-1]  # (V, d)
+        minus = mean_field(model, tokens, (pi - step).to(model.dtype), tokens)[-1]  # (V, d)
+        cols.append((plus - minus).to(torch.float64) / (2 * h))
+    return torch.stack(cols, dim=-1)  # (V, d, V)
+
+
+def collapse_constant(model: CausalTransformer, freqs: object, covariance: object) -> float:
+    r"""The constant C of t·E|h^(1)_t − F_1(x_t)|² → C for a one-layer model on a dependent context.
+
+    A one-layer NoPE model computes h^(1)_t = F_1(x_t; π̂_t) exactly (book chapter 09), so
+    by the delta method, when √t(π̂_t − π) → N(0, Σ) and x_t ~ π,
+
+    .. math:: t\,\mathbb Eigl|h^{(1)}_t - F_1(x_t;\pi)igr|^2 	o
+              C = \sum_x \pi(x)\, \mathrm{tr}igl(J_x \Sigma J_x^	opigr),
+
+    J_x from :func:`mean_field_jacobian`.  For iid tokens Σ = diag π − ππᵀ; for a stationary
+    ergodic Markov chain Σ is its asymptotic covariance
+    (:func:`covbook.markov.asymptotic_covariance`), which carries the chain's
+    autocorrelations.  (The conditional law of π̂_t given the last token x_t changes Σ only
+    at order 1/t.)
+
+    Parameters
+    ----------
+    model : one-layer CausalTransformer with vocab_size, no positions
+    freqs : (V,) the context's marginal law π (positive)
+    covariance : (V, V) the asymptotic covariance Σ of √t(π̂_t − π)
+    """
+    if _check_model(model).n_layers != 1:
+        raise ValueError(f"collapse_constant is the exact delta-method constant of a one-layer model; got "
+                         f"n_layers={model.n_layers} (deeper models also average the errors of earlier layers)")
+    jac = mean_field_jacobian(model, freqs)  # (V, d, V)
+    v = jac.shape[0]
+    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
+    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    per_token = torch.einsum("xdv,vw,xdw->x", jac, sigma, jac)  # (V,): tr(J_x Σ J_xᵀ)
+    return float((pi * per_token).sum())

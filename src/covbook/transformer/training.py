@@ -29,7 +29,7 @@ import torch
 from covbook._validate import check_nonnegative_float, check_positive_float, check_positive_int, check_seed
 from covbook.transformer.model import CausalTransformer
 
-__all__ = ["TrainResult", "evaluate_loss", "train_language_model", "training_arguments",
+__all__ = ["TrainResult", "evaluate_loss", "window_losses", "train_language_model", "training_arguments",
            "checkpoint_fingerprint", "load_checkpoint"]
 
 
@@ -70,15 +70,17 @@ def _check_tokens(tokens: object, vocab_size: int) -> torch.Tensor:
     return tokens.long()
 
 
-def evaluate_loss(model: CausalTransformer, tokens: torch.Tensor, seq_len: int, *, max_windows: int = 64,
-                  batch_size: int = 16) -> float:
-    r"""Mean next-token cross-entropy (nats) over evenly spaced windows of ``tokens``.
+def window_losses(model: CausalTransformer, tokens: torch.Tensor, seq_len: int, *, max_windows: int = 64,
+                  batch_size: int = 16) -> torch.Tensor:
+    r"""Mean next-token cross-entropy (nats) of each of evenly spaced windows of ``tokens``.
 
-    .. math:: \bar{\mathcal L} = -\frac{1}{n\,T}\sum_{w=1}^{n}\sum_{t=1}^{T} \log p(x_{s_w+t+1}\mid x_{s_w+1:s_w+t}),
+    .. math:: \ell_w = -\frac{1}{T}\sum_{t=1}^{T} \log p(x_{s_w+t+1}\mid x_{s_w+1:s_w+t}),
 
-    T = ``seq_len``, n = min(``max_windows``, ⌊(len − 1)/T⌋) windows with starts s_w evenly spaced.
+    T = ``seq_len``, n = min(``max_windows``, ⌊(len − 1)/T⌋) windows with starts s_w evenly spaced
+    over ``tokens``.  Returns a float64 tensor of shape (n,): per-window losses, e.g. to compare two
+    models on the same held-out windows with a paired standard error.
     """
-    model = _check_lm(model, "evaluate_loss")
+    model = _check_lm(model, "window_losses")
     seq_len = check_positive_int(seq_len, "seq_len")
     max_windows = check_positive_int(max_windows, "max_windows")
     batch_size = check_positive_int(batch_size, "batch_size")
@@ -87,7 +89,7 @@ def evaluate_loss(model: CausalTransformer, tokens: torch.Tensor, seq_len: int, 
     if n_win < 1:
         raise ValueError(f"need more than seq_len={seq_len} tokens to evaluate, got {len(tokens)}")
     starts = np.linspace(0, len(tokens) - seq_len - 1, n_win).astype(int)
-    total, count = 0.0, 0
+    out = []
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -96,11 +98,16 @@ def evaluate_loss(model: CausalTransformer, tokens: torch.Tensor, seq_len: int, 
             idx = s[:, None] + torch.arange(seq_len + 1)[None]  # (b, seq_len+1)
             win = tokens[idx].to(model.device)
             logits = model(win[:, :-1])  # (b, seq_len, V)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1),
-                                                     reduction="sum")
-            total, count = total + float(loss), count + win[:, 1:].numel()
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), win[:, 1:], reduction="none")  # (b, T)
+            out.append(loss.to(torch.float64).mean(1).cpu())
     model.train(was_training)
-    return total / count
+    return torch.cat(out)  # (n,)
+
+
+def evaluate_loss(model: CausalTransformer, tokens: torch.Tensor, seq_len: int, *, max_windows: int = 64,
+                  batch_size: int = 16) -> float:
+    """Mean next-token cross-entropy (nats) over the windows of :func:`window_losses`."""
+    return float(window_losses(model, tokens, seq_len, max_windows=max_windows, batch_size=batch_size).mean())
 
 
 def training_arguments(*, steps: int, batch_size: int, seq_len: int, lr: float, seed: int,
