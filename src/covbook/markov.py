@@ -589,7 +589,7 @@ def asymptotic_covariance(kernel: object, stationary: object | None = None) -> t
 
     Parameters
     ----------
-    kernel : (V, V) row-stochastic, irreducible and aperiodic
+    kernel : (V, V) row-stochastic and irreducible
     stationary : (V,), optional (computed from the kernel when not given)
 
     Returns
@@ -612,7 +612,7 @@ def asymptotic_covariance(kernel: object, stationary: object | None = None) -> t
     eye = torch.eye(v, dtype=torch.float64)
     a = eye - k + torch.outer(torch.ones(v, dtype=torch.float64), pi)  # (V, V)
     if float(torch.linalg.svdvals(a).min()) < 1e-12:
-        raise ValueError("kernel is periodic or reducible: its frequencies have no asymptotic covariance")
+        raise ValueError("kernel is reducible: its frequencies have no asymptotic covariance")
     z = torch.linalg.inv(a)  # (V, V) fundamental matrix
     d = torch.diag(pi)
     sigma = d @ z + z.T @ d - d - torch.outer(pi, pi)
@@ -1024,23 +1024,28 @@ def fixed_point_residual(
     positions: object | None = None,
     temperature: float = 1.0,
     *,
+    start: int = 0,
     mean_field: MeanField | None = None,
 ) -> torch.Tensor:
     r"""Residual of the mean-field fixed-point equation π = π K_π along a sequence.
 
-    .. math:: r_t = \mathrm{TV}\bigl(\hat\pi_t K_{\hat\pi_t},\ \hat\pi_t\bigr),
+    .. math:: r_t = \mathrm{TV}\bigl(\nu_t K_{\hat\pi_t},\ \nu_t\bigr),\qquad
+              \nu_t = \frac{1}{t - t_0}\sum_{t_0 < s \le t} e_{x_s},
 
-    with π̂_t the frequencies of x_{1:t}.  Along the model's own generation the
-    occupation measure is (up to the Markov gap) that of the chain
-    x_{s+1} ~ K_{π̂_s}(x_s, ·), so π̂_t K_{π̂_t} − π̂_t is an average of martingale
-    increments plus drift terms, each O_P(t^{-1/2}) (paper Section 6): a limit π* of
-    π̂_t must solve π* = π* K_{π*}.
+    with π̂_t the frequencies of the whole context x_{1:t} (which set the kernel) and ν_t
+    the occupation of the tokens after the first t_0 = ``start`` (e.g. the generated
+    tokens after a prompt; ``start=0`` gives ν_t = π̂_t).  Along the model's own
+    generation the tokens follow, up to the Markov gap, the chain
+    x_{s+1} ~ K_{π̂_s}(x_s, ·), so ν_t K − ν_t is an average of martingale increments
+    plus drift terms, each O_P((t − t_0)^{-1/2}) (paper Section 6): a limit π* of π̂_t
+    must solve π* = π* K_{π*}.
 
     Parameters
     ----------
     tokens : long, shape (T,) or (B, T)
-    positions : increasing 1-based context lengths t (default 1..T)
+    positions : increasing 1-based context lengths t > start (default start+1..T)
     temperature : float, τ > 0 (the temperature the tokens were sampled at)
+    start : int >= 0, tokens excluded from the occupation ν_t
 
     Returns
     -------
@@ -1048,15 +1053,20 @@ def fixed_point_residual(
     """
     v = _vocab_size(model)
     x, single = _tokens_torch(tokens, v)
-    pos = _positions(positions, x.shape[1])
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < x.shape[1]:
+        raise ValueError(f"start must be an integer in [0, {x.shape[1]}), got {start!r}")
+    pos = list(range(int(start) + 1, x.shape[1] + 1)) if positions is None else _positions(positions, x.shape[1])
+    if pos[0] <= start:
+        raise ValueError(f"positions must exceed start={start}, got {pos[0]}")
     tau = _temperature(temperature)
     freqs = running_frequencies(x.cpu(), v)  # (B, T, V)
+    occ = running_frequencies(x[:, int(start):].cpu(), v)  # (B, T - start, V)
     out = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
     for b in range(x.shape[0]):
         for j, t in enumerate(pos):
-            pi = freqs[b, t - 1]  # (V,)
-            k = markov_kernel(model, pi, tau, mean_field=mean_field).cpu()  # (V, V)
-            out[b, j] = tv_distance(pi @ k, pi)
+            k = markov_kernel(model, freqs[b, t - 1], tau, mean_field=mean_field).cpu()  # (V, V)
+            nu = occ[b, t - 1 - int(start)]  # (V,)
+            out[b, j] = tv_distance(nu @ k, nu)
     return out[0] if single else out
 
 
