@@ -83,7 +83,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def check_positive_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a positive finite number."""
+    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
+    if isinstance(x, (str, bytes, bool)):
+        raise ValueError(f"{name} must be a positive finite number, got {type(x).__name__} {x!r}")
     try:
         v = float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
@@ -121,8 +123,8 @@ def check_seed(seed: object, name: str = "seed") -> int:
 
 def check_nonnegative_float(x: object, name: str) -> float:
     """Return ``x`` as a float, or raise unless it is a finite number >= 0."""
-    if isinstance(x, bool):
-        raise TypeError(f"{name} must be a finite number >= 0, got {x!r}")
+    if isinstance(x, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}")
     try:
         v = float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:

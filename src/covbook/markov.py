@@ -147,8 +147,11 @@ def _positions(positions: object | None, length: int) -> list[int]:
     """1-based context lengths t in [1, T], strictly increasing (default: all)."""
     if positions is None:
         return list(range(1, length + 1))
-    raw = np.asarray(positions).reshape(-1)
-    if raw.size == 0 or not np.all(raw == np.round(raw)):
+    try:
+        raw = np.asarray(positions, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"positions must be a sequence of integer context lengths, got {positions!r}") from err
+    if raw.size == 0 or not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
         raise ValueError("positions must be a non-empty sequence of integer context lengths")
     pos = [int(p) for p in raw]
     if pos[0] < 1 or pos[-1] > length or any(b <= a for a, b in zip(pos[:-1], pos[1:], strict=True)):
