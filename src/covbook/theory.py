@@ -23,7 +23,7 @@ from covbook.processes import MixingLaw, Process, mixing_law
 
 __all__ = [
     "tilt_vector", "logit_variance", "scale_to_logit_variance", "covariance_readout", "readout_mse_constant",
-    "readout_error_covariance", "spectral_radius", "stationary_covariance", "elliptical_gain",
+    "readout_error_covariance", "normalised_error_sd", "spectral_radius", "stationary_covariance", "elliptical_gain",
     "elliptical_kurtosis", "small_logit_gain", "small_logit_remainder", "tilted_mean", "tilted_mean_expansion",
     "var1_rate_constant", "student_t_extreme_angle_sd", "laplace_weight_tail_index", "heavy_tail_mse_exponent",
     "laplace_rate_fraction", "delta_method_reach", "MAX_LOGIT_VARIANCE",
@@ -232,6 +232,33 @@ def _logit_variances(s: object) -> torch.Tensor:
     if bool((ss < 0).any()):
         raise ValueError("s = aᵀΣa must be non-negative")
     return ss
+
+
+def normalised_error_sd(
+    theta_q: object, theta_k: object, theta_v: object, cov: object, q: object
+) -> float:
+    r"""Asymptotic standard deviation of the mean over queries of t|out_t(q_j) − out_∞(q_j)|²/C_j, one stream.
+
+    With the joint error covariance V of :func:`readout_error_covariance` and
+    D = diag(1/C_j) (each block times the identity), the statistic
+    Q = (1/m) Σ_j t|err_j|²/C_j tends in law to a Gaussian quadratic form with
+    mean 1 and variance
+
+    .. math:: \operatorname{Var} Q = \frac{2}{m^2}\operatorname{tr}\bigl((DV)^2\bigr)
+
+    (book chapter 1).
+
+    Examples
+    --------
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> round(normalised_error_sd(I, I, I, I, [[0.0, 0.0]]), 6)   # (χ²₂)/2: sd 1
+    1.0
+    """
+    V = readout_error_covariance(theta_q, theta_k, theta_v, cov, q)  # (m, d_v, m, d_v)
+    m, dv = V.shape[0], V.shape[1]
+    C = torch.stack([torch.trace(V[j, :, j, :]) for j in range(m)])  # (m,)
+    DV = (V / C[:, None, None, None]).reshape(m * dv, m * dv)
+    return float(torch.sqrt(2.0 * torch.trace(DV @ DV)) / m)
 
 
 def elliptical_gain(s: object, scale: object) -> torch.Tensor:
