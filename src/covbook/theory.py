@@ -562,7 +562,12 @@ def laplace_rate_fraction(s: object, t: object, dim: int = 2, cut: float = 1.0) 
     (15.375, True)
     """
     from scipy import integrate
-    from scipy.stats import norm
+
+    def cdf(z: float) -> float:
+        return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+    def pdf(z: float) -> float:
+        return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
     s = check_positive_float(s, "s")
     if s >= 0.5:
@@ -581,7 +586,7 @@ def laplace_rate_fraction(s: object, t: object, dim: int = 2, cut: float = 1.0) 
             p, e1, e2 = 1.0, 0.0, var
         else:
             z = (level - mean) / sd
-            p, e1, e2 = norm.cdf(z), -sd * norm.pdf(z), var * (norm.cdf(z) - z * norm.pdf(z))
+            p, e1, e2 = cdf(z), -sd * pdf(z), var * (cdf(z) - z * pdf(z))
         along = s * (e2 / s**2 + 2.0 * c * e1 / s + c * c * p)  # |Σa|² E[(Y/s − g)²; Y ≤ level]
         across = (dim - 1) * w * p  # the coordinates orthogonal to a
         return math.exp(2.0 * w * s - w) * (along + across)
