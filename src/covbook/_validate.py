@@ -155,3 +155,10 @@ def check_fits(shape: Sequence[int], name: str, itemsize: int = 8) -> None:
     if need > _memory_bytes():
         raise ValueError(f"{name} asks for 10^{math.log10(max(count, 1)):.0f} values ({need / 2**40:.3g} TiB), more "
                          f"than this machine's memory ({_memory_bytes() / 2**30:.0f} GiB); draw in smaller chunks")
+
+
+def finite_result(out: torch.Tensor, what: str) -> torch.Tensor:
+    """Return ``out``, or raise if the computation overflowed: the inputs were too large for float64."""
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"{what} is not finite in float64: the inputs are too large (rescale them)")
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from covbook._validate import as_covariance, as_tensor, check_square
+from covbook._validate import as_covariance, as_tensor, check_square, finite_result
 
 __all__ = ["spectral_radius", "stationary_covariance"]
 
@@ -25,7 +25,7 @@ def spectral_radius(A: object) -> float:
     """
     a = as_tensor(A, "A", ndim=2)
     check_square(a, "A")
-    return float(torch.linalg.eigvals(a).abs().max())
+    return float(finite_result(torch.linalg.eigvals(a).abs().max(), "the spectral radius"))
 
 
 def stationary_covariance(A: object, noise_cov: object) -> torch.Tensor:
@@ -52,4 +52,4 @@ def stationary_covariance(A: object, noise_cov: object) -> torch.Tensor:
         raise ValueError(f"A must be stable (spectral radius < 1) for a stationary VAR(1), got {rho:.6g}")
     lhs = torch.eye(d * d, dtype=torch.float64) - torch.kron(a, a)  # (d², d²)
     sigma = torch.linalg.solve(lhs, q.reshape(-1)).reshape(d, d)  # row-major vec is consistent with kron(A, A)
-    return 0.5 * (sigma + sigma.T)
+    return finite_result(0.5 * (sigma + sigma.T), "the stationary covariance")

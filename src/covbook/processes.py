@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from covbook._validate import (
@@ -28,7 +29,9 @@ from covbook._validate import (
     as_vector,
     check_fits,
     check_generator,
+    check_positive_float,
     check_positive_int,
+    finite_result,
     psd_sqrt_factor,
 )
 from covbook.linalg import stationary_covariance
@@ -109,7 +112,7 @@ class Process(ABC):
         aa = as_tensor(a, "a", ndim=(1, 2))
         if aa.shape[-1] != self.dim:
             raise ValueError(f"a must have last dim {self.dim}, got shape {tuple(aa.shape)}")
-        out = self._tilted_mean(aa[None] if aa.ndim == 1 else aa)  # (m, d)
+        out = finite_result(self._tilted_mean(aa[None] if aa.ndim == 1 else aa), "the tilted mean")  # (m, d)
         return out[0] if aa.ndim == 1 else out
 
     def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
@@ -219,6 +222,24 @@ class Replay(Process):
         return draw
 
 
+def _as_u(u: object) -> torch.Tensor:
+    """The argument u of a mixing law's log-MGF or tilted mean: finite float64 numbers."""
+    return as_tensor(u, "u")
+
+
+def _check_sample_shape(shape: object, generator: object) -> tuple[int, ...]:
+    """A tuple of non-negative ints whose float64 draw fits in memory, and a torch.Generator."""
+    check_generator(generator)
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0 for k in shape
+    ):
+        raise ValueError(f"shape must be a tuple of non-negative integers, got {shape!r}")
+    check_fits(tuple(shape), "shape")
+    return tuple(int(k) for k in shape)
+
+
 def _uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """Uniform(0, 1] draws in float64 (never exactly 0, so logs are finite)."""
     u = torch.rand(*shape, generator=generator, device=generator.device, dtype=torch.float64)
@@ -300,6 +321,7 @@ class DiscreteMixing(MixingLaw):
         self.variance = float((p * (v - 1.0) ** 2).sum())
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         dev = generator.device
         n = 1
         for k in shape:
@@ -312,11 +334,11 @@ class DiscreteMixing(MixingLaw):
         return logp + u[..., None] * self.values  # (..., k)
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         return torch.logsumexp(self._logits(u), dim=-1)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         return (torch.softmax(self._logits(u), dim=-1) * self.values).sum(-1)
 
 
@@ -335,15 +357,16 @@ class ExponentialMixing(MixingLaw):
     variance = 1.0
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         return _standard_exponential(shape, generator)
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < 1.0
         return torch.where(ok, -torch.log1p(-torch.where(ok, u, 0.0)), torch.inf)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < 1.0
         return torch.where(ok, 1.0 / (1.0 - torch.where(ok, u, 0.0)), torch.inf)
 
@@ -369,14 +392,13 @@ class InverseGaussianMixing(MixingLaw):
     """
 
     def __init__(self, shape: float = 2.0) -> None:
-        lam = float(shape)
-        if not (lam > 0 and lam < float("inf")):
-            raise ValueError(f"shape must be a finite positive number, got {shape!r}")
+        lam = check_positive_float(shape, "shape")
         self.shape = lam
         self.abscissa = lam / 2.0
         self.variance = 1.0 / lam
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         lam = self.shape
         nu = torch.randn(*shape, generator=generator, device=generator.device, dtype=torch.float64)
         y = nu**2
@@ -386,13 +408,13 @@ class InverseGaussianMixing(MixingLaw):
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
         # finite at the abscissa itself (= λ), where only the tilted mean diverges
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u <= self.abscissa
         r = torch.sqrt((1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape).clamp_min(0.0))
         return torch.where(ok, self.shape * (1.0 - r), torch.inf)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < self.abscissa
         return torch.where(ok, 1.0 / torch.sqrt(1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape), torch.inf)
 

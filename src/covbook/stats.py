@@ -1,7 +1,8 @@
 """Small statistics used to turn runs into claims with honest tolerances.
 
 Log-log slope fits and bootstrap standard errors over independent replicates
-(streams, seeds, models): the uncertainty a claim's tolerance is built from.
+(streams, seeds, models): the uncertainty a claim's tolerance is built from
+(book chapters 1–4, and the claims of every chapter).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from covbook._validate import check_positive_int
+from covbook._validate import check_positive_int, check_seed
 
 __all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se"]
 
 
 def _array(x: object, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be array-like of real numbers, got {type(x).__name__}") from err
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite")
     return a
@@ -51,7 +55,10 @@ def bootstrap_se(
     x = _array(samples, "samples")
     if x.ndim == 0 or x.shape[0] < 2:
         raise ValueError("bootstrap needs at least two independent replicates")
+    if not callable(statistic):
+        raise TypeError(f"statistic must be a callable mapping rows to a number, got {type(statistic).__name__}")
     n_boot = check_positive_int(n_boot, "n_boot")
+    seed = check_seed(seed)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
     vals = np.array([statistic(x[i]) for i in idx])

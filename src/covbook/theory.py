@@ -17,7 +17,14 @@ import math
 import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, as_vector, check_positive_float, check_positive_int
+from covbook._validate import (
+    as_covariance,
+    as_tensor,
+    as_vector,
+    check_positive_float,
+    check_positive_int,
+    finite_result,
+)
 from covbook.linalg import spectral_radius, stationary_covariance
 from covbook.processes import MixingLaw, Process, mixing_law
 
@@ -70,7 +77,7 @@ def tilt_vector(theta_q: object, theta_k: object, q: object) -> torch.Tensor:
     if tq.shape != tk.shape:
         raise ValueError(f"theta_q and theta_k must have the same shape, got {tuple(tq.shape)} and {tuple(tk.shape)}")
     qq, single = _queries(q, tq.shape[1])
-    a = qq @ tq.T @ tk  # (m, d)
+    a = finite_result(qq @ tq.T @ tk, "the tilt vector a")  # (m, d)
     return a[0] if single else a
 
 
@@ -78,7 +85,7 @@ def logit_variance(theta_q: object, theta_k: object, cov: object, q: object) -> 
     """s = aᵀ Σ a, the variance of the logit a·X; (m,) for q (m, d), scalar for q (d,)."""
     a = tilt_vector(theta_q, theta_k, q)
     c = as_covariance(cov, size=a.shape[-1])
-    return ((a @ c) * a).sum(-1)
+    return finite_result(((a @ c) * a).sum(-1), "the logit variance s")
 
 
 def scale_to_logit_variance(
@@ -140,7 +147,7 @@ def covariance_readout(
     qq, single = _queries(q, d)
     mu = _mean(mean, d)
     a = qq @ tq.T @ tk  # (m, d)
-    out = (mu + a @ c) @ tv.T  # (m, d_v)
+    out = finite_result((mu + a @ c) @ tv.T, "the covariance readout")  # (m, d_v)
     return out[0] if single else out
 
 
@@ -174,7 +181,7 @@ def readout_mse_constant(
     s = ((a @ c) * a).sum(-1)  # (m,)
     _check_exp_range(s, "the rate constant C")
     shift = a @ c @ tv.T  # (m, d_v): Θ_V Σ a
-    const = torch.exp(s) * (torch.trace(tv @ c @ tv.T) + (shift**2).sum(-1))
+    const = finite_result(torch.exp(s) * (torch.trace(tv @ c @ tv.T) + (shift**2).sum(-1)), "the rate constant C")
     return const[0] if single else const
 
 
@@ -216,7 +223,8 @@ def readout_error_covariance(
     b = a @ c @ tv.T  # (m, d_v): Θ_V Σ a_j
     base = tv @ c @ tv.T  # (d_v, d_v)
     outer = torch.einsum("ki,jl->jikl", b, b)  # (m, d_v, m, d_v): (Θ_VΣa_k)_i (Θ_VΣa_j)_l
-    return torch.exp(cross)[:, None, :, None] * (base[None, :, None, :] + outer)
+    return finite_result(torch.exp(cross)[:, None, :, None] * (base[None, :, None, :] + outer),
+                         "the error covariance")
 
 
 def _mixing(scale: object) -> MixingLaw:
@@ -321,7 +329,7 @@ def small_logit_gain(s: object, scale: object) -> torch.Tensor:
     tensor([1., 2.], dtype=torch.float64)
     """
     ss = _logit_variances(s)
-    return 1.0 + elliptical_kurtosis(scale) * ss / 6.0
+    return finite_result(1.0 + elliptical_kurtosis(scale) * ss / 6.0, "the small-logit gain")
 
 
 def small_logit_remainder(s: object, scale: object) -> torch.Tensor:
@@ -404,7 +412,8 @@ def tilted_mean_expansion(process: object, a: object) -> torch.Tensor:
     aa = as_tensor(a, "a", ndim=(1, 2))
     if aa.shape[-1] != process.dim:
         raise ValueError(f"a must have last dim {process.dim}, got shape {tuple(aa.shape)}")
-    return mu + aa @ cov + 0.5 * torch.einsum("ijk,...j,...k->...i", k3, aa, aa)
+    return finite_result(mu + aa @ cov + 0.5 * torch.einsum("ijk,...j,...k->...i", k3, aa, aa),
+                         "the expansion")
 
 
 def var1_rate_constant(
@@ -452,6 +461,7 @@ def var1_rate_constant(
         power = power @ a_mat
         if float(power.abs().max()) < 1e-18:
             break
+    finite_result(total, "the rate constant C_A")
     return total[0] if single else total
 
 
