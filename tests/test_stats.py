@@ -45,3 +45,16 @@ def test_slope_with_se_recovers_minus_one():
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_log_residual_weight_is_stable_and_exact():
+    from covbook.stats import log_residual_weight
+
+    logits = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 900.0]])
+    w = np.exp(logits[0] - logits[0].max())
+    w /= w.sum()
+    got = log_residual_weight(logits)
+    assert got[0] == pytest.approx(np.log(1 - w.max()))
+    assert got[1] == pytest.approx(np.log(2.0) - 900.0)
+    with pytest.raises(ValueError, match="at least two"):
+        log_residual_weight([1.0])

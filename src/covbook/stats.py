@@ -13,7 +13,7 @@ import numpy as np
 
 from covbook._validate import check_positive_int, check_seed
 
-__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se"]
+__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se", "log_residual_weight"]
 
 
 def _array(x: object, name: str) -> np.ndarray:
@@ -88,3 +88,31 @@ def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -
     slope, _ = loglog_slope(tt, e.mean(0))
     se = bootstrap_se(e, lambda rows: loglog_slope(tt, rows.mean(0))[0], n_boot=n_boot, seed=seed)
     return slope, se
+
+
+def log_residual_weight(logits: object) -> np.ndarray:
+    r"""log(1 − largest softmax weight) along the last axis, computed without cancellation.
+
+    .. math:: \log\Bigl(1 - \max_j \frac{e^{l_j}}{\sum_k e^{l_k}}\Bigr)
+              = \operatorname{logsumexp}_{j \ne j^*} l_j - \operatorname{logsumexp}_k l_k
+
+    finite even when the top weight rounds to 1 in floating point (book chapter 3:
+    softmax over heavy-tailed logits becomes a hard maximum).
+
+    Examples
+    --------
+    >>> float(np.round(log_residual_weight([0.0, 0.0]), 6))   # weights ½, ½
+    -0.693147
+    >>> bool(log_residual_weight([0.0, 800.0]) < -799)          # 1 − top weight = e^-800
+    True
+    """
+    x = _array(logits, "logits")
+    if x.ndim == 0 or x.shape[-1] < 2:
+        raise ValueError("logits must have at least two entries along the last axis")
+    from scipy.special import logsumexp
+
+    top = np.max(x, axis=-1)  # (...,)
+    others = x.copy()
+    np.put_along_axis(others, np.argmax(x, axis=-1)[..., None], -np.inf, axis=-1)
+    rest = logsumexp(others, axis=-1)  # log Σ_{j≠j*} e^{l_j}
+    return rest - np.logaddexp(rest, top)
