@@ -435,3 +435,14 @@ def test_laplace_rate_constant_matches_monte_carlo():
     g = 1 / (1 - s / 2)
     mc = float((((x - g * a) ** 2).sum(-1) * w**2).mean() / w.mean() ** 2)
     assert abs(mc - C) / C < 0.03
+
+
+def test_reach_allowance_brackets_the_gaussian_deficit():
+    from covbook.theory import reach_allowance
+
+    b0, r0 = reach_allowance([0.0], [100, 1000])
+    assert abs(b0) < 0.01 and r0 > 0.99
+    b2, r2 = reach_allowance([2.0, 2.0], [200, 2000, 20000])
+    assert 0 < b2 < 0.3 and 0.5 < r2 < 1
+    with pytest.raises(ValueError, match="at least two"):
+        reach_allowance([1.0], [100])

@@ -13,7 +13,8 @@ import numpy as np
 
 from covbook._validate import check_positive_int, check_seed
 
-__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se", "log_residual_weight"]
+__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se", "log_residual_weight",
+           "gain_and_angle"]
 
 
 def _array(x: object, name: str) -> np.ndarray:
@@ -116,3 +117,31 @@ def log_residual_weight(logits: object) -> np.ndarray:
     np.put_along_axis(others, np.argmax(x, axis=-1)[..., None], -np.inf, axis=-1)
     rest = logsumexp(others, axis=-1)  # log Σ_{j≠j*} e^{l_j}
     return rest - np.logaddexp(rest, top)
+
+
+def gain_and_angle(out: object, target: object) -> tuple[np.ndarray, np.ndarray]:
+    r"""Gain and signed angle of planar outputs against their targets (book chapter 2).
+
+    .. math:: \hat g = \frac{\langle \mathrm{out}, v\rangle}{|v|^2}, \qquad
+              \theta = \operatorname{atan2}(\mathrm{out} \times v,\ \langle\mathrm{out}, v\rangle)
+
+    in degrees, with v the target (e.g. Σa).  ``out`` has shape (..., m, 2),
+    ``target`` (m, 2) (broadcast); both results have shape (..., m).
+
+    Examples
+    --------
+    >>> g, th = gain_and_angle([[2.0, 0.0]], [[1.0, 0.0]])
+    >>> float(g[0]), float(th[0])
+    (2.0, 0.0)
+    >>> float(np.round(gain_and_angle([[0.0, 1.0]], [[1.0, 0.0]])[1][0], 6))
+    -90.0
+    """
+    o, v = _array(out, "out"), _array(target, "target")
+    if o.shape[-1] != 2 or v.shape[-1] != 2:
+        raise ValueError(f"out and target must be planar (last dim 2), got {o.shape} and {v.shape}")
+    norm2 = (v**2).sum(-1)
+    if np.any(norm2 == 0):
+        raise ValueError("target must be non-zero (the gain divides by |target|²)")
+    dot = (o * v).sum(-1)
+    cross = o[..., 0] * v[..., 1] - o[..., 1] * v[..., 0]
+    return dot / norm2, np.degrees(np.arctan2(cross, dot))

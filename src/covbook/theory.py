@@ -33,7 +33,7 @@ __all__ = [
     "readout_error_covariance", "normalised_error_sd", "spectral_radius", "stationary_covariance", "elliptical_gain",
     "elliptical_kurtosis", "small_logit_gain", "small_logit_remainder", "tilted_mean", "tilted_mean_expansion",
     "var1_rate_constant", "student_t_extreme_angle_sd", "laplace_weight_tail_index", "heavy_tail_mse_exponent",
-    "laplace_rate_fraction", "delta_method_reach", "MAX_LOGIT_VARIANCE",
+    "laplace_rate_fraction", "delta_method_reach", "reach_allowance", "MAX_LOGIT_VARIANCE",
 ]
 
 MAX_LOGIT_VARIANCE = 700.0
@@ -637,3 +637,32 @@ def delta_method_reach(s: object, t: object) -> torch.Tensor:
         raise ValueError("need s >= 0 and t >= 1")
     z_t = ndtri(1.0 - 1.0 / (tt.numpy() + 1.0))  # upper 1/(t+1) quantile: the typical maximum
     return torch.as_tensor(ndtr(z_t - 2.0 * torch.sqrt(ss).numpy()), dtype=torch.float64)
+
+
+def reach_allowance(s: object, t: object) -> tuple[float, float]:
+    r"""The pre-asymptotic allowance of a Gaussian rate claim over a window of context lengths.
+
+    With ρ(s, t) of :func:`delta_method_reach` averaged over the logit
+    variances ``s`` (one per stream or query), returns
+
+    * b, the least-squares slope of log ρ against log t over ``t``: the
+      measured MSE slope lies between −1 and −1 + b;
+    * ρ at the last t: the measured t·MSE/C lies between ρ and 1
+
+    (book chapters 1 and 3).
+
+    Examples
+    --------
+    >>> b, rho = reach_allowance([0.0], [100, 1000, 10000])
+    >>> abs(b) < 0.01, rho > 0.99
+    (True, True)
+    """
+    from covbook.stats import loglog_slope
+
+    ss = as_tensor(s, "s", ndim=(0, 1)).reshape(-1)
+    tt = as_tensor(t, "t", ndim=1)
+    if tt.numel() < 2:
+        raise ValueError(f"t must hold at least two context lengths, got {tt.numel()}")
+    rho = torch.stack([delta_method_reach(torch.full_like(tt, float(x)), tt) for x in ss]).mean(0)  # (n_t,)
+    b, _ = loglog_slope(tt.numpy(), rho.numpy())
+    return b, float(rho[-1])
