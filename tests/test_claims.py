@@ -65,3 +65,32 @@ def test_numpy_and_torch_scalars_become_plain_numbers():
 
     assert type(_plain(np.float64(1.5))) is float and type(_plain(torch.tensor(2))) is int
     assert _plain(np.arange(3)).shape == (3,) and _plain("text") == "text"
+
+
+def test_kind_must_be_known():
+    with pytest.raises(ValueError, match="kind"):
+        claims.record("k", "s", 1.0, 1.0, tolerance=0.0, kind="proof", show=False, glue_value=False)
+
+
+def test_within_se_uses_the_book_level():
+    c = claims.within_se("w", "near zero", 3.4 * 0.1, 0.0, 0.1, basis="SE over 10 runs", show=False,
+                         glue_value=False)
+    assert c.passed and c.kind == "evidence" and "3.48" in c.basis
+    c = claims.within_se("w2", "near zero", 3.5 * 0.1, 0.0, 0.1, basis="SE over 10 runs", show=False,
+                         glue_value=False)
+    assert not c.passed
+
+
+def test_one_sided_helpers_and_extra_needs_its_basis():
+    assert claims.at_least_se("a", "big", 0.7, 1.0, 0.1, basis="SE", show=False, glue_value=False).passed
+    assert not claims.at_most_se("b", "small", 1.5, 1.0, 0.1, basis="SE", show=False, glue_value=False).passed
+    with pytest.raises(ValueError, match="extra_basis"):
+        claims.within_se("c", "s", 0.0, 0.0, 0.1, basis="SE", extra=0.1, show=False, glue_value=False)
+    with pytest.raises(ValueError, match="se"):
+        claims.within_se("c", "s", 0.0, 0.0, float("nan"), basis="SE", show=False, glue_value=False)
+
+
+def test_unevaluable_claim_is_recorded_as_failed_with_its_reason():
+    c = claims.record("u", "s", float("nan"), 1.0, tolerance=1.0, reason="too few cycles", show=False,
+                      glue_value=False)
+    assert not c.passed and c.reason == "too few cycles"

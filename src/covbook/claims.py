@@ -1,12 +1,27 @@
 """Claims: every quantitative statement the book makes, recorded and verified.
 
 A claim is a measured number, the value (or interval) that theory predicts, a
-tolerance, and one sentence naming the theorem it tests (DESIGN.md, claims).
-Notebooks call :func:`record`; the claim is shown as a one-line verdict, glued
-for the prose (myst-nb ``glue``) and, when the notebook runs under the covbook
-runner, written to the notebook's claims JSON file, which ``covbook check``
-reads.  Tolerances come from theory or from the run's own uncertainty, never
-from the wish to see green.
+tolerance, and one sentence naming the theorem it tests.  Notebooks call
+:func:`record` (or one of the tolerance helpers :func:`within_se`,
+:func:`at_least_se`, :func:`at_most_se`); the claim is shown as a one-line
+verdict, glued for the prose (myst-nb ``glue``) and, when the notebook runs
+under the covbook runner, written to the notebook's claims JSON file, which
+``covbook check`` reads.
+
+Every claim has a *kind*:
+
+``evidence``
+    tests a prediction; it could fail if the theory were wrong.  Its tolerance
+    has a recorded ``basis`` and, where it is statistical, uses the book's one
+    per-claim level: two-sided ``LEVEL`` = 5e-4, i.e. ``Z`` ≈ 3.48 standard
+    errors.
+``identity``
+    an exact algebraic identity checked to rounding.
+``sanity``
+    a property any reasonable implementation has.
+
+Tolerances come from theory or from the run's own uncertainty, never from the
+wish to see green; a tolerance changed after a failure says so in its basis.
 """
 
 from __future__ import annotations
@@ -17,8 +32,18 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
-__all__ = ["Claim", "record", "glue", "claims", "write_json_atomic", "load_claims", "CLAIMS_FILE_ENV"]
+__all__ = [
+    "Claim", "record", "within_se", "at_least_se", "at_most_se", "glue", "reset",
+    "write_json_atomic", "load_claims", "CLAIMS_FILE_ENV", "KINDS", "LEVEL", "Z",
+]
+
+KINDS = ("evidence", "identity", "sanity")
+LEVEL = 5e-4
+"""The book's one per-claim level: a correct run fails a statistical evidence claim with probability ``LEVEL``."""
+Z = NormalDist().inv_cdf(1 - LEVEL / 2)
+"""Standard errors per tolerance at ``LEVEL`` (two-sided normal quantile, ≈ 3.48)."""
 
 CLAIMS_FILE_ENV = "COVBOOK_CLAIMS_FILE"
 NOTEBOOK_ENV = "COVBOOK_NOTEBOOK"
@@ -43,11 +68,19 @@ class Claim:
     passed: bool
     theorem: str | None = None
     extra: dict = field(default_factory=dict)
+    kind: str = "evidence"
+    basis: str | None = None
+    reason: str | None = None
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: :func:`record` has already shown the verdict line."""
 
     def verdict_line(self) -> str:
         """One line: verdict, id, statement, measured against expected."""
         mark = "PASS" if self.passed else "FAIL"
-        return f"[{mark}] {self.id}: {self.statement} — measured {fmt(self.measured)}, expected {self.expected_text()}"
+        why = f" ({self.reason})" if self.reason else ""
+        return (f"[{mark}] {self.id} [{self.kind}]: {self.statement} — measured {fmt(self.measured)}, "
+                f"expected {self.expected_text()}{why}")
 
     def expected_text(self) -> str:
         if self.expected is not None and self.tolerance is not None:
@@ -92,6 +125,9 @@ def record(
     tolerance: object | None = None,
     interval: tuple[object | None, object | None] | None = None,
     theorem: str | None = None,
+    kind: str = "evidence",
+    basis: str | None = None,
+    reason: str | None = None,
     glue_value: bool = True,
     show: bool = True,
     **extra: object,
@@ -115,10 +151,19 @@ def record(
     interval : (float | None, float | None), optional
     theorem : str, optional
         Label of the theorem box the claim tests.
+    kind : {"evidence", "identity", "sanity"}
+        What a pass means (see the module docstring).
+    basis : str, optional
+        Where the tolerance comes from.  Every evidence claim needs one:
+        ``covbook check`` fails an evidence claim recorded without it.
+    reason : str, optional
+        Why the claim could not be evaluated; with a NaN ``measured`` the claim
+        is recorded as failed with this reason (a claim is never skipped).
 
     Examples
     --------
-    >>> c = record("demo", "two plus two", 4.0, 4.0, tolerance=0.0, show=False, glue_value=False)
+    >>> c = record("demo", "two plus two", 4.0, 4.0, tolerance=0.0, kind="identity",
+    ...            show=False, glue_value=False)
     >>> c.passed
     True
     """
@@ -126,6 +171,12 @@ def record(
         raise ValueError(f"claim id must be a non-empty identifier of letters, digits, '_' or '-', got {id!r}")
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError("claim statement must be a non-empty sentence")
+    if kind not in KINDS:
+        raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if basis is not None and not isinstance(basis, str):
+        raise ValueError(f"basis must be a string, got {basis!r}")
+    if reason is not None and not (isinstance(reason, str) and reason.strip()):
+        raise ValueError(f"reason must be a non-empty string, got {reason!r}")
     m = _number(measured, "measured")
     if interval is not None:
         if expected is not None or tolerance is not None:
@@ -146,10 +197,13 @@ def record(
         if not (math.isfinite(exp) and math.isfinite(tol)) or tol < 0:
             raise ValueError(f"expected must be finite and tolerance finite and >= 0, got {exp}, {tol}")
         lo, hi = exp - tol, exp + tol
-    passed = math.isfinite(m) and (lo is None or m >= lo) and (hi is None or m <= hi)
+    passed = reason is None and math.isfinite(m) and (lo is None or m >= lo) and (hi is None or m <= hi)
+    if not math.isfinite(m) and reason is None:
+        reason = f"measured value is {m}"
     nb = os.environ.get(NOTEBOOK_ENV, "interactive")
     extra_clean = {k: _number(v, k) if not isinstance(v, str) else v for k, v in extra.items()}
-    claim = Claim(id, nb, statement.strip(), m, exp, tol, lo, hi, bool(passed), theorem, extra_clean)
+    claim = Claim(id, nb, statement.strip(), m, exp, tol, lo, hi, bool(passed), theorem, extra_clean,
+                  kind, basis.strip() if basis else None, reason)
     _CLAIMS[id] = claim
     _save()
     if glue_value:
@@ -159,9 +213,83 @@ def record(
     return claim
 
 
-def claims() -> list[Claim]:
-    """The claims recorded so far in this session."""
-    return list(_CLAIMS.values())
+def _se(se: object) -> float:
+    v = _number(se, "se")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"se must be a finite non-negative standard error, got {se!r}")
+    return v
+
+
+def _basis(basis: str, extra: float, extra_basis: str | None) -> str:
+    if not (isinstance(basis, str) and basis.strip()):
+        raise ValueError("basis must name the standard error, e.g. 'bootstrap SE over 200 streams'")
+    text = f"{Z:.2f} × {basis.strip()} (level {LEVEL:g})"
+    if extra:
+        if not (isinstance(extra_basis, str) and extra_basis.strip()):
+            raise ValueError("extra tolerance needs extra_basis: say where it comes from")
+        text += f" + {fmt(extra)} ({extra_basis.strip()})"
+    return text
+
+
+def _extra(extra: object) -> float:
+    v = _number(extra, "extra")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"extra must be a finite non-negative tolerance, got {extra!r}")
+    return v
+
+
+def within_se(
+    id: str,
+    statement: str,
+    measured: object,
+    expected: object,
+    se: object,
+    *,
+    basis: str,
+    extra: object = 0.0,
+    extra_basis: str | None = None,
+    **kw: object,
+) -> Claim:
+    r"""Evidence claim :math:`|\text{measured} - \text{expected}| \le Z\,\mathrm{se} + \text{extra}`.
+
+    ``basis`` names the standard error (e.g. ``"bootstrap SE over 200 streams"``);
+    ``extra`` is a non-statistical allowance (a published figure's rounding, a
+    proven bias bound) explained by ``extra_basis``.
+
+    Examples
+    --------
+    >>> within_se("demo_se", "a mean is zero", 0.1, 0.0, 0.05, basis="SE over 10 runs",
+    ...           show=False, glue_value=False).passed
+    True
+    """
+    s, e = _se(se), _extra(extra)
+    return record(id, statement, measured, expected, tolerance=Z * s + e, kind="evidence",
+                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+
+
+def at_least_se(
+    id: str, statement: str, measured: object, bound: object, se: object, *,
+    basis: str, extra: object = 0.0, extra_basis: str | None = None, **kw: object,
+) -> Claim:
+    r"""Evidence claim :math:`\text{measured} \ge \text{bound} - Z\,\mathrm{se} - \text{extra}`."""
+    s, e, b = _se(se), _extra(extra), _number(bound, "bound")
+    return record(id, statement, measured, interval=(b - Z * s - e, None), kind="evidence",
+                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+
+
+def at_most_se(
+    id: str, statement: str, measured: object, bound: object, se: object, *,
+    basis: str, extra: object = 0.0, extra_basis: str | None = None, **kw: object,
+) -> Claim:
+    r"""Evidence claim :math:`\text{measured} \le \text{bound} + Z\,\mathrm{se} + \text{extra}`."""
+    s, e, b = _se(se), _extra(extra), _number(bound, "bound")
+    return record(id, statement, measured, interval=(None, b + Z * s + e), kind="evidence",
+                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+
+
+def reset() -> None:
+    """Forget the claims recorded in this session (tests use it between cases)."""
+    _CLAIMS.clear()
 
 
 def glue(name: str, value: object) -> None:
@@ -201,8 +329,9 @@ def _show(claim: Claim) -> None:
         print(claim.verdict_line())
         return
     mark = "✓ PASS" if claim.passed else "✗ FAIL"
-    display(Markdown(f"**{mark}** `{claim.id}` — {claim.statement} Measured **{fmt(claim.measured)}**, "
-                     f"expected {claim.expected_text()}."))
+    why = f" Not evaluated: {claim.reason}." if claim.reason else ""
+    display(Markdown(f"**{mark}** `{claim.id}` ({claim.kind}) — {claim.statement} Measured "
+                     f"**{fmt(claim.measured)}**, expected {claim.expected_text()}.{why}"))
 
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> None:
@@ -231,4 +360,9 @@ def load_claims(path: str | os.PathLike) -> list[Claim]:
         raw = json.load(fh)
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a JSON list of claims")
-    return [Claim(**c) for c in raw]
+    out = []
+    for c in raw:
+        if not isinstance(c, dict):
+            raise ValueError(f"{path}: each claim must be a JSON object")
+        out.append(Claim(**c))
+    return out

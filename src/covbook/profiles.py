@@ -10,14 +10,11 @@ entry; ``smoke`` and ``full`` override some of them.  Every notebook also takes
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
-import numpy as np
-import torch
 import yaml
 
-from covbook._validate import resolve_device
+from covbook.session import setup  # noqa: F401 - re-exported for notebooks written before covbook.session
 
 __all__ = ["PROFILES", "COMMON_PARAMETERS", "project_root", "load_profiles", "setup"]
 
@@ -54,27 +51,3 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict[str, dict]]:
                 raise ValueError(f"{path}: {nb}.{prof} must be a mapping of parameter names to values")
             per[prof] = params or {}
     return raw
-
-
-def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False) -> torch.device:
-    """Seed every generator, pick the device and make CPU runs deterministic.
-
-    Returns the torch device (``auto`` means CUDA when available).  Threads can be
-    capped with ``COVBOOK_THREADS`` (the runner sets it when running notebooks
-    in parallel).
-    """
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    dev = resolve_device(device)
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 - notebooks may use the legacy global generator
-    torch.manual_seed(seed)
-    threads = os.environ.get("COVBOOK_THREADS")
-    if threads:
-        torch.set_num_threads(max(1, int(threads)))
-    torch.use_deterministic_algorithms(dev.type == "cpu", warn_only=True)
-    if not quiet:
-        print(f"covbook run: profile={profile}, device={dev.type}, seed={seed}, torch {torch.__version__}")
-    return dev
