@@ -351,3 +351,12 @@ def test_readout_path_bad_input_names_the_argument(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         readout_paths(**args)
+
+
+def test_float32_overflow_is_an_error_not_nan():
+    x = torch.tensor([[0.0], [1e30]], dtype=f64)
+    one = torch.ones(1, 1, dtype=f64)
+    with pytest.raises(ValueError, match="dtype=torch.float64"):
+        readout_path(Replay(x), torch.full((1, 1), 1e10, dtype=f64), one, one, one, [2], chunk=1, dtype=torch.float32)
+    out = readout_path(Replay(x), torch.full((1, 1), 1e10, dtype=f64), one, one, one, [2], chunk=1)
+    assert out.item() == 1e30

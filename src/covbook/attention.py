@@ -418,21 +418,21 @@ class _Stream:
         self.weights = torch.empty(r, m, k + 1, dtype=dtype, device=a_feat.device)  # (R, m, k+1): (a L, a·mu - r)
         self.weights[..., :k] = a_feat
         self.bias = bias  # (R, m) float64: a·mu
-        self.ref = torch.zeros(r, m, dtype=dtype, device=a_feat.device)  # (R, m), finite stand-in for acc.ref
         self.fresh = True
-        self._set_weights()
+        self._set_reference(torch.zeros_like(bias))
 
-    def _set_weights(self) -> None:
-        self.weights[..., -1] = (self.bias - self.ref.to(F64)).to(self.dtype)
+    def _set_reference(self, target: torch.Tensor) -> None:
+        """Put the reference near ``target`` (R, m): the one used exactly is a·mu minus the rounded column."""
+        col = (self.bias - target).to(self.dtype)  # (R, m)
+        self.weights[..., -1] = col
+        self.ref = self.bias - col.to(F64)  # (R, m) float64, monotone in target
 
     def _rebase(self, feats: torch.Tensor) -> None:
         """Raise the reference to the chunk max (the first chunk: set it), rescaling the running sums."""
-        gap = torch.matmul(self.weights, feats.mT).amax(-1)  # (R, m): chunk max of logit - ref
-        new = self.ref + gap if self.fresh else torch.maximum(self.ref, self.ref + gap)  # representable
+        gap = torch.matmul(self.weights, feats.mT).amax(-1).to(F64)  # (R, m): chunk max of logit - ref
+        self._set_reference(self.ref + gap if self.fresh else torch.maximum(self.ref, self.ref + gap))
         self.fresh = False
-        self.acc.rebase(new.to(F64))
-        self.ref = new
-        self._set_weights()
+        self.acc.rebase(self.ref)
 
     def absorb(self, feats: torch.Tensor, logits: torch.Tensor) -> None:
         """Absorb a chunk of augmented features (R, n, k+1), last column 1; ``logits`` is scratch (R, m, n)."""
@@ -444,6 +444,9 @@ class _Stream:
             self._rebase(feats)
             torch.matmul(self.weights, feats.mT, out=logits)
             res = torch.matmul(logits.exp_(), feats)
+            if not bool(torch.isfinite(res).all()):
+                raise ValueError(f"the logits or tokens of this context overflow {self.dtype}; "
+                                 "pass dtype=torch.float64 to readout_paths")
         self.acc.add(res[..., -1], res[..., :-1])
 
 
