@@ -427,9 +427,9 @@ class _Stream:
         self.weights[..., -1] = col
         self.ref = self.bias - col.to(F64)  # (R, m) float64, monotone in target
 
-    def _rebase(self, feats: torch.Tensor) -> None:
+    def _rebase(self, feats: torch.Tensor, logits: torch.Tensor) -> None:
         """Raise the reference to the chunk max (the first chunk: set it), rescaling the running sums."""
-        gap = torch.matmul(self.weights, feats.mT).amax(-1).to(F64)  # (R, m): chunk max of logit - ref
+        gap = torch.matmul(self.weights, feats.mT, out=logits).amax(-1).to(F64)  # (R, m): max of logit - ref
         self._set_reference(self.ref + gap if self.fresh else torch.maximum(self.ref, self.ref + gap))
         self.fresh = False
         self.acc.rebase(self.ref)
@@ -437,11 +437,11 @@ class _Stream:
     def absorb(self, feats: torch.Tensor, logits: torch.Tensor) -> None:
         """Absorb a chunk of augmented features (R, n, k+1), last column 1; ``logits`` is scratch (R, m, n)."""
         if self.fresh:
-            self._rebase(feats)
+            self._rebase(feats, logits)
         torch.matmul(self.weights, feats.mT, out=logits)  # (R, m, n): logit - ref
         res = torch.matmul(logits.exp_(), feats)  # (R, m, k+1): (Σ w f, Σ w)
         if not bool(torch.isfinite(res).all()):  # a weight or a sum overflowed: raise the reference, redo
-            self._rebase(feats)
+            self._rebase(feats, logits)
             torch.matmul(self.weights, feats.mT, out=logits)
             res = torch.matmul(logits.exp_(), feats)
             if not bool(torch.isfinite(res).all()):
