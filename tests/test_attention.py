@@ -113,11 +113,11 @@ def test_readout_paths_per_stream_queries():
 
 
 def test_long_stream_runs_in_bounded_memory_and_converges():
-    # 2 million tokens in chunks of 2^15: memory is set by the chunk, not by t
+    # 2 million tokens in chunks of 2^17: memory is set by the chunk, not by t
     cov = torch.tensor([[1.0, 0.3], [0.3, 0.5]], dtype=f64)
     eye = torch.eye(2, dtype=f64)
     q = torch.tensor([[0.5, -0.5]], dtype=f64)
-    out = readout_path(GaussianIID(cov), q, eye, eye, eye, [2_000_000], chunk=1 << 15, seed=3)
+    out = readout_path(GaussianIID(cov), q, eye, eye, eye, [2_000_000], chunk=1 << 17, seed=3)
     limit = (q @ cov)[0]
     assert torch.allclose(out[0, 0], limit, atol=0.01)
 
