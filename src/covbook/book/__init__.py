@@ -1,0 +1,21 @@
+"""The pipeline: everything the ``covbook`` command does besides the science.
+
+Modules (none imports torch or numpy at import time):
+
+- :mod:`covbook.book.config`: paths, the profiles file, a notebook's parameters;
+- :mod:`covbook.book.cache`: the cache key (notebook, parameters, science code,
+  versions, device) and the verification of stored outputs;
+- :mod:`covbook.book.runner`: executes notebooks in worker processes;
+- :mod:`covbook.book.plan`: ``covbook run --plan`` (work and time estimates);
+- :mod:`covbook.book.lock`: one writer per tree;
+- :mod:`covbook.book.jsonio`: atomic JSON writes, verifying reads;
+- :mod:`covbook.book.checks`: ``covbook check`` (failed claims, bases, the claim-id manifest,
+  citations);
+- :mod:`covbook.book.report`: the reproduction report;
+- :mod:`covbook.book.sweep`: ``covbook sweep`` and the calibration page;
+- :mod:`covbook.book.citations`, :mod:`covbook.book.sphinx_claims`: the ``{claim}`` role;
+- :mod:`covbook.book.cli`: the ``covbook`` command.
+
+Nothing here changes a number the book reports, so editing this package does
+not invalidate cached notebooks.
+"""
