@@ -284,6 +284,11 @@ def test_softmax_attention_huge_finite_inputs_give_the_correct_finite_answer():
     assert tie.item() == pytest.approx(2.0)
     causal = softmax_attention(torch.tensor([[1e200], [-1e200]], dtype=f64), k[:2], v[:2], causal=True)
     assert torch.equal(causal, torch.tensor([[1.0], [2.0]], dtype=f64))
+    cancel = softmax_attention(torch.tensor([[1e200, 1e200]], dtype=f64),  # q·k_0 = inf - inf naively
+                               torch.tensor([[1e200, -1e200], [1.0, 1.0]], dtype=f64), v[:2])
+    assert torch.equal(cancel, torch.tensor([[2.0]], dtype=f64))  # true logits 0 and 2e200
+    all_low = softmax_attention(-q, torch.tensor([[1e200], [2e200]], dtype=f64), v[:2])  # both -inf naively
+    assert torch.equal(all_low, torch.tensor([[1.0]], dtype=f64))
     big_v = softmax_attention(torch.ones(1, 1, dtype=f64), torch.zeros(2, 1, dtype=f64),
                               torch.full((2, 1), 1.5e308, dtype=f64))
     assert big_v.item() == pytest.approx(1.5e308)
