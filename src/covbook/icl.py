@@ -42,7 +42,7 @@ from covbook.attention import softmax_attention
 from covbook.processes import IIDProcess
 
 __all__ = [
-    "X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
+    "X_LAWS", "ELLIPTICAL_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
     "elliptical_gain", "construct_gd_head", "head_predict", "linear_attention_predict",
     "icl_prediction_paths", "ICLTransformer", "stacked_gd_transformer", "random_icl_transformer",
     "causal_attention_matrix", "power_identity_predictions", "max_stable_step", "population_gd",
@@ -51,7 +51,8 @@ __all__ = [
     "bilinear_forms", "construction_alignment", "construction_risk_curve",
 ]
 
-X_LAWS = ("gaussian", "two_point", "laplace")
+X_LAWS = ("gaussian", "two_point", "laplace", "uniform")
+ELLIPTICAL_LAWS = ("gaussian", "two_point", "laplace")
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -99,6 +100,11 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
             gen: torch.Generator) -> torch.Tensor:
     d = factor.shape[0]
     dev = gen.device
+    if x_law == "uniform":  # x = Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
+        lam, vec = torch.linalg.eigh(factor @ factor.T)
+        root = (vec * lam.clamp_min(0).sqrt()) @ vec.T  # symmetric: a diagonal Σ_x keeps coordinates iid
+        u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
+        return u @ root.to(dev).T + mean.to(dev)  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
     w = _mixing(x_law, shape, gen)  # (...)
     return w.sqrt()[..., None] * (z @ factor.to(dev).T) + mean.to(dev)  # (..., d)
@@ -118,6 +124,9 @@ def elliptical_gain(s: object, x_law: str) -> torch.Tensor:
     (1.0, 2.0)
     """
     law = _check_law(x_law)
+    if law not in ELLIPTICAL_LAWS:
+        raise ValueError(f"x_law={law!r} is not elliptical: the gain g(s) needs a Gaussian scale mixture "
+                         f"({', '.join(ELLIPTICAL_LAWS)})")
     ss = as_tensor(s, "s")
     if bool((ss < 0).any()):
         raise ValueError("the logit variance s must be >= 0")
@@ -195,7 +204,9 @@ def make_regression_tasks(
 
     x_i = μ_x + √W_i L z_i with L Lᵀ = Σ_x, z_i ~ N(0, I) and W_i the mixing weight of
     ``x_law`` (``gaussian``: W = 1; ``two_point``: W uniform on {1/2, 3/2}; ``laplace``:
-    W ~ Exp(1)), so Cov x = Σ_x for every law; y_i = wᵀx_i + noise·ε_i, ε_i ~ N(0, 1);
+    W ~ Exp(1)); or, for ``uniform`` (not elliptical), x_i = μ_x + Σ_x^{1/2} u_i with u_i iid
+    coordinates uniform on (−√3, √3), so ``cov_x = I/12`` gives U(−½, ½)^d.  Cov x = Σ_x for
+    every law; y_i = wᵀx_i + noise·ε_i, ε_i ~ N(0, 1);
     w ~ N(0, I_d) per task unless a fixed ``w`` (d,) is given.  The query is drawn
     from the same law.  Deterministic given ``seed`` on a given device.
 
