@@ -188,3 +188,11 @@ def test_training_linear_self_attention_finds_the_tuned_step():
         pw.train_on_tasks(torch.nn.Linear(2, 2), n_examples=3, steps=1)
     with pytest.raises(ValueError, match="x_law"):
         pw.train_on_tasks(m, n_examples=3, steps=1, x_law="cube")
+
+
+def test_softmax_head_trains_only_the_logit_form_and_value():
+    m = pw.softmax_head(3, seed=1)
+    q0 = m.theta_q[0].detach().clone()
+    pw.train_on_tasks(m, n_examples=5, steps=20, batch=32, lr=0.05, seed=0)
+    assert torch.equal(m.theta_q[0].detach(), q0)
+    assert torch.equal(q0, torch.eye(4))

@@ -36,7 +36,7 @@ from covbook.icl import (
 
 __all__ = [
     "fourth_moment_ratio", "one_step_risk", "one_step_optimum", "langevin", "tilted_mean",
-    "head_limit", "head_paths", "LinearSelfAttention", "train_on_tasks",
+    "head_limit", "head_paths", "softmax_head", "LinearSelfAttention", "train_on_tasks",
 ]
 
 
@@ -257,6 +257,29 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     return out
 
 
+def softmax_head(d: int, *, init_scale: float = 0.1, seed: int = 0, dtype: torch.dtype = torch.float32
+                 ) -> ICLTransformer:
+    r"""One trainable softmax layer with a merged key-query matrix: Θ_Q = I fixed, Θ_K = W_KQ and Θ_V trainable.
+
+    The logit form is B = Θ_QᵀΘ_K = W_KQ, as in the merged parametrisation of von Oswald et al.
+    (2023); W_KQ and Θ_V start iid N(0, init_scale²).  Training B directly avoids the slow
+    escape from the small-weight saddle of the product Θ_QᵀΘ_K.
+
+    Examples
+    --------
+    >>> m = softmax_head(3, seed=0)
+    >>> m.theta_q[0].requires_grad, m.theta_k[0].requires_grad
+    (False, True)
+    """
+    d = check_positive_int(d, "d")
+    s = check_positive_float(init_scale, "init_scale")
+    gen = torch.Generator().manual_seed(int(seed))
+    tk, tv = (s * torch.randn(d + 1, d + 1, generator=gen, dtype=torch.float64) for _ in range(2))
+    model = ICLTransformer(d, [(torch.eye(d + 1, dtype=torch.float64), tk, tv)], trainable=True).to(dtype)
+    model.theta_q[0].requires_grad_(False)
+    return model
+
+
 # ----------------------------------------------------------------------------- linear self-attention
 
 
@@ -334,7 +357,17 @@ def train_on_tasks(model: nn.Module, *, n_examples: int, steps: int, batch: int 
     if not 0 < frac <= 1:
         raise ValueError(f"final_lr_fraction must be in (0, 1], got {final_lr_fraction!r}")
     dtype = next(model.parameters()).dtype
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-step tensors are tiny: intra-op threads only add overhead
+    try:
+        return _train(model, n, steps, batch, lr, x_law, cov_x, int(seed), frac, log_every, dtype)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(model: nn.Module, n: int, steps: int, batch: int, lr: float, x_law: str, cov_x: object | None,
+           seed: int, frac: float, log_every: int, dtype: torch.dtype) -> TrainLog:
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - (1.0 - frac) * k / max(1, steps - 1))
     base = int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
     per_draw = 32
