@@ -31,6 +31,10 @@ test: setup
 	$(BIN)/python -m pytest -m "not notebooks and not book"
 	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider
 
+# the fast tests only (no notebook executed, no book built): seconds
+unit: setup
+	$(BIN)/python -m pytest -m "not notebooks and not book"
+
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 

@@ -21,3 +21,14 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "notebooks" / "02_beta.md").write_text(make_notebook(ok, "x = 2"))
     (tmp_path / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n")
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_claims_registry():
+    """Each test starts with no recorded claims (the registry is module-level)."""
+    from covbook import claims
+
+    reset = getattr(claims, "reset", None) or claims._CLAIMS.clear
+    reset()
+    yield
+    reset()

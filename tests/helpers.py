@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COVBOOK = [sys.executable, "-m", "covbook.cli"]
+COVBOOK = [sys.executable, "-m", "covbook.book.cli"]
 
 HEADER = textwrap.dedent("""\
     ---

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
-from covbook.runner import Paths, UsageError, notebook_parameters, resolve_parameters, run_notebooks
-from helpers import covbook, make_notebook
+from covbook.book.config import Paths, UsageError, notebook_parameters, resolve_parameters
+from covbook.book.runner import run_notebooks
+from helpers import COVBOOK, covbook, make_notebook
 
 pytestmark = pytest.mark.notebooks
 
@@ -61,36 +69,6 @@ def test_failed_claim_and_missing_claims_fail_check(project):
     assert "[FAIL] off" in chk.stdout
 
 
-@pytest.mark.parametrize(
-    "args, match",
-    [
-        (["run", "--profile", "huge"], "invalid choice"),
-        (["run", "99_nope"], "unknown notebook"),
-        (["run", "--jobs", "0"], "positive integer"),
-        (["run", "--seed", "-3"], "non-negative"),
-        (["run", "--frobnicate"], "unrecognized arguments"),
-        (["publish"], "invalid choice"),
-    ],
-)
-def test_usage_errors_exit_2(project, args, match):
-    res = covbook(project, *args)
-    assert res.returncode == 2 and match in res.stderr
-
-
-def test_unknown_profile_parameter_exits_2(project):
-    (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {typo: 3}\n")
-    res = covbook(project, "run", "--profile", "smoke")
-    assert res.returncode == 2 and "unknown parameter(s) typo" in res.stderr and "valid:" in res.stderr
-    (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  tiny: {x: 3}\n")
-    res = covbook(project, "run")
-    assert res.returncode == 2 and "unknown profile 'tiny'" in res.stderr
-
-
-def test_outside_a_project_exits_2(tmp_path):
-    res = covbook(tmp_path, "run")
-    assert res.returncode == 2 and "not inside a covbook checkout" in res.stderr
-
-
 def test_parameters_cell_is_read_and_resolved(project):
     params = notebook_parameters(project / "notebooks" / "01_alpha.md")
     assert params == {"profile": "quick", "device": "auto", "seed": 0, "x": 1}
@@ -104,3 +82,131 @@ def test_notebook_without_parameters_cell_is_rejected(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("x = 1").replace(":tags: [parameters]\n", ""))
     with pytest.raises(UsageError, match="tagged 'parameters'"):
         run_notebooks(Paths(project), ["02"], progress=False)
+
+
+# ----------------------------------------------------------------------------- interruption, leftovers, damage
+
+SLEEPER = ("import time\ntime.sleep(120)\n"
+           "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
+
+
+def _start(project, *args: str) -> subprocess.Popen:
+    """``covbook ARGS`` in its own session, as a terminal would run it (Ctrl-C = SIGINT to the whole group)."""
+    return subprocess.Popen([*COVBOOK, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _wait_for(pred, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.2)
+
+
+def _kernel_pid_files(project, name: str = "*"):
+    return list((project / ".covbook" / "tmp").glob(f"*/{name}.kernel.pid"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_ctrl_c_stops_the_run_within_seconds(project):
+    """SIGINT during the 2nd of 3 notebooks: the running kernel stops, the 3rd never starts, the 1st is kept."""
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
+    ok = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
+    (project / "notebooks" / "03_gamma.md").write_text(make_notebook(ok))
+    proc = _start(project, "run", "--profile", "smoke", "--jobs", "1", "--no-progress")
+    gen = project / "book" / "generated"
+    _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
+    kernel = int(_kernel_pid_files(project, "02_beta")[0].read_text())
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - t0
+    print(f"Ctrl-C to exit: {elapsed:.2f} s")
+    assert proc.returncode == 130, err
+    assert elapsed < 5.0
+    assert "Traceback" not in err and "Error" not in err, err
+    summary = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(summary) == 1 and "01_alpha (ok)" in summary[0] and "not finished: 02_beta, 03_gamma" in summary[0]
+    assert (gen / "01_alpha.ipynb").is_file() and (gen / "claims" / "01_alpha.json").is_file()
+    assert not (gen / "runs" / "02_beta.json").exists() and not (gen / "runs" / "03_gamma.json").exists()
+    _wait_for(lambda: not _alive(kernel), timeout=5)
+    assert not list((project / ".covbook" / "tmp").glob("*"))  # temporaries removed
+    assert not (gen / ".tmp").exists()
+
+
+def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
+    proc = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
+    _wait_for(lambda: _kernel_pid_files(project))
+    kernel = int(_kernel_pid_files(project)[0].read_text())
+    worker = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the kernel's parent
+    sockets = list(Path(tempfile.gettempdir()).glob(f"covbook-kernel-{worker}-*"))
+    assert sockets
+    os.kill(proc.pid, signal.SIGKILL)  # the covbook process
+    os.kill(worker, signal.SIGKILL)  # and its worker: nothing gets to clean up
+    proc.wait()
+    _wait_for(lambda: not _alive(kernel), timeout=10)  # the kernel notices its parent is gone
+    leftovers = list((project / ".covbook" / "tmp").glob("*"))
+    assert leftovers  # kill -9 cleaned nothing ...
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook("y = 1"))
+    res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    assert "1 executed" in res.stdout
+    assert not any(p.exists() for p in leftovers)  # ... and the next run does
+    assert not [s for s in sockets if s.exists()]
+
+
+def test_cache_serves_only_whole_outputs_and_stale_leftovers_are_cleaned(project):
+    covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    gen = project / "book" / "generated"
+    for damaged in (gen / "claims" / "01_alpha.json", gen / "01_alpha.ipynb", gen / "runs" / "01_alpha.json"):
+        damaged.write_text(damaged.read_text()[:30])
+        res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+        assert "1 executed" in res.stdout, damaged  # not "cached"
+        assert covbook(project, "check").returncode == 1  # 02 was never run ...
+        assert "damaged" not in covbook(project, "check").stderr  # ... but nothing is damaged
+    # leftovers of an interrupted run of an older covbook, a failed copy from before: cleaned by a cached run
+    (gen / ".tmp").mkdir()
+    (gen / ".tmp" / "01_alpha.ipynb").write_text("{}")
+    (gen / "failed").mkdir()
+    (gen / "failed" / "01_alpha.ipynb").write_text("{}")
+    (project / ".covbook" / "tmp" / "20200101T000000-1").mkdir(parents=True)
+    res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    assert "0 executed, 1 cached" in res.stdout
+    assert not (gen / ".tmp").exists() and not (gen / "failed" / "01_alpha.ipynb").exists()
+    assert not list((project / ".covbook" / "tmp").iterdir())
+
+
+def test_a_success_removes_the_failed_copy(project):
+    (project / "notebooks" / "01_alpha.md").write_text(make_notebook("x = 1\nraise RuntimeError('boom')"))
+    assert covbook(project, "run", "01", "--profile", "smoke", "--no-progress").returncode == 1
+    failed = project / "book" / "generated" / "failed" / "01_alpha.ipynb"
+    assert failed.is_file()
+    ok = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
+    (project / "notebooks" / "01_alpha.md").write_text(make_notebook(ok))
+    covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    assert not failed.exists()
+
+
+def test_editing_the_pipeline_does_not_re_execute(project, monkeypatch):
+    """The cache key is computed from the science code only: a changed covbook/book hashes the same."""
+    from covbook.book import cache
+
+    covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    before = cache.science_hash()
+    real = cache.PACKAGE
+    copy = project / "pkgcopy"
+    shutil.copytree(real, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert cache.science_hash(copy) == before
+    (copy / "book" / "cli.py").write_text((copy / "book" / "cli.py").read_text() + "\n# edited\n")
+    assert cache.science_hash(copy) == before
+    res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
+    assert "0 executed, 1 cached" in res.stdout

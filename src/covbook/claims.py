@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from statistics import NormalDist
+
+from covbook.book.jsonio import write_json_atomic
 
 __all__ = [
     "Claim", "record", "within_se", "at_least_se", "at_most_se", "glue", "reset",
@@ -332,20 +332,6 @@ def _show(claim: Claim) -> None:
     why = f" Not evaluated: {claim.reason}." if claim.reason else ""
     display(Markdown(f"**{mark}** `{claim.id}` ({claim.kind}) — {claim.statement} Measured "
                      f"**{fmt(claim.measured)}**, expected {claim.expected_text()}.{why}"))
-
-
-def write_json_atomic(path: str | os.PathLike, data: object) -> None:
-    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _save() -> None:

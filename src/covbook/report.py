@@ -14,8 +14,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from covbook.book.config import Paths, discover
 from covbook.claims import Claim, fmt, load_claims
-from covbook.runner import Paths, discover
 
 __all__ = ["Verdict", "check", "write_report", "versions"]
 

@@ -1,0 +1,201 @@
+"""The ``covbook`` command: run the notebooks, check the claims, build the book.
+
+    covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
+                [--seed N] [--jobs N] [--force] [--rehearse] [--wait]
+    covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
+    covbook check [--json]
+    covbook build [--wait]
+    covbook clean [--wait]
+
+Exit status: 0 success, 1 a failed notebook, claim or build, a damaged output,
+or a tree locked by another covbook command; 2 bad usage (found before any
+kernel starts); 130 interrupted (Ctrl-C).
+
+Only ``run`` (without ``--plan``) imports the execution machinery; the other
+commands import no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from covbook.book.config import DEVICES, PROFILES, Paths, UsageError, discover, project_root
+
+__all__ = ["main", "parser"]
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from err
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return n
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="covbook", description="Run, check and build the covbook companion book.")
+    sub = p.add_subparsers(dest="command", required=True)
+    wait = argparse.ArgumentParser(add_help=False)
+    wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
+    r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated")
+    r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
+    r.add_argument("--profile", choices=PROFILES, default="quick")
+    r.add_argument("--device", choices=DEVICES, default="auto")
+    r.add_argument("--seed", type=_seed, default=0)
+    r.add_argument("--jobs", type=_positive, default=1)
+    r.add_argument("--force", action="store_true", help="ignore the cache")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
+    r.add_argument("--rehearse", action="store_true",
+                   help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
+    c = sub.add_parser("check", help="verify the claims of the last run")
+    c.add_argument("--json", action="store_true", help="print every claim as JSON")
+    sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
+    sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
+    return p
+
+
+def _copy_mathjax(paths: Paths) -> None:
+    """Serve MathJax 3 from the book itself, so an offline copy renders math."""
+    import mathjax  # the django-static-mathjax distribution
+
+    src = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    dst = paths.generated / "_mathjax" / "mathjax"
+    if not (dst / "tex-chtml.js").is_file():
+        tmp = dst.with_name("mathjax.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("sre", "*-full*", "*-svg*", "mml-*", "node-main.js"))
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    return "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
+
+
+def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
+    if args.plan:
+        from covbook.book.plan import print_plan
+
+        return print_plan(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
+                          rehearse=args.rehearse)
+    from covbook.book.lock import tree_lock
+    from covbook.book.runner import Interrupted, run_notebooks
+
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+        try:
+            results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
+                                    jobs=args.jobs, force=args.force, progress=not args.no_progress,
+                                    rehearse=args.rehearse)
+        except Interrupted as stop:
+            done = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
+            print(f"covbook run: interrupted; finished and kept: {done}; not finished: "
+                  f"{', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
+            return 130
+    failed = [r for r in results if r.status == "failed"]
+    ran = sum(r.status == "ok" for r in results)
+    cached = sum(r.status == "cached" for r in results)
+    total = sum(r.seconds for r in results)
+    print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)")
+    for r in failed:
+        print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _damaged(paths: Paths, command: str) -> bool:
+    """Print every damaged output (file and repair command); True if there is one."""
+    from covbook.book.cache import damaged_outputs
+
+    problems = damaged_outputs(paths, list(discover(paths)))
+    for p in problems:
+        print(f"covbook {command}: {p}", file=sys.stderr)
+    return bool(problems)
+
+
+def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
+    if _damaged(paths, "check"):
+        return 1
+    from covbook.report import check
+
+    v = check(paths)
+    if args.json:
+        print(json.dumps(v.as_json(), indent=1))
+    else:
+        for c in v.claims:
+            print(c.verdict_line())
+        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass")
+    for p in v.problems:
+        print(f"  {p}", file=sys.stderr)
+    return 0 if v.ok else 1
+
+
+def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook.book.lock import tree_lock
+
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+        if _damaged(paths, "build"):
+            return 1
+        from covbook.report import write_report
+
+        report = write_report(paths)
+        print(f"covbook build: wrote {report.relative_to(paths.root)}")
+        _copy_mathjax(paths)
+        jb = Path(sys.executable).with_name("jupyter-book")
+        if not jb.is_file():
+            raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
+        cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
+        proc = subprocess.run(cmd, cwd=paths.root)
+    if proc.returncode == 0:
+        print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
+    return 1 if proc.returncode else 0
+
+
+def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook.book.lock import tree_lock
+    from covbook.book.runner import clean_stale
+
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+        clean_stale(paths)
+        for p in (paths.generated, paths.root / "_build", paths.tmp):
+            shutil.rmtree(p, ignore_errors=True)
+    print("covbook clean: removed book/generated, _build and .covbook/tmp")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from covbook.book.lock import Busy
+
+    try:
+        paths = Paths(project_root())
+        return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean}[args.command](args, paths)
+    except UsageError as err:
+        print(f"covbook {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except Busy as err:
+        print(f"covbook {args.command}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"covbook {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Where the pipeline reads and writes, the profiles file, and a notebook's parameters.
+
+A profile (``smoke``, ``quick``, ``full``) is a set of papermill parameters per
+notebook, kept in the one visible file ``notebooks/profiles.yml`` (its header
+documents the format).  A notebook's own ``parameters`` cell holds the quick
+values and is the reference for names, types and signs: a profile value of the
+wrong type or sign is a usage error, found before any kernel starts.
+
+This module imports no science (no torch, no numpy): ``covbook check``,
+``clean`` and ``build`` start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "PROFILES", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
+    "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters",
+]
+
+PROFILES = ("smoke", "quick", "full")
+COMMON_PARAMETERS = ("profile", "device", "seed")
+DEVICES = ("auto", "cpu", "cuda")
+PROFILES_FILE = Path("notebooks") / "profiles.yml"
+#: keys of a notebook's entry in profiles.yml besides the profile names
+ENTRY_KEYS = ("lengths", "work")
+
+
+class UsageError(ValueError):
+    """Bad command-line input (unknown notebook, profile, parameter, device): exit status 2."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the pipeline reads and writes, relative to the project root."""
+
+    root: Path
+
+    @property
+    def notebooks(self) -> Path:
+        return self.root / "notebooks"
+
+    @property
+    def profiles(self) -> Path:
+        return self.notebooks / "profiles.yml"
+
+    @property
+    def generated(self) -> Path:
+        return self.root / "book" / "generated"
+
+    @property
+    def claims(self) -> Path:
+        return self.generated / "claims"
+
+    @property
+    def runs(self) -> Path:
+        return self.generated / "runs"
+
+    @property
+    def failed(self) -> Path:
+        return self.generated / "failed"
+
+    @property
+    def state(self) -> Path:
+        """``.covbook/``: the lock, run temporaries and timings; never read by the book build."""
+        return self.root / ".covbook"
+
+    @property
+    def tmp(self) -> Path:
+        """Run temporaries, one folder per run: ``.covbook/tmp/<run-id>/``."""
+        return self.state / "tmp"
+
+    @property
+    def lock(self) -> Path:
+        return self.state / "lock"
+
+    @property
+    def timings(self) -> Path:
+        """Measured run times per notebook and device (the calibration of ``covbook run --plan``)."""
+        return self.state / "timings.json"
+
+
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The covbook checkout containing ``start`` (default: the working directory)."""
+    here = Path(start or Path.cwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / PROFILES_FILE).is_file() and (p / "_config.yml").is_file():
+            return p
+    raise UsageError(f"not inside a covbook checkout (no {PROFILES_FILE} above {here})")
+
+
+def discover(paths: Paths) -> dict[str, Path]:
+    """The book's notebooks, ``NN_name.md``, in order."""
+    found = sorted(p for p in paths.notebooks.glob("[0-9][0-9]_*.md"))
+    return {p.stem: p for p in found}
+
+
+def select(paths: Paths, names: list[str] | None) -> dict[str, Path]:
+    """Resolve notebook names (``01``, ``01_covariance_readout`` or a path) to sources."""
+    available = discover(paths)
+    if not names:
+        return available
+    chosen: dict[str, Path] = {}
+    for raw in names:
+        key = Path(raw).stem
+        hits = [n for n in available if n == key or n.split("_", 1)[0] == key]
+        if len(hits) != 1:
+            raise UsageError(f"unknown notebook {raw!r}; valid: {', '.join(available)}")
+        chosen[hits[0]] = available[hits[0]]
+    return chosen
+
+
+def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
+    """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``.
+
+    Raises :class:`UsageError` naming the file (and the line, for a YAML syntax
+    error) on anything malformed.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping of notebook names to profiles")
+    for nb, per in raw.items():
+        if not isinstance(per, dict):
+            raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
+        for key, value in per.items():
+            if key == "lengths":
+                if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names")
+                continue
+            if key == "work":
+                if not (isinstance(value, dict) and isinstance(value.get("expr"), str)
+                        and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
+                    raise UsageError(f"{path}: {nb}.work must be a mapping {{expr: '...', unit: '...'}}")
+                continue
+            if key not in PROFILES:
+                raise UsageError(f"{path}: {nb}: unknown profile {key!r}; valid: {', '.join(PROFILES + ENTRY_KEYS)}")
+            if value is not None and not isinstance(value, dict):
+                raise UsageError(f"{path}: {nb}.{key} must be a mapping of parameter names to values")
+            per[key] = value or {}
+    return raw
+
+
+def notebook_parameters(path: Path) -> dict[str, object]:
+    """Names and default values of the notebook's ``parameters`` cell."""
+    import jupytext
+
+    nb = jupytext.read(path)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    if len(cells) != 1:
+        raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
+    params: dict[str, object] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                params[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                params[node.targets[0].id] = ast.unparse(node.value)
+    missing = [p for p in COMMON_PARAMETERS if p not in params]
+    if missing:
+        raise UsageError(f"{path.name}: parameters cell must define {', '.join(missing)}")
+    return params
+
+
+def _kind(v: object) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, (list, tuple)):
+        return "list"
+    if v is None:
+        return "None"
+    return type(v).__name__
+
+
+def check_value(where: str, value: object, default: object) -> None:
+    """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
+
+    int where the default is an int; int or float where it is a float; the same
+    for each element of a list; a positive (negative) default wants a positive
+    (negative) value.  A default of ``None`` or of another type is not checked.
+    """
+    dk, vk = _kind(default), _kind(value)
+    if dk in ("None",) or dk not in ("bool", "int", "float", "str", "list"):
+        return
+    ok = vk == dk or (dk == "float" and vk == "int")
+    if not ok:
+        raise UsageError(f"{where} = {value!r} is a {vk}, but the notebook's default {default!r} is a {dk}")
+    if dk == "list":
+        elems = [e for e in default if e is not None]
+        if elems and len({_kind(e) for e in elems}) == 1:
+            for i, e in enumerate(value):
+                check_value(f"{where}[{i}]", e, elems[0])
+        return
+    if dk in ("int", "float"):
+        if default > 0 and not value > 0:
+            raise UsageError(f"{where} = {value!r} must be positive (the notebook's default is {default!r})")
+        if default < 0 and not value < 0:
+            raise UsageError(f"{where} = {value!r} must be negative (the notebook's default is {default!r})")
+
+
+def resolve_parameters(
+    name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
+    *, rehearse: bool = False,
+) -> dict[str, object]:
+    """Parameters injected into notebook ``name`` for ``profile``.
+
+    With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
+    take their ``smoke`` value (or the notebook's default): the profile's shapes
+    at smoke lengths.  Unknown names, and values of the wrong type or sign, are
+    usage errors.
+    """
+    if profile not in PROFILES:
+        raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
+    entry = profiles.get(name, {})
+    overrides = dict(entry.get(profile, {}))
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise UsageError(
+            f"notebooks/profiles.yml: {name}.{profile} sets unknown parameter(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(defaults))}"
+        )
+    clash = sorted(set(overrides) & set(COMMON_PARAMETERS))
+    if clash:
+        raise UsageError(
+            f"notebooks/profiles.yml: {name}.{profile} must not set {', '.join(clash)} (command-line options)"
+        )
+    lengths = entry.get("lengths", [])
+    bad = sorted(set(lengths) - (set(defaults) - set(COMMON_PARAMETERS)))
+    if bad:
+        raise UsageError(f"notebooks/profiles.yml: {name}.lengths names unknown parameter(s) {', '.join(bad)}")
+    if rehearse:
+        smoke = entry.get("smoke", {})
+        for key in lengths:
+            if key in smoke:
+                overrides[key] = smoke[key]
+            else:
+                overrides.pop(key, None)  # the notebook's default (quick) length
+    for key, value in overrides.items():
+        check_value(f"notebooks/profiles.yml: {name}.{profile}.{key}", value, defaults[key])
+    return {**overrides, "profile": profile, "device": device, "seed": seed}

@@ -1,0 +1,58 @@
+"""JSON files of the pipeline: one atomic writer, one verifying reader.
+
+Every JSON file the pipeline writes (claims, run records, timings) goes through
+:func:`write_json_atomic`: a temporary file in the same folder, then a rename,
+so a reader never sees half a file.  :func:`read_json` raises
+:class:`DamagedFile`, naming the file, when what is on disk does not parse
+(a file truncated by a full disk or a hand edit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["DamagedFile", "write_json_atomic", "read_json"]
+
+
+class DamagedFile(ValueError):
+    """A pipeline output that exists but does not parse (or has the wrong shape)."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: damaged ({reason})")
+
+
+def write_json_atomic(path: str | os.PathLike, data: object) -> None:
+    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, allow_nan=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | os.PathLike, expect: type | tuple[type, ...] | None = None) -> object:
+    """Parse the JSON file ``path``; :class:`DamagedFile` if it does not parse or is not of type ``expect``.
+
+    A missing file raises ``FileNotFoundError`` as usual.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise DamagedFile(path, f"not UTF-8 text: {err.reason}") from err
+    except json.JSONDecodeError as err:
+        raise DamagedFile(path, f"not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
+    if expect is not None and not isinstance(data, expect):
+        names = expect.__name__ if isinstance(expect, type) else " or ".join(t.__name__ for t in expect)
+        raise DamagedFile(path, f"expected a JSON {names}, found {type(data).__name__}")
+    return data

@@ -1,0 +1,156 @@
+"""``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
+
+The work of a notebook is the expression under its ``work:`` key in
+``notebooks/profiles.yml`` (tokens streamed, training steps × batch ...),
+evaluated on the parameters the profile gives it.  The time estimate is
+calibrated on this device by measured runs: every successful ``covbook run``
+stores its run time with its parameters in ``.covbook/timings.json`` (the
+run records in ``book/generated/runs`` count too).  With two measured runs of
+different work, the estimate is the line ``a + b·work`` through the smallest
+and largest (``a`` is start-up: kernel, imports); with one, it is proportional
+to work (an overestimate when start-up dominates that run).  A notebook never
+measured on the device gets no estimate, and the output says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from pathlib import Path
+
+from covbook.book.cache import resolve_device
+from covbook.book.config import Paths, UsageError, load_profiles
+from covbook.book.jsonio import DamagedFile, read_json
+
+__all__ = ["work_of", "estimate", "print_plan"]
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
+
+
+def work_of(expr: str, params: dict) -> float:
+    """Evaluate a work expression (names, numbers, ``+ - * / // **``, len/sum/max/min) on ``params``."""
+
+    def ev(node: ast.AST) -> object:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in params:
+                raise UsageError(f"work expression {expr!r} names {node.id!r}, which is not a parameter")
+            return params[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [ev(e) for e in node.elts]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+                and not node.keywords):
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise UsageError(f"work expression {expr!r}: unsupported syntax {ast.unparse(node)!r}")
+
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as err:
+        raise UsageError(f"work expression {expr!r} is not an expression: {err.msg}") from None
+    value = ev(tree)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"work expression {expr!r} does not evaluate to a finite number")
+    return float(value)
+
+
+def _measurements(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
+    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda)."""
+    found: dict[str, tuple[float, float, str]] = {}
+    try:
+        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+    except DamagedFile:
+        timings = {}
+    for key, t in timings.get(name, {}).get(device, {}).items():
+        try:
+            found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]), key)
+        except (UsageError, KeyError, TypeError, ValueError):
+            continue
+    try:
+        rec = read_json(paths.runs / f"{name}.json", dict)
+    except (OSError, DamagedFile):
+        rec = None
+    if rec and rec.get("status") == "ok" and str(rec.get("device_used", "")).startswith(device):
+        params = {**defaults, **rec.get("parameters", {})}
+        key = str(params.get("profile")) + ("+rehearse" if rec.get("rehearsal") else "")
+        if key not in found:
+            try:
+                found[key] = (work_of(expr, params), float(rec["seconds"]), key)
+            except (UsageError, KeyError, TypeError, ValueError):
+                pass
+    return sorted(found.values())
+
+
+def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, str]:
+    """Seconds for ``work`` from measured ``(work, seconds, label)`` points, and how it was obtained."""
+    if not points:
+        return None, "no measured run on this device"
+    for w, s, label in points:
+        if w == work:
+            return s, f"measured ({label} run)"
+    lo, hi = points[0], points[-1]
+    if hi[0] > lo[0] and hi[1] > lo[1]:
+        b = (hi[1] - lo[1]) / (hi[0] - lo[0])
+        a = max(0.0, lo[1] - b * lo[0])
+        return a + b * work, f"line through the {lo[2]} and {hi[2]} runs (start-up {a:.1f} s)"
+    w, s, label = hi
+    if w <= 0:
+        return None, f"the {label} run did no work"
+    return s * work / w, f"proportional to the {label} run ({s:.1f} s)"
+
+
+def _fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "?"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def print_plan(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int,
+               rehearse: bool = False) -> int:
+    """Print the plan of ``covbook run`` with these options; returns the exit status (0)."""
+    from covbook.book.runner import plan_jobs
+
+    # planning for a GPU on a machine without one is allowed: nothing runs here
+    dev = "cuda" if device == "cuda" else resolve_device(device)
+    jobs = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse,
+                     resolved_device=dev)
+    profiles = load_profiles(paths.profiles)
+    mode = f"profile {profile}" + (" rehearsal (smoke lengths)" if rehearse else "")
+    print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
+    rows, total, unknown = [], 0.0, []
+    for job in jobs:
+        spec = profiles.get(job.name, {}).get("work")
+        if not spec:
+            rows.append((job.name, "(no work: key in profiles.yml)", "?", "cannot estimate without a work expression"))
+            unknown.append(job.name)
+            continue
+        work = work_of(spec["expr"], {**job.defaults, **job.params})
+        secs, how = estimate(work, _measurements(paths, job.name, dev, spec["expr"], job.defaults))
+        if secs is None:
+            unknown.append(job.name)
+        else:
+            total += secs
+        rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_seconds(secs), how))
+    w0 = max(len(r[0]) for r in rows) if rows else 8
+    w1 = max(len(r[1]) for r in rows) if rows else 8
+    for name, work, secs, how in rows:
+        print(f"  {name:<{w0}}  {work:<{w1}}  {secs:>7}  {how}")
+    print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_seconds(total):>7}"
+          + (f"  + {len(unknown)} notebook(s) without an estimate: {', '.join(unknown)}" if unknown else ""))
+    print(f"How: the work is each notebook's `work:` expression in {Path('notebooks') / 'profiles.yml'} on the "
+          f"profile's parameters; the time is calibrated on measured runs on {dev} ({Path('.covbook') / 'timings.json'}"
+          ", written by every `covbook run`): a line a + b*work through two runs of different work, or "
+          "proportional to one run. Run `covbook run --profile smoke --device "
+          f"{dev}` (and quick) on this machine to calibrate.")
+    return 0

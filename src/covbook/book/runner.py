@@ -1,0 +1,434 @@
+"""Execute the book's notebooks: jupytext -> papermill -> book/generated/.
+
+Each MyST-markdown notebook in ``notebooks/`` is read with jupytext, executed by
+papermill with the parameters of a profile, and written (atomically) to
+``book/generated/NAME.ipynb`` together with its claims (``claims/NAME.json``)
+and run record (``runs/NAME.json``: time, profile, device, cache key, status).
+A notebook whose cache key is unchanged (see :mod:`covbook.book.cache`) is
+served from there.  A failing notebook is reported with its failing cell and
+does not stop the others.
+
+Every input problem visible before a kernel starts (unknown notebook or
+parameter, a value of the wrong type or sign, a device that is not there) is a
+:class:`UsageError`, raised before any kernel starts.
+
+Each notebook runs in its own worker process (``python -m covbook.book.runner
+JOB``), in its own session, so that the terminal's Ctrl-C reaches only this
+process, which then stops the workers (they shut their kernels down), cancels
+the queue, removes the temporaries and raises :class:`Interrupted`.
+Temporaries live in ``.covbook/tmp/<run-id>/``, never under ``book/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from covbook.book.cache import content_hash, is_cached, resolve_device, science_hash
+from covbook.book.config import (
+    Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
+)
+from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
+
+__all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale"]
+
+KERNEL = "python3"
+KERNEL_DIR_PREFIX = "covbook-kernel-"
+STOP_GRACE_S = 3.0
+
+
+@dataclass
+class Result:
+    """Outcome of one notebook."""
+
+    name: str
+    status: str  # "ok" | "cached" | "failed"
+    seconds: float
+    error: str | None = None
+    device_used: str | None = None
+
+
+@dataclass
+class Job:
+    """One notebook to run: its name, source, parameters and cache key."""
+
+    name: str
+    path: Path
+    params: dict
+    digest: str
+    device: str  # resolved: cpu | cuda
+    defaults: dict = field(default_factory=dict)  # the notebook's parameters cell
+
+
+@dataclass
+class Interrupted(Exception):
+    """Ctrl-C during a run; ``results`` are the notebooks that finished, ``unfinished`` the others."""
+
+    results: list[Result] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+def _ipc_kernel_manager(socket_dir: Path, pid_file: Path):
+    """A kernel manager on IPC sockets in ``socket_dir`` (no TCP ports), its connection file there too.
+
+    It writes the kernel's pid to ``pid_file`` so that whoever cleans up after an
+    interruption can stop a kernel that outlived its worker.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: object) -> None:
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(socket_dir / "kernel"))
+            kwargs.setdefault("connection_file", str(socket_dir / "kernel.json"))
+            super().__init__(**kwargs)
+
+        async def start_kernel(self, **kw: object) -> None:  # type: ignore[override]
+            await super().start_kernel(**kw)
+            pid = getattr(self.provisioner, "pid", None)
+            if pid:
+                pid_file.write_text(str(pid))
+
+    return IPCKernelManager
+
+
+def _hide_injected(nb) -> None:
+    """Tag papermill's cells so the book does not show them (myst-nb ``remove-cell``)."""
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if ("injected-parameters" in tags or "parameters" in tags) and "remove-cell" not in tags:
+            tags.append("remove-cell")
+
+
+def _device_name(device: str) -> str:
+    """The device a notebook ran on, in words (``cpu`` or the GPU's name)."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    from covbook._validate import resolve_device as torch_device
+
+    try:
+        dev = torch_device(device)
+    except ValueError:
+        return f"{device} (unavailable)"
+    return f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "cpu"
+
+
+def _kill_kernel(pid_file: Path) -> None:
+    """SIGKILL the kernel whose pid is in ``pid_file`` (it leads its own session) if it still runs."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    if _is_kernel(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _is_kernel(pid: int) -> bool:
+    """Whether ``pid`` is alive and is an ipykernel (pids are reused: never kill a stranger)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"ipykernel" in cmd
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch_parent(parent: int) -> None:
+    """Stop this worker (as on SIGTERM) when the covbook process that started it is gone (``kill -9``)."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
+def execute_one(job: dict) -> dict:
+    """Execute one notebook; returns a :class:`Result` as a dict.  Runs in a worker process."""
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    paths = Paths(Path(job["root"]))
+    name, params, rundir = job["name"], job["params"], Path(job["rundir"])
+    from covbook.claims import CLAIMS_FILE_ENV, NOTEBOOK_ENV
+
+    src = paths.notebooks / f"{name}.md"
+    for d in (paths.claims, paths.runs):
+        d.mkdir(parents=True, exist_ok=True)
+    tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+    pid_file = rundir / f"{name}.kernel.pid"
+    os.environ[CLAIMS_FILE_ENV] = str(tmp_claims)
+    os.environ[NOTEBOOK_ENV] = name
+    os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    if job.get("threads"):
+        os.environ["COVBOOK_THREADS"] = str(job["threads"])
+        os.environ["OMP_NUM_THREADS"] = str(job["threads"])
+    start = time.perf_counter()
+    error = None
+    sockets = Path(tempfile.mkdtemp(prefix=f"{KERNEL_DIR_PREFIX}{os.getpid()}-"))
+    try:
+        nb = jupytext.read(src)
+        nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+        out = pm.execute_notebook(
+            nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, cwd=str(paths.notebooks),
+            progress_bar=False, log_output=False, kernel_manager_class=_ipc_kernel_manager(sockets, pid_file),
+        )
+        _hide_injected(out)
+        nbformat.write(out, str(tmp_nb))
+        if not tmp_claims.is_file():
+            error = "the notebook recorded no claims"
+    except pm.PapermillExecutionError as err:
+        error = f"cell {err.exec_count} (index {err.cell_index}) raised {err.ename}: {err.evalue}".strip()
+    except Exception as err:  # noqa: BLE001 - report any failure, keep the other notebooks going
+        error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+    finally:
+        _kill_kernel(pid_file)
+        pid_file.unlink(missing_ok=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    device_used = _device_name(str(params.get("device", "auto")))
+    meta = {"notebook": name, "parameters": params, "hash": job["digest"], "seconds": seconds,
+            "device_used": device_used, "rehearsal": bool(job.get("rehearse")),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if error is None:
+        os.replace(tmp_claims, paths.claims / f"{name}.json")
+        os.replace(tmp_nb, paths.generated / f"{name}.ipynb")
+        write_json_atomic(paths.runs / f"{name}.json", {**meta, "status": "ok"})
+        (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)  # a failed copy no longer applies
+        return asdict(Result(name, "ok", seconds, device_used=device_used))
+    paths.failed.mkdir(parents=True, exist_ok=True)
+    if tmp_nb.is_file():
+        os.replace(tmp_nb, paths.failed / f"{name}.ipynb")
+    for stale in (paths.generated / f"{name}.ipynb", paths.claims / f"{name}.json"):
+        stale.unlink(missing_ok=True)
+    write_json_atomic(paths.runs / f"{name}.json", {**meta, "status": "failed", "error": error})
+    return asdict(Result(name, "failed", seconds, error, device_used))
+
+
+def _worker_main(job_file: str) -> int:
+    """Entry point of a worker: run the job in ``job_file``, write its result next to it."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    job = read_json(job_file, dict)
+    threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
+    try:
+        result = execute_one(job)
+    except KeyboardInterrupt:
+        return 130
+    write_json_atomic(Path(job_file).with_suffix(".result.json"), result)
+    return 0
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def clean_stale(paths: Paths) -> list[str]:
+    """Remove what earlier runs left behind; call it holding the tree's lock.
+
+    Run folders in ``.covbook/tmp`` (no run of this tree is going on, so all are
+    stale; a kernel listed there that still runs is stopped), the old
+    ``book/generated/.tmp``, and kernel socket folders in the system temp folder
+    whose worker is gone.  Returns what was removed.
+    """
+    removed = []
+    if paths.tmp.is_dir():
+        for rundir in paths.tmp.iterdir():
+            for pid_file in rundir.glob("*.kernel.pid"):
+                _kill_kernel(pid_file)
+            shutil.rmtree(rundir, ignore_errors=True)
+            removed.append(str(rundir))
+    legacy = paths.generated / ".tmp"
+    if legacy.exists():
+        shutil.rmtree(legacy, ignore_errors=True)
+        removed.append(str(legacy))
+    for d in Path(tempfile.gettempdir()).glob(f"{KERNEL_DIR_PREFIX}*"):
+        pid_text = d.name[len(KERNEL_DIR_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue  # not ours, or from an old covbook: leave it
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+        except PermissionError:
+            pass
+    return removed
+
+
+def plan_jobs(
+    paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
+    resolved_device: str | None = None,
+) -> list[Job]:
+    """Resolve notebooks, parameters and cache keys; every usage error is raised here, before any kernel."""
+    chosen = select(paths, names)
+    profiles = load_profiles(paths.profiles)
+    unknown_nb = sorted(set(profiles) - set(discover(paths)))
+    if unknown_nb:
+        raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
+    if rehearse and profile == "quick":
+        raise UsageError("--rehearse needs --profile full (or smoke): quick is the notebooks' own defaults")
+    dev = resolved_device or resolve_device(device)
+    science = science_hash()
+    jobs = []
+    for name, path in chosen.items():
+        defaults = notebook_parameters(path)
+        params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
+        jobs.append(Job(name, path, params, content_hash(path, params, science, dev), dev, defaults))
+    return jobs
+
+
+def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> None:
+    """Keep the latest measured run time per notebook, device and profile (the plan's calibration)."""
+    try:
+        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+    except DamagedFile:
+        timings = {}
+    timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
+        "parameters": {**job.defaults, **job.params}, "seconds": result.seconds, "device_used": result.device_used,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_json_atomic(paths.timings, timings)
+
+
+def _stop(running: dict[str, tuple[subprocess.Popen, Path]], rundir: Path) -> None:
+    """Stop running workers: SIGTERM (they shut their kernels down), then SIGKILL after a grace period."""
+    for proc, _ in running.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc, _ in running.values():
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pid_file in rundir.glob("*.kernel.pid"):
+        _kill_kernel(pid_file)
+
+
+def run_notebooks(
+    paths: Paths,
+    names: list[str] | None = None,
+    *,
+    profile: str = "quick",
+    device: str = "auto",
+    seed: int = 0,
+    jobs: int = 1,
+    force: bool = False,
+    progress: bool = True,
+    rehearse: bool = False,
+) -> list[Result]:
+    """Execute (or serve from cache) the selected notebooks; never stops at the first failure.
+
+    Call it holding the tree's lock (the CLI does).  Raises :class:`UsageError`
+    before starting anything, and :class:`Interrupted` on Ctrl-C.
+    """
+    from tqdm import tqdm
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"--jobs must be a positive integer, got {jobs}")
+    plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
+    clean_stale(paths)
+    order = [j.name for j in plan]
+    results: list[Result] = []
+    todo: list[Job] = []
+    for job in plan:
+        if not force and is_cached(paths, job.name, job.digest):
+            results.append(Result(job.name, "cached", 0.0))
+            (paths.failed / f"{job.name}.ipynb").unlink(missing_ok=True)  # no longer applies
+        else:
+            todo.append(job)
+    bar = tqdm(total=len(plan), desc=f"notebooks ({profile})", unit="nb", disable=not progress, file=sys.stderr)
+    for r in results:
+        bar.write(f"  cached  {r.name}")
+        bar.update(1)
+    if not todo:
+        bar.close()
+        return results
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    profile_key = profile + ("+rehearse" if rehearse else "")
+    rundir = paths.tmp / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    rundir.mkdir(parents=True)
+    queue = list(todo)
+    by_name = {j.name: j for j in todo}
+    running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                job = queue.pop(0)
+                job_file = rundir / f"{job.name}.job.json"
+                write_json_atomic(job_file, {"root": str(paths.root), "name": job.name, "params": job.params,
+                                             "digest": job.digest, "threads": threads, "rundir": str(rundir),
+                                             "rehearse": rehearse, "parent": os.getpid()})
+                log = open(rundir / f"{job.name}.log", "wb")  # noqa: SIM115 - closed when the worker ends
+                proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)],
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                log.close()
+                running[job.name] = (proc, job_file)
+            for name, (proc, job_file) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[name]
+                r = _collect(name, proc, job_file)
+                results.append(r)
+                if r.status == "ok":
+                    _record_timing(paths, by_name[name], r, profile_key)
+                mark = "ok    " if r.status == "ok" else "FAILED"
+                bar.write(f"  {mark}  {r.name}  {r.seconds:6.1f} s" + (f"\n          {r.error}" if r.error else ""))
+                bar.update(1)
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        try:
+            _stop(running, rundir)
+            for name, (proc, job_file) in running.items():  # finished before it could be stopped: kept
+                if job_file.with_suffix(".result.json").is_file():
+                    results.append(_collect(name, proc, job_file))
+        finally:
+            bar.close()
+            shutil.rmtree(rundir, ignore_errors=True)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        done = {r.name for r in results}
+        raise Interrupted(sorted(results, key=lambda r: order.index(r.name)),
+                          [n for n in order if n not in done]) from None
+    bar.close()
+    shutil.rmtree(rundir, ignore_errors=True)
+    return sorted(results, key=lambda r: order.index(r.name))
+
+
+def _collect(name: str, proc: subprocess.Popen, job_file: Path) -> Result:
+    """The result a finished worker wrote, or a failure saying how it ended."""
+    out = job_file.with_suffix(".result.json")
+    try:
+        return Result(**read_json(out, dict))
+    except (OSError, DamagedFile, TypeError):
+        log = job_file.with_name(f"{name}.log")
+        tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
+        return Result(name, "failed", 0.0, f"worker exited with status {proc.returncode}\n{tail}".strip())
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1]))
