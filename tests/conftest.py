@@ -18,10 +18,12 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
-    ok = ("from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)")
+    ok = ("from covbook import claims\n"
+          "claims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')")
     (tmp_path / "notebooks" / "01_alpha.md").write_text(make_notebook(ok))
     (tmp_path / "notebooks" / "02_beta.md").write_text(make_notebook(ok, "x = 2"))
     (tmp_path / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n")
+    (tmp_path / "notebooks" / "claims_manifest.yml").write_text("01_alpha: [x_is_x]\n02_beta: [x_is_x]\n")
     return tmp_path
 
 

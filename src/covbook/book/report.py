@@ -1,0 +1,163 @@
+"""Write the book's reproduction report from the last run.
+
+``write_report`` turns the per-notebook claims and run records in
+``book/generated`` (verified by :func:`covbook.book.checks.check`) into the page
+``book/generated/reproduction.md``: the verdict, counted per claim kind; the
+book's one per-claim level and the chance it implies that a correct run fails
+some evidence claim by chance; every claim grouped by notebook with its kind,
+tolerance basis and, where it could not be evaluated, the reason; each
+notebook's run time, profile and device; package versions and git commit.
+Each claim's row carries the anchor that the chapters' ``{claim}`` citations
+link to, and links back to the claim's verdict line in its chapter.  It also
+writes the calibration page (:mod:`covbook.book.sweep`).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from covbook.book.checks import Verdict, check
+from covbook.book.sweep import write_calibration_page
+from covbook.claims import KINDS, LEVEL, Z, Claim, familywise, fmt
+from covbook.book.config import Paths
+from covbook.book.results import write_results
+
+__all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text"]
+
+
+def error_rate_text(n_evidence: int) -> str:
+    """The statement of the book's error rate for a run with ``n_evidence`` evidence claims."""
+    return (
+        f"Every statistical evidence claim is checked at one per-claim level: two-sided α = {LEVEL:g}, a "
+        f"tolerance of Z = {Z:.2f} standard errors of the run's own uncertainty (plus any stated "
+        f"non-statistical allowance). A correct run fails such a claim by chance with probability α. "
+        f"This run has N = {n_evidence} evidence claims, so a correct run fails at least one of them by chance "
+        f"with probability at most 1 − (1 − α)^N = {100 * familywise(n_evidence):.2g} % (\"at most\": evidence "
+        "claims with exact bounds cannot fail by chance). Identity and sanity claims should never fail. "
+        "A tolerance at a different level says so in its basis. The {doc}`calibration page <calibration>` "
+        "shows how often each claim fails across seeds."
+    )
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and the packages a run depends on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("covbook", "torch", "numpy", "scipy", "matplotlib", "seaborn", "papermill", "jupytext", "jupyter-book"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def git_commit(root: Path) -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + (" (with uncommitted changes)" if dirty else "")
+
+
+def _cell(x: str) -> str:
+    return x.replace("|", "\\|").replace("\n", " ")
+
+
+
+
+def _theorem_labels(paths: Paths) -> set[str]:
+    """Labels of the theorem boxes in the notebooks' sources (``:label: thm-…``)."""
+    out: set[str] = set()
+    for src in paths.notebooks.glob("[0-9][0-9]_*.md"):
+        out.update(re.findall(r"^:label:\s*(\S+)\s*$", src.read_text(encoding="utf-8"), flags=re.M))
+    return out
+
+
+def _counts_text(claims: list[Claim]) -> str:
+    parts = []
+    for kind in KINDS:
+        cl = [c for c in claims if c.kind == kind]
+        if cl:
+            parts.append(f"{kind} {sum(c.passed for c in cl)} of {len(cl)}")
+    return ", ".join(parts)
+
+
+def _row(name: str, c: Claim, labels: set[str]) -> str:
+    thm = ""
+    if c.theorem:
+        thm = f" ({{prf:ref}}`{c.theorem}`)" if c.theorem in labels else f" ({_cell(c.theorem)})"
+    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if c.kind == "evidence"
+                                            else "—")
+    if c.reason:
+        basis += f"; not evaluated: {_cell(c.reason)}"
+    verdict = "✓ pass" if c.passed else "**✗ FAIL**"
+    return (f"| {{claim-row}}`{name}:{c.id}`: {_cell(c.statement)}{thm} | {c.kind} | {fmt(c.measured)} | "
+            f"{_cell(c.expected_text())} | {verdict} | {basis} |")
+
+
+def write_report(paths: Paths) -> Path:
+    """Write ``book/generated/reproduction.md`` (and the calibration page) from the last run; returns its path."""
+    v = check(paths)
+    n_pass = sum(c.passed for c in v.claims)
+    n_evidence = sum(c.kind == "evidence" for c in v.claims)
+    verdict = (f"all {len(v.claims)} claims pass" if n_pass == len(v.claims) else
+               f"{n_pass} of {len(v.claims)} claims pass")
+    lines = [
+        "# Reproduction report",
+        "",
+        "This page is generated by `covbook build` from the run that produced this book. "
+        "Every quantitative statement in the chapters is a *claim*: a measured value, the value "
+        "theory predicts, and a tolerance derived from theory or from the run's own uncertainty. "
+        "CI executes every notebook and fails when a claim fails. A claim is *evidence* (it tests a "
+        "prediction and could fail if the theory were wrong), *identity* (an exact algebraic identity "
+        "checked to rounding) or *sanity* (a property any reasonable implementation has). "
+        "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
+        "in its row links back to where the chapter records it.",
+        "",
+        f"**Verdict: {verdict}" + (".**" if v.ok else f"; {len(v.problems)} problem(s).**")
+        + (f" By kind: {_counts_text(v.claims)}." if v.claims else ""),
+        "",
+        "## The error rate",
+        "",
+        error_rate_text(n_evidence),
+        "",
+    ]
+    if v.problems:
+        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
+    lines += ["## Claims", ""]
+    labels = _theorem_labels(paths)
+    order = {k: i for i, k in enumerate(KINDS)}
+    for name in v.runs:
+        cl = sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, len(order)))
+        if not cl:
+            continue
+        lines += [f"### {name}", "",
+                  f"{sum(c.passed for c in cl)} of {len(cl)} pass ({_counts_text(cl)}).", "",
+                  "| claim | kind | measured | expected | verdict | tolerance basis |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [_row(name, c, labels) for c in cl]
+        lines.append("")
+    lines += ["", "## Runs", "", "| notebook | profile | device | seed | run time (s) | status | finished |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, meta in v.runs.items():
+        p = meta.get("parameters", {})
+        lines.append(f"| {name} | {p.get('profile')} | {meta.get('device_used', p.get('device'))} | {p.get('seed')} | "
+                     f"{meta.get('seconds', float('nan')):.1f} | {meta.get('status')} | {meta.get('finished', '')} |")
+    lines += ["", "## Environment", "", "| | |", "| --- | --- |",
+              f"| git commit | {git_commit(paths.root)} |", f"| platform | {_cell(platform.platform())} |"]
+    lines += [f"| {k} | {val} |" for k, val in versions().items()]
+    out = paths.generated / "reproduction.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    write_calibration_page(paths)
+    write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
+    return out
