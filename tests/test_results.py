@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from covbook.book.results import Results, Statement, load_statements, render, status, write_results
-from covbook.book.theorems import theorem_labels
+from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import Claim
 from helpers import ROOT
 
@@ -98,6 +98,19 @@ def test_the_books_data_file_is_consistent() -> None:
             assert nb in chapters, f"{s.id}: unknown chapter {nb}"
 
 
+def test_key_claims_are_in_the_claims_manifest() -> None:
+    """Every key claim is one the chapters record (the committed manifest of claim ids)."""
+    from covbook.book.checks import read_manifest
+    from covbook.book.config import Paths
+
+    manifest = read_manifest(Paths(ROOT))
+    if manifest is None:
+        pytest.skip("notebooks/claims_manifest.yml not committed yet (covbook check --update-manifest)")
+    missing = [f"{s.id}: {nb}:{cid}" for s in load_statements(ROOT / "book" / "results.yml").statements
+               for nb, cid in s.claim_keys() if cid not in manifest.get(nb, [])]
+    assert not missing, f"book/results.yml names claims the chapters do not record: {missing}"
+
+
 @pytest.mark.book
 def test_results_page_of_the_smoke_run(smoke_project: Path, smoke_book: subprocess.CompletedProcess) -> None:
     page = (smoke_project / "book" / "generated" / "results.md").read_text()
@@ -112,3 +125,9 @@ def test_theorem_labels_of_sources_and_executed_notebooks(tmp_path: Path) -> Non
     (tmp_path / "02_b.ipynb").write_text('{"cells": [{"source": ":::{prf:proposition} B\\n:label: thm-02-b\\n"}]}')
     (tmp_path / "notes.md").write_text(":label: not-a-chapter\n")
     assert theorem_labels(tmp_path) == {"thm-01-a", "thm-02-b"}
+
+
+def test_link_theorems_links_only_known_labels() -> None:
+    text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
+    assert link_theorems(text, {"thm-01-a", "thm-02-b"}) == (
+        "rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); Proposition thm-03-gone; x-01-y")

@@ -25,7 +25,6 @@ from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import KINDS, LEVEL, Z, Claim, familywise, fmt
 from covbook.book.config import Paths
-from covbook.book.results import write_results
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text"]
 
