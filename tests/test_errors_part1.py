@@ -216,7 +216,7 @@ BAD_CALLS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      "n_boot must be a positive"),
     ("bootstrap_se seed<0", lambda: stats.bootstrap_se([1.0, 2.0], np.mean, seed=-1), ValueError,
      "seed must be a non-negative"),
-    ("bootstrap_se seed str", lambda: stats.bootstrap_se([1.0, 2.0], np.mean, seed="a"), ValueError,
+    ("bootstrap_se seed str", lambda: stats.bootstrap_se([1.0, 2.0], np.mean, seed="a"), TypeError,
      "seed must be a non-negative"),
     ("bootstrap_se statistic", lambda: stats.bootstrap_se([1.0, 2.0], None), TypeError, "statistic must be"),
     ("mean_with_se one", lambda: stats.mean_with_se([1.0]), ValueError, "at least two"),
