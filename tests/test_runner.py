@@ -31,6 +31,11 @@ def test_run_check_and_cache(project):
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "remove-cell" in injected[0]["metadata"]["tags"]
 
+    timings = json.loads((project / ".covbook" / "timings.json").read_text())  # the plan's calibration
+    assert timings["01_alpha"]["cpu"]["smoke"]["parameters"]["x"] == 3
+    assert timings["02_beta"]["cpu"]["smoke"]["seconds"] > 0
+    assert not list((project / ".covbook" / "tmp").iterdir())  # the run's temporaries are gone
+
     second = covbook(project, "run", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 2 cached" in second.stdout
     # a change of parameters, of the source, or --force re-executes
