@@ -149,6 +149,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     assert not (gen / ".tmp").exists()
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the kernel's parent from /proc")
 def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
