@@ -132,7 +132,8 @@ def test_commands_without_notebooks_import_no_torch(project):
         "from covbook.book.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
         "    codes = [main(['check']), main(['run', '--plan', '--profile', 'full']), main(['clean'])]\n"
-        "import covbook.report, covbook.book.runner, covbook.book.plan\n"
+        "import covbook.book.report, covbook.book.sweep, covbook.book.sphinx_claims\n"
+        "import covbook.book.runner, covbook.book.plan\n"
         "print(codes, sorted(m for m in ('torch', 'numpy', 'scipy', 'papermill') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True)

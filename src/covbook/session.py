@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from covbook._validate import resolve_device
+from covbook.book.config import PROFILES
 
 __all__ = ["PROFILES", "setup"]
-
-PROFILES = ("smoke", "quick", "full")
 
 
 def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False) -> torch.device:
