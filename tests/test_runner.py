@@ -31,6 +31,11 @@ def test_run_check_and_cache(project):
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "remove-cell" in injected[0]["metadata"]["tags"]
 
+    timings = json.loads((project / ".covbook" / "timings.json").read_text())  # the plan's calibration
+    assert timings["01_alpha"]["cpu"]["smoke"]["parameters"]["x"] == 3
+    assert timings["02_beta"]["cpu"]["smoke"]["seconds"] > 0
+    assert not list((project / ".covbook" / "tmp").iterdir())  # the run's temporaries are gone
+
     second = covbook(project, "run", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 2 cached" in second.stdout
     # a change of parameters, of the source, or --force re-executes
@@ -114,7 +119,13 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    stat = Path(f"/proc/{pid}/stat")
+    if not Path("/proc").is_dir():
+        return True
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone, just not reaped
+    except OSError:
+        return False
 
 
 def test_ctrl_c_stops_the_run_within_seconds(project):
@@ -144,6 +155,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     assert not (gen / ".tmp").exists()
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the kernel's parent from /proc")
 def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "02", "--profile", "smoke", "--no-progress")

@@ -142,11 +142,16 @@ def _kill_kernel(pid_file: Path) -> None:
 
 def _is_kernel(pid: int) -> bool:
     """Whether ``pid`` is alive and is an ipykernel (pids are reused: never kill a stranger)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+    if Path("/proc").is_dir():
+        try:
+            return b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+    try:  # no /proc (macOS)
+        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
         return False
-    return b"ipykernel" in cmd
+    return "ipykernel" in out.stdout
 
 
 _KERNEL_PID_FILE: list[Path] = []  # the worker's kernel pid file, for the signal handler
