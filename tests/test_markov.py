@@ -468,3 +468,115 @@ def test_kv_cached_decoding_agrees_with_the_forward_pass():
     assert torch.equal(seq[:, 3:], torch.argmax(probs[:, 2:-1], dim=-1))
     s = mk.sample(m, prompt[0], 10, 1.0, torch.Generator().manual_seed(0))
     assert s.shape == (13,) and torch.equal(s[:3], prompt[0])
+
+
+# ---------------------------------------------------------------------------
+# Markov-chain statistics, the fixed-point residual, repetition bookkeeping
+# ---------------------------------------------------------------------------
+
+
+def test_asymptotic_covariance_closed_forms():
+    pi = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    iid = torch.outer(torch.ones(3, dtype=torch.float64), pi)
+    d = torch.diag(pi) - torch.outer(pi, pi)
+    torch.testing.assert_close(mk.asymptotic_covariance(iid), d)
+    rho = 0.6
+    sticky = rho * torch.eye(3, dtype=torch.float64) + (1 - rho) * iid
+    torch.testing.assert_close(mk.asymptotic_covariance(sticky), (1 + rho) / (1 - rho) * d)
+
+
+def test_asymptotic_covariance_matches_simulation():
+    g = torch.Generator().manual_seed(0)
+    k = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.7, 0.2], [0.3, 0.0, 0.7]], dtype=torch.float64)
+    x = mk.sample_markov_chain(k, 400, 2000, generator=g)  # (400, 2000)
+    pi = mk.stationary_distribution(k)
+    dev = (mk.empirical_frequencies(x, 3) - pi) * math.sqrt(2000)  # (400, 3)
+    emp = dev.T @ dev / 400
+    sigma = mk.asymptotic_covariance(k)
+    assert float((emp - sigma).abs().max()) < 0.25 * float(sigma.abs().max())
+
+
+def test_sample_markov_chain_is_stationary_and_seeded():
+    k = torch.tensor([[0.5, 0.5], [0.1, 0.9]], dtype=torch.float64)
+    a = mk.sample_markov_chain(k, 3, 50, generator=torch.Generator().manual_seed(1))
+    b = mk.sample_markov_chain(k, 3, 50, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and a.shape == (3, 50) and a.dtype == torch.long
+    x = mk.sample_markov_chain(k, 2000, 2, generator=torch.Generator().manual_seed(2))
+    assert abs(float((x[:, 0] == 1).double().mean()) - 5 / 6) < 0.05
+    with pytest.raises(ValueError, match="kernel"):
+        mk.sample_markov_chain([[0.5, 0.6], [0.5, 0.5]], 1, 3)
+    with pytest.raises(ValueError, match="length"):
+        mk.sample_markov_chain(k, 1, 0)
+
+
+def test_asymptotic_covariance_of_periodic_and_reducible_chains():
+    # an alternating chain's frequencies are within 1/t of (1/2, 1/2): no fluctuation at scale t^(-1/2)
+    torch.testing.assert_close(mk.asymptotic_covariance([[0.0, 1.0], [1.0, 0.0]]),
+                               torch.zeros(2, 2, dtype=torch.float64), atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="several stationary laws"):
+        mk.asymptotic_covariance([[1.0, 0.0], [0.0, 1.0]])
+
+
+def test_attractor_contrast_and_repetition_metrics():
+    d, se = mk.attractor_contrast([[0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2]], 3)
+    assert d == 1.0 and se == 0.0
+    # one ergodic-looking pattern repeated: no contrast
+    d, se = mk.attractor_contrast([[0, 1, 0, 1]] * 4, 2)
+    assert d == 0.0 and se == 0.0
+    m = mk.repetition_metrics([[0, 1, 0, 1], [1, 1, 1, 1]], 2, n=2)
+    assert m["seq_rep"] == pytest.approx(mk.seq_rep_n([[0, 1, 0, 1], [1, 1, 1, 1]], 2))
+    assert m["distinct"] == pytest.approx(0.5) and m["between"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="at least 3 runs"):
+        mk.attractor_contrast([[0, 1], [1, 0]], 2)
+
+
+def test_cycle_records_on_constructed_runs(one_layer):
+    prompt = [0, 1]
+    runs = np.array([prompt + [2, 3] * 10, prompt + [0, 1, 2, 3, 0, 2, 1, 3, 0, 3, 2, 1, 1, 2, 0, 3, 3, 0, 2, 1]])
+    recs = mk.cycle_records(None, runs, 2, self_consistency=False)
+    assert recs[0].final == (2, 2) and recs[0].entry == 0 and recs[0].period == 2 and recs[0].simple
+    assert recs[1].final is None
+    summ = mk.cycle_summary(recs)
+    assert summ["n_runs"] == 2 and summ["n_cycled"] == 1 and summ["frac_cycled"] == 0.5
+    assert math.isnan(summ["frac_consistent"])
+    with pytest.raises(ValueError, match="model is needed"):
+        mk.cycle_records(None, runs, 2)
+    with pytest.raises(ValueError, match="t_detect"):
+        mk.cycle_records(one_layer, runs, 2, t_detect=100)
+
+
+def test_cycle_records_detects_breaks(two_layer):
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, two_layer.vocab_size, (4, 6), generator=g)
+    runs = mk.greedy_decode(two_layer, prompts, 60)
+    recs = mk.cycle_records(two_layer, runs, 6, t_detect=30, mean_field=tiny_mean_field)
+    for r, s in zip(recs, runs.numpy(), strict=True):
+        assert r.t_check == 36
+        if r.early is not None and r.observed_break is not None:
+            e, p = r.early
+            assert s[r.observed_break] != s[r.observed_break - p]
+            assert np.all(s[e + p:r.observed_break] == s[e:r.observed_break - p])
+
+
+def test_fixed_point_residual_is_zero_at_a_stationary_frequency(one_layer):
+    v = one_layer.vocab_size
+    # a sequence whose frequencies are the stationary law of its own kernel gives residual ~ 0
+    x = torch.arange(v).repeat(8)  # uniform frequencies at every multiple of v
+    res = mk.fixed_point_residual(one_layer, x, [v * 8], mean_field=tiny_mean_field)
+    pi = torch.full((v,), 1.0 / v, dtype=torch.float64)
+    k = mk.markov_kernel(one_layer, pi, mean_field=tiny_mean_field)
+    assert float(res[0]) == pytest.approx(float(mk.tv_distance(pi @ k, pi)))
+    with pytest.raises(ValueError, match="start"):
+        mk.fixed_point_residual(one_layer, x, [4], start=10, mean_field=tiny_mean_field)
+
+
+def test_size_guards_refuse_with_the_size_needed():
+    with pytest.raises(ValueError, match="GiB"):
+        mk.running_frequencies([0, 1, 2], 10**9)
+    with pytest.raises(ValueError, match="GiB"):
+        mk.empirical_frequencies(np.zeros((10**3, 2), dtype=int), 10**9)
+
+
+def test_cycle_break_time_rejects_t_min_above_t_max(two_layer):
+    with pytest.raises(ValueError, match="t_min"):
+        mk.cycle_break_time(two_layer, [0], [1, 2], 10, t_min=20)

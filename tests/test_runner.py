@@ -86,6 +86,7 @@ def test_notebook_without_parameters_cell_is_rejected(project):
 
 # ----------------------------------------------------------------------------- interruption, leftovers, damage
 
+OK = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
 SLEEPER = ("import time\ntime.sleep(120)\n"
            "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
 
@@ -210,3 +211,18 @@ def test_editing_the_pipeline_does_not_re_execute(project, monkeypatch):
     assert cache.science_hash(copy) == before
     res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 1 cached" in res.stdout
+
+
+def test_two_runs_at_once_the_second_is_refused_and_the_first_kept(project):
+    """Two runs of one notebook at once: the second says who holds the tree and leaves the first alone."""
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook("import time\ntime.sleep(6)\n" + OK))
+    first = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
+    _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
+    second = covbook(project, "run", "02", "--profile", "smoke", "--no-progress")
+    assert second.returncode == 1 and f"locked by pid {first.pid}" in second.stderr
+    assert "covbook run 02" in second.stderr
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and "1 executed" in out, err
+    assert (project / "book" / "generated" / "claims" / "02_beta.json").is_file()
+    waited = covbook(project, "run", "02", "--profile", "smoke", "--no-progress", "--wait", check=True)
+    assert "1 cached" in waited.stdout

@@ -326,3 +326,94 @@ def test_tail_exponent_is_the_largest_logit_variance_per_unit_whitened_query():
     assert 1.0 / (2.0 * float(s.max())) == pytest.approx(kappa, rel=1e-5)
     m2 = CausalTransformer(d_in=2, d_model=4, n_layers=1, logit_scale=1.4, seed=4)
     assert gaussian_tail_exponents(m2, cov)[0] == pytest.approx(kappa / 4, rel=1e-10)
+
+
+# ---------------------------------------------------------------------------
+# the derivative of the mean field, the rate constant, checkpoints, divergence
+# ---------------------------------------------------------------------------
+
+
+def test_mean_field_jacobian_is_a_tangent_derivative():
+    from covbook.transformer import mean_field_jacobian
+
+    m = CausalTransformer(vocab_size=4, d_model=6, n_layers=2, n_heads=2, mlp=True, layer_norm=True, seed=3)
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    jac = mean_field_jacobian(m, pi)  # (V, d, V)
+    assert jac.shape == (4, 6, 4)
+    delta = torch.tensor([0.02, -0.01, 0.0, -0.01], dtype=torch.float64)  # tangent: sums to 0
+    first_order = jac @ delta  # (V, d)
+    exact = mean_field_discrete(m, pi + delta) - mean_field_discrete(m, pi)
+    assert float((exact - first_order).abs().max()) < 0.05 * float(exact.abs().max())
+    with pytest.raises(ValueError, match="positive"):
+        mean_field_jacobian(m, torch.tensor([0.0, 0.2, 0.4, 0.4]))
+
+
+def test_collapse_constant_matches_iid_simulation():
+    from covbook.markov import asymptotic_covariance
+    from covbook.transformer import collapse_constant
+
+    v = 4
+    m = CausalTransformer(vocab_size=v, d_model=6, n_layers=1, n_heads=2, mlp=True, layer_norm=True, seed=5)
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    c = collapse_constant(m, pi, asymptotic_covariance(torch.outer(torch.ones(v, dtype=torch.float64), pi)))
+    g = torch.Generator().manual_seed(0)
+    t = 400
+    x = torch.multinomial(pi.expand(300, v), t, replacement=True, generator=g)  # (300, t)
+    h = hidden_states_at(m, x, [t])[-1, :, 0]  # (300, d)
+    sq = ((h - mean_field_discrete(m, pi)[x[:, -1]]) ** 2).sum(-1) * t  # (300,)
+    assert abs(float(sq.mean()) - c) < 4 * float(sq.std()) / math.sqrt(300) + 0.05 * c
+    with pytest.raises(ValueError, match="one-layer"):
+        collapse_constant(CausalTransformer(vocab_size=v, d_model=6, n_layers=2, seed=0), pi, torch.eye(v))
+
+
+def test_checkpoint_fingerprint_and_damaged_checkpoints(tmp_path):
+    from covbook.transformer import checkpoint_fingerprint, load_checkpoint
+
+    m = CausalTransformer(vocab_size=5, d_model=8, n_layers=1, seed=0, dtype=torch.float32)
+    toks = torch.randint(0, 5, (400,), generator=torch.Generator().manual_seed(0))
+    kw = dict(steps=4, batch_size=2, seq_len=8, lr=1e-3, seed=0)
+    fp = checkpoint_fingerprint(m, toks, **kw)
+    assert fp == checkpoint_fingerprint(m, toks, **kw, grad_clip=1.0)  # the default, spelled out
+    assert fp != checkpoint_fingerprint(m, toks, **kw, grad_clip=0.5)
+    bad = tmp_path / "garbage.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="damaged"):
+        load_checkpoint(bad)
+    with pytest.raises(ValueError, match="damaged"):
+        train_language_model(m, toks, **kw, checkpoint=bad)
+    good = tmp_path / "good.pt"
+    train_language_model(m, toks, **kw, checkpoint=good)
+    assert load_checkpoint(good, fingerprint=fp)["step"] == 4
+    with pytest.raises(ValueError, match="another model"):
+        load_checkpoint(good, fingerprint="0" * 16)
+
+
+def test_window_losses_average_to_evaluate_loss():
+    from covbook.transformer import window_losses
+
+    m = CausalTransformer(vocab_size=5, d_model=8, n_layers=1, seed=0)
+    toks = torch.randint(0, 5, (300,), generator=torch.Generator().manual_seed(1))
+    wl = window_losses(m, toks, 10, max_windows=7, batch_size=3)
+    assert wl.shape == (7,)
+    assert float(wl.mean()) == pytest.approx(evaluate_loss(m, toks, 10, max_windows=7), rel=1e-12)
+
+
+def test_divergent_training_names_the_step_and_the_learning_rate():
+    m = CausalTransformer(vocab_size=5, d_model=8, n_layers=1, seed=0, dtype=torch.float32)
+    toks = torch.randint(0, 5, (400,), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="diverged at step .* lower lr"):
+        train_language_model(m, toks, steps=20, batch_size=2, seq_len=8, lr=1e6, seed=0, grad_clip=1e9)
+
+
+def test_generate_without_a_kv_cache_matches_the_cached_path():
+    class Wrapped(torch.nn.Module):
+        def __init__(self, inner: CausalTransformer) -> None:
+            super().__init__()
+            self.inner, self.vocab_size = inner, inner.vocab_size
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    m = CausalTransformer(vocab_size=6, d_model=8, n_layers=2, seed=2)
+    prompt = torch.tensor([[1, 2, 3], [0, 5, 4]])
+    assert torch.equal(generate(m, prompt, 12, temperature=0), generate(Wrapped(m), prompt, 12, temperature=0))

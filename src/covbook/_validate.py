@@ -83,7 +83,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def check_positive_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a positive finite number."""
+    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
+    if isinstance(x, (str, bytes, bool)):
+        raise ValueError(f"{name} must be a positive finite number, got {type(x).__name__} {x!r}")
     try:
         v = float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
@@ -108,3 +110,25 @@ def check_positive_int(n: object, name: str) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
         raise ValueError(f"{name} must be a positive integer, got {n!r}")
     return int(n)
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer, got {type(seed).__name__} {seed!r}")
+    if not 0 <= int(seed) < 2**63:
+        raise ValueError(f"{name} must be a non-negative integer below 2**63, got {seed!r}")
+    return int(seed)
+
+
+def check_nonnegative_float(x: object, name: str) -> float:
+    """Return ``x`` as a float, or raise unless it is a finite number >= 0."""
+    if isinstance(x, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}")
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}") from err
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+    return v

@@ -1,6 +1,6 @@
 """The Markov reduction of generation, greedy orbits, and repetition metrics.
 
-Xu & Fang (2026), second consequence; THEOREMS.md T5.  In a causal transformer
+Xu & Fang (2026), Section 6 (book chapters 09-10).  In a causal transformer
 without positional encoding the terminal state at position t tends to a
 deterministic function F_π(x_t) of the current token, where π is the law of the
 context tokens (T4).  Along a context whose empirical token frequencies are
@@ -40,6 +40,7 @@ NAACL 2016.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -58,10 +59,18 @@ __all__ = [
     "rep_l",
     "distinct_n",
     "within_between_tv",
+    "attractor_contrast",
+    "repetition_metrics",
+    "asymptotic_covariance",
+    "sample_markov_chain",
     "markov_kernel",
     "greedy_map",
     "cycle_self_consistent",
     "cycle_break_time",
+    "CycleRecord",
+    "cycle_records",
+    "cycle_summary",
+    "fixed_point_residual",
     "next_token_probs",
     "markov_gap",
     "shuffle_test",
@@ -138,13 +147,27 @@ def _positions(positions: object | None, length: int) -> list[int]:
     """1-based context lengths t in [1, T], strictly increasing (default: all)."""
     if positions is None:
         return list(range(1, length + 1))
-    raw = np.asarray(positions).reshape(-1)
-    if raw.size == 0 or not np.all(raw == np.round(raw)):
+    try:
+        raw = np.asarray(positions, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"positions must be a sequence of integer context lengths, got {positions!r}") from err
+    if raw.size == 0 or not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
         raise ValueError("positions must be a non-empty sequence of integer context lengths")
     pos = [int(p) for p in raw]
     if pos[0] < 1 or pos[-1] > length or any(b <= a for a, b in zip(pos[:-1], pos[1:], strict=True)):
         raise ValueError(f"positions must be strictly increasing context lengths in [1, {length}], got {pos[:6]}")
     return pos
+
+
+_MAX_BYTES = 4 * 2**30  # the largest array a metric here may allocate (4 GiB)
+
+
+def _check_size(n_elements: int, what: str) -> None:
+    """Refuse an allocation of more than ``_MAX_BYTES`` float64s, saying how much it needs."""
+    need = 8 * int(n_elements)
+    if need > _MAX_BYTES:
+        raise ValueError(f"{what} would need {need / 2**30:,.1f} GiB of memory (more than "
+                         f"{_MAX_BYTES / 2**30:.0f} GiB); use fewer tokens or a smaller vocabulary")
 
 
 def _ngrams(seq: np.ndarray, n: int) -> list[tuple[int, ...]]:
@@ -180,8 +203,11 @@ def empirical_frequencies(tokens: object, vocab_size: int) -> torch.Tensor:
         raise ValueError("tokens must contain at least one token")
     if arr.max() >= v:
         raise ValueError(f"tokens must be ids in 0..{v - 1}, got {arr.max()}")
-    onehot = np.eye(v)[arr]  # (..., T, V)
-    return torch.as_tensor(onehot.mean(-2))
+    rows = arr.reshape(-1, arr.shape[-1])  # (R, T)
+    _check_size(rows.shape[0] * v, f"frequencies of {rows.shape[0]} sequences over {v} tokens")
+    counts = np.zeros((rows.shape[0], v))  # (R, V)
+    np.add.at(counts, (np.repeat(np.arange(rows.shape[0]), rows.shape[1]), rows.reshape(-1)), 1.0)
+    return torch.as_tensor((counts / rows.shape[1]).reshape(*arr.shape[:-1], v))
 
 
 def running_frequencies(tokens: object, vocab_size: int) -> torch.Tensor:
@@ -203,7 +229,10 @@ def running_frequencies(tokens: object, vocab_size: int) -> torch.Tensor:
         raise ValueError("tokens must contain at least one token")
     if arr.max() >= v:
         raise ValueError(f"tokens must be ids in 0..{v - 1}, got {arr.max()}")
-    counts = np.cumsum(np.eye(v)[arr], axis=-2)  # (..., T, V)
+    _check_size(2 * arr.size * v, f"running frequencies of {arr.size} tokens over {v} tokens")
+    onehot = np.zeros((*arr.shape, v))  # (..., T, V)
+    np.put_along_axis(onehot, arr[..., None], 1.0, axis=-1)
+    counts = np.cumsum(onehot, axis=-2)  # (..., T, V)
     t = np.arange(1, arr.shape[-1] + 1)[:, None]  # (T, 1)
     return torch.as_tensor(counts / t)
 
@@ -482,6 +511,150 @@ def within_between_tv(runs: object, vocab_size: int) -> tuple[torch.Tensor, torc
     return within, between
 
 
+def attractor_contrast(runs: object, vocab_size: int) -> tuple[float, float]:
+    r"""Between-run minus within-run TV of token frequencies, with a jackknife SE over runs.
+
+    .. math:: \Delta = \overline{\mathrm{TV}}_{\text{between}} - \overline{\mathrm{TV}}_{\text{within}},
+
+    the means of :func:`within_between_tv`.  For runs of one ergodic chain (or windows of
+    a stationary text) Δ is sampling noise around 0 (to O(1/T)); runs that settle on
+    different attractors give Δ > 0.  The standard error is the leave-one-run-out
+    jackknife, which accounts for the dependence of the pairwise *between* distances.
+
+    Parameters
+    ----------
+    runs : int array, shape (R, T), R >= 3, T >= 2
+
+    Returns
+    -------
+    (Δ, jackknife SE)
+
+    Examples
+    --------
+    >>> d, se = attractor_contrast([[0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2]], 3)
+    >>> d, se
+    (1.0, 0.0)
+    """
+    arr = _tokens_np(runs, "runs", ndim=(2,))
+    if arr.shape[0] < 3:
+        raise ValueError(f"runs must hold at least 3 runs for a jackknife SE, got shape {arr.shape}")
+    within, between = within_between_tv(arr, vocab_size)
+    r = arr.shape[0]
+    i, j = torch.triu_indices(r, r, offset=1)
+    full = float(between.mean() - within.mean())
+    loo = []
+    for k in range(r):
+        keep_pairs = (i != k) & (j != k)
+        keep_runs = torch.arange(r) != k
+        loo.append(float(between[keep_pairs].mean() - within[keep_runs].mean()))
+    loo_arr = np.array(loo)
+    se = float(np.sqrt((r - 1) / r * ((loo_arr - loo_arr.mean()) ** 2).sum()))
+    return full, se
+
+
+def repetition_metrics(runs: object, vocab_size: int, n: int = 4) -> dict[str, float]:
+    r"""The repetition and diversity metrics of a batch of generations, in one call.
+
+    Returns ``seq_rep`` (:func:`seq_rep_n`, mean over runs), ``distinct``
+    (:func:`distinct_n`, pooled), ``entropy`` (mean entropy H(π̂) of each run's token
+    frequencies), ``within`` and ``between`` (means of :func:`within_between_tv`).
+
+    Parameters
+    ----------
+    runs : int array, shape (R, T), R >= 2, T >= max(n, 2)
+    n : int, the n of seq-rep-n and distinct-n
+
+    Examples
+    --------
+    >>> m = repetition_metrics([[0, 1, 0, 1], [1, 1, 1, 1]], 2, n=2)
+    >>> round(m["seq_rep"], 4), round(m["distinct"], 4), m["between"]
+    (0.5, 0.5, 0.5)
+    """
+    arr = _tokens_np(runs, "runs", ndim=(2,))
+    within, between = within_between_tv(arr, vocab_size)
+    return {"seq_rep": seq_rep_n(arr, n), "distinct": distinct_n(arr, n),
+            "entropy": float(entropy(empirical_frequencies(arr, vocab_size)).mean()),
+            "within": float(within.mean()), "between": float(between.mean())}
+
+
+def asymptotic_covariance(kernel: object, stationary: object | None = None) -> torch.Tensor:
+    r"""Asymptotic covariance of the token frequencies of a stationary ergodic Markov chain.
+
+    For a chain with kernel K and stationary law π, √t(π̂_t − π) → N(0, Σ) with
+
+    .. math:: \Sigma = \sum_{k\in\mathbb Z} \mathrm{Cov}(e_{x_0}, e_{x_k})
+              = D_\pi Z + Z^\top D_\pi - D_\pi - \pi\pi^\top,\qquad
+              Z = (I - K + \mathbf 1\pi^\top)^{-1},
+
+    the Markov-chain central limit theorem (Z is the fundamental matrix, D_π = diag π).
+    For iid tokens (K = 1πᵀ) it is D_π − ππᵀ; a chain that stays put with probability
+    ρ and otherwise draws from π multiplies that by (1 + ρ)/(1 − ρ).
+
+    Parameters
+    ----------
+    kernel : (V, V) row-stochastic and irreducible
+    stationary : (V,), optional (computed from the kernel when not given)
+
+    Returns
+    -------
+    tensor (V, V), float64, symmetric, rows summing to 0
+
+    Examples
+    --------
+    >>> asymptotic_covariance([[0.5, 0.5], [0.5, 0.5]])
+    tensor([[ 0.2500, -0.2500],
+            [-0.2500,  0.2500]], dtype=torch.float64)
+    """
+    k = _kernel(kernel).cpu()
+    v = k.shape[0]
+    pi = stationary_distribution(k) if stationary is None else _distribution(stationary, "stationary").cpu()
+    if pi.shape != (v,):
+        raise ValueError(f"stationary must have shape ({v},), got {tuple(pi.shape)}")
+    if not torch.allclose(pi @ k, pi, atol=1e-8, rtol=0.0):
+        raise ValueError("stationary is not stationary for kernel (π K ≠ π)")
+    eye = torch.eye(v, dtype=torch.float64)
+    a = eye - k + torch.outer(torch.ones(v, dtype=torch.float64), pi)  # (V, V)
+    if float(torch.linalg.svdvals(a).min()) < 1e-12:
+        raise ValueError("kernel is reducible: its frequencies have no asymptotic covariance")
+    z = torch.linalg.inv(a)  # (V, V) fundamental matrix
+    d = torch.diag(pi)
+    sigma = d @ z + z.T @ d - d - torch.outer(pi, pi)
+    return 0.5 * (sigma + sigma.T)
+
+
+def sample_markov_chain(kernel: object, n_chains: int, length: int, *, generator: torch.Generator | None = None,
+                        initial: object | None = None) -> torch.Tensor:
+    r"""Sample ``n_chains`` paths x_1..x_T of the chain x_{t+1} ~ K(x_t, ·).
+
+    x_1 is drawn from ``initial`` (default: the stationary law, so the paths are
+    stationary).  Returns a long tensor of shape (n_chains, length) on the CPU.
+
+    Examples
+    --------
+    >>> x = sample_markov_chain([[0.0, 1.0], [1.0, 0.0]], 2, 5, initial=[1.0, 0.0])
+    >>> x.tolist()
+    [[0, 1, 0, 1, 0], [0, 1, 0, 1, 0]]
+    """
+    k = _kernel(kernel).cpu()
+    n_chains = check_positive_int(n_chains, "n_chains")
+    length = check_positive_int(length, "length")
+    _check_size(n_chains * length, f"{n_chains} chains of length {length}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    p0 = stationary_distribution(k) if initial is None else _distribution(initial, "initial").cpu()
+    if p0.shape != (k.shape[0],):
+        raise ValueError(f"initial must have shape ({k.shape[0]},), got {tuple(p0.shape)}")
+    cum = torch.cumsum(k, dim=1)  # (V, V)
+    cum[:, -1] = 1.0
+    out = torch.empty(n_chains, length, dtype=torch.long)
+    out[:, 0] = torch.multinomial(p0.expand(n_chains, -1), 1, replacement=True, generator=generator)[:, 0]
+    u = torch.rand(n_chains, length - 1, generator=generator, dtype=torch.float64)  # (n, T-1)
+    for t in range(1, length):
+        rows = cum[out[:, t - 1]]  # (n, V)
+        out[:, t] = torch.searchsorted(rows, u[:, t - 1 : t].contiguous(), right=True)[:, 0].clamp_max(k.shape[0] - 1)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # model-dependent quantities
 # ---------------------------------------------------------------------------
@@ -515,10 +688,10 @@ def markov_kernel(
     .. math:: K_\pi(x, \cdot) = \operatorname{softmax}\bigl(W_{\text{out}} F_\pi(x) / \tau\bigr),
 
     F_π(x) the terminal mean-field state of token x when the context tokens have
-    law π (THEOREMS.md T4, computed by ``mean_field``; by default
+    law π (paper Section 5, computed by ``mean_field``; by default
     :func:`covbook.transformer.mean_field_discrete`) and W_out the model's
     read-out (``model.logits_from_hidden``).  Row x is the Markov chain's law of
-    the next token after x (THEOREMS.md T5).
+    the next token after x (paper Section 6).
 
     Parameters
     ----------
@@ -636,8 +809,12 @@ def cycle_break_time(
         freqs = torch.as_tensor((counts_pre + n * counts_c) / (pre.size + n * c.size))  # (V,)
         return _follows(greedy_map(model, freqs, mean_field=mean_field).cpu().numpy(), c)
 
+    if t_min is not None:
+        t_min = check_positive_int(t_min, "t_min")
+        if t_min > t_max:
+            raise ValueError(f"t_min={t_min} must not exceed t_max={t_max}")
     n_max = (t_max - pre.size) // c.size
-    n_min = 1 if t_min is None else max(1, -(-(check_positive_int(t_min, "t_min") - pre.size) // c.size))
+    n_min = 1 if t_min is None else max(1, -(-(t_min - pre.size) // c.size))
     if n_max < n_min:
         return None
     grid = np.unique(np.geomspace(n_min, n_max, n_grid).astype(int))
@@ -653,6 +830,135 @@ def cycle_break_time(
             return int(pre.size + hi * c.size)
         prev = int(n)
     return None
+
+
+@dataclass
+class CycleRecord:
+    """What :func:`cycle_records` found in one greedy run (times are 0-based indices of the run).
+
+    ``final`` is (entry, period) of the cycle the run ends in (:func:`find_cycle` with
+    three periods covering the last quarter of the continuation), else None; ``entry`` is
+    that entry counted in steps after the prompt.  ``simple``: the final cycle visits
+    distinct tokens.  ``self_consistent``: :func:`cycle_self_consistent` of the final
+    cycle (None when not computed).  ``early``: the cycle present at index ``t_check``
+    (same rule on the prefix), ``observed_break``: the first index at which the run
+    leaves that cycle (None: it holds to the end), ``predicted_break``:
+    :func:`cycle_break_time` of it from t_check on (None: predicted to hold).
+    """
+
+    final: tuple[int, int] | None
+    entry: int | None = None
+    period: int | None = None
+    simple: bool | None = None
+    self_consistent: bool | None = None
+    t_check: int | None = None
+    early: tuple[int, int] | None = None
+    early_simple: bool | None = None
+    observed_break: int | None = None
+    predicted_break: int | None = None
+
+
+def _observed_break(seq: np.ndarray, entry: int, period: int) -> int | None:
+    """First index i >= entry + period with seq[i] != seq[i - period], or None."""
+    bad = np.flatnonzero(seq[entry + period:] != seq[entry:seq.size - period])
+    return int(entry + period + bad[0]) if bad.size else None
+
+
+def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, *, t_detect: int | None = None,
+                  self_consistency: bool = True, mean_field: MeanField | None = None) -> list[CycleRecord]:
+    r"""Find the cycles greedy runs end in and, optionally, test the mean field's predictions on them.
+
+    For each run (prompt of ``prompt_len`` tokens, then the continuation of length n):
+    the final cycle is :func:`find_cycle` with 3 periods covering at least n/4 tokens.
+    With a ``model`` and ``self_consistency``, :func:`cycle_self_consistent` is evaluated
+    on it.  With ``t_detect``, the cycle already present at t_check = prompt_len +
+    t_detect (3 periods covering t_detect/4) is followed to the end of the run and
+    compared with :func:`cycle_break_time`.
+
+    Parameters
+    ----------
+    model : the model that generated the runs (needed for self-consistency and breaks), or None
+    runs : int array (R, T)
+    prompt_len : int >= 0
+    t_detect : int, optional, 1 <= t_detect < T - prompt_len
+
+    Returns
+    -------
+    list of :class:`CycleRecord`, one per run
+    """
+    arr = _tokens_np(runs, "runs", ndim=(2,))
+    if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)) or prompt_len < 0:
+        raise ValueError(f"prompt_len must be a non-negative integer, got {prompt_len!r}")
+    n_cont = arr.shape[1] - int(prompt_len)
+    if n_cont < 4:
+        raise ValueError(f"runs must continue their prompt by at least 4 tokens, got shape {arr.shape} "
+                         f"with prompt_len={prompt_len}")
+    if t_detect is not None:
+        t_detect = check_positive_int(t_detect, "t_detect")
+        if t_detect >= n_cont:
+            raise ValueError(f"t_detect={t_detect} must be shorter than the continuation ({n_cont} tokens)")
+    if model is None and (self_consistency or t_detect is not None):
+        raise ValueError("model is needed for self_consistency or t_detect")
+    out = []
+    for s in arr:
+        final = find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))
+        rec = CycleRecord(final=final)
+        if final is not None:
+            e, p = final
+            cyc = s[e:e + p]
+            rec.entry, rec.period = max(0, e - int(prompt_len)), p
+            rec.simple = len(set(cyc.tolist())) == p
+            if self_consistency:
+                rec.self_consistent = cycle_self_consistent(model, cyc, mean_field=mean_field)
+        if t_detect is not None:
+            t_check = int(prompt_len) + t_detect
+            rec.t_check = t_check
+            rec.early = find_cycle(s[:t_check], min_repeats=3, min_length=max(1, t_detect // 4))
+            if rec.early is not None:
+                e, p = rec.early
+                rec.early_simple = len(set(s[e:e + p].tolist())) == p
+                rec.observed_break = _observed_break(s, e, p)
+                rec.predicted_break = cycle_break_time(model, s[:e], s[e:e + p], s.size, t_min=t_check,
+                                                       mean_field=mean_field)
+        out.append(rec)
+    return out
+
+
+def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
+    """Counts and shares over :func:`cycle_records` (NaN where a share has no cases).
+
+    Keys: n_runs, n_cycled, frac_cycled, frac_simple_all, frac_consistent, median_entry; with
+    early detection also n_early, n_held (held to the end), frac_simple_held, n_pred_hold
+    (predicted to hold), hold_precision (share of those that held), n_broke, n_later
+    (broke, predicted break after t_check), n_not_early (of those, broke no earlier than
+    predicted), n_at_check (predicted break at t_check) and n_at_check_held.
+    """
+    recs = list(records)
+    if not recs or not all(isinstance(r, CycleRecord) for r in recs):
+        raise ValueError("records must be a non-empty list of CycleRecord")
+
+    def share(xs: list[bool]) -> float:
+        return float(np.mean(xs)) if xs else float("nan")
+
+    cycled = [r for r in recs if r.final is not None]
+    early = [r for r in recs if r.early is not None]
+    held = [r for r in early if r.observed_break is None]
+    pred_hold = [r for r in early if r.predicted_break is None]
+    broke = [r for r in early if r.observed_break is not None]
+    later = [r for r in broke if r.predicted_break is not None and r.predicted_break > r.t_check]
+    at_check = [r for r in early if r.predicted_break == r.t_check]
+    return {
+        "n_runs": len(recs), "n_cycled": len(cycled), "frac_cycled": len(cycled) / len(recs),
+        "frac_simple_all": share([bool(r.simple) for r in cycled]),
+        "frac_consistent": share([bool(r.self_consistent) for r in cycled if r.self_consistent is not None]),
+        "median_entry": float(np.median([r.entry for r in cycled])) if cycled else float("nan"),
+        "n_early": len(early), "n_held": len(held),
+        "frac_simple_held": share([bool(r.early_simple) for r in held]),
+        "n_pred_hold": len(pred_hold), "hold_precision": share([r.observed_break is None for r in pred_hold]),
+        "n_broke": len(broke), "n_later": len(later),
+        "n_not_early": sum(r.observed_break >= r.predicted_break for r in later),
+        "n_at_check": len(at_check), "n_at_check_held": sum(r.observed_break is None for r in at_check),
+    }
 
 
 def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float = 1.0) -> torch.Tensor:
@@ -688,7 +994,7 @@ def markov_gap(
     .. math:: \mathrm{gap}_t = \mathrm{TV}\bigl(p(\cdot \mid x_{1:t}),\; K_{\hat\pi_t}(x_t, \cdot)\bigr),
               \qquad \hat\pi_t = \tfrac1t \textstyle\sum_{s \le t} e_{x_s},
 
-    THEOREMS.md T5: O(t^{-1/2}) for a NoPE transformer on a stationary ergodic
+    Paper Section 6: O(t^{-1/2}) for a NoPE transformer on a stationary ergodic
     context.  For one layer it is 0 exactly: the attention at position t *is*
     the tilted mean over π̂_t.
 
@@ -715,6 +1021,58 @@ def markov_gap(
     return gap[0] if single else gap
 
 
+def fixed_point_residual(
+    model: torch.nn.Module,
+    tokens: object,
+    positions: object | None = None,
+    temperature: float = 1.0,
+    *,
+    start: int = 0,
+    mean_field: MeanField | None = None,
+) -> torch.Tensor:
+    r"""Residual of the mean-field fixed-point equation π = π K_π along a sequence.
+
+    .. math:: r_t = \mathrm{TV}\bigl(\nu_t K_{\hat\pi_t},\ \nu_t\bigr),\qquad
+              \nu_t = \frac{1}{t - t_0}\sum_{t_0 < s \le t} e_{x_s},
+
+    with π̂_t the frequencies of the whole context x_{1:t} (which set the kernel) and ν_t
+    the occupation of the tokens after the first t_0 = ``start`` (e.g. the generated
+    tokens after a prompt; ``start=0`` gives ν_t = π̂_t).  Along the model's own
+    generation the tokens follow, up to the Markov gap, the chain
+    x_{s+1} ~ K_{π̂_s}(x_s, ·), so ν_t K − ν_t is an average of martingale increments
+    plus drift terms, each O_P((t − t_0)^{-1/2}) (paper Section 6): a limit π* of π̂_t
+    must solve π* = π* K_{π*}.
+
+    Parameters
+    ----------
+    tokens : long, shape (T,) or (B, T)
+    positions : increasing 1-based context lengths t > start (default start+1..T)
+    temperature : float, τ > 0 (the temperature the tokens were sampled at)
+    start : int >= 0, tokens excluded from the occupation ν_t
+
+    Returns
+    -------
+    tensor, shape (n_pos,) or (B, n_pos), float64
+    """
+    v = _vocab_size(model)
+    x, single = _tokens_torch(tokens, v)
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < x.shape[1]:
+        raise ValueError(f"start must be an integer in [0, {x.shape[1]}), got {start!r}")
+    pos = list(range(int(start) + 1, x.shape[1] + 1)) if positions is None else _positions(positions, x.shape[1])
+    if pos[0] <= start:
+        raise ValueError(f"positions must exceed start={start}, got {pos[0]}")
+    tau = _temperature(temperature)
+    freqs = running_frequencies(x.cpu(), v)  # (B, T, V)
+    occ = running_frequencies(x[:, int(start):].cpu(), v)  # (B, T - start, V)
+    out = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
+    for b in range(x.shape[0]):
+        for j, t in enumerate(pos):
+            k = markov_kernel(model, freqs[b, t - 1], tau, mean_field=mean_field).cpu()  # (V, V)
+            nu = occ[b, t - 1 - int(start)]  # (V,)
+            out[b, j] = tv_distance(nu @ k, nu)
+    return out[0] if single else out
+
+
 def shuffle_test(
     model: torch.nn.Module,
     tokens: object,
@@ -732,7 +1090,7 @@ def shuffle_test(
 
     averaged over ``n_perm`` permutations.  Needs only the model's outputs.  For
     a Markov law given π̂_t it is 0 (π̂_t is permutation invariant): exactly 0 for
-    a one-layer NoPE transformer, O(t^{-1/2}) for deeper ones (THEOREMS.md T5).
+    a one-layer NoPE transformer, O(t^{-1/2}) for deeper ones (paper Section 6).
 
     Parameters
     ----------
@@ -763,36 +1121,22 @@ def shuffle_test(
     return out[0] if single else out
 
 
-def _generate(
-    model: torch.nn.Module,
-    prompt: object,
-    steps: int,
-    pick: Callable[[torch.Tensor], torch.Tensor],
-    temperature: float,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
-    x, single = _tokens_torch(prompt, _vocab_size(model), "prompt")
-    steps = check_positive_int(steps, "steps")
-    dev, _ = _model_device_dtype(model)
-    from covbook.transformer import CausalTransformer, generate
+def _generate(model: torch.nn.Module, prompt: object, steps: int, temperature: float,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """Validate a (T0,) or (B, T0) prompt and continue it with :func:`covbook.transformer.generate`."""
+    from covbook.transformer.generation import generate
 
-    if isinstance(model, CausalTransformer):  # KV-cached decoding, same picks
-        seq = generate(model, x.to(dev), steps, temperature=temperature, generator=generator)
-        return seq[0] if single else seq
-    seq = torch.empty(x.shape[0], x.shape[1] + steps, dtype=torch.long, device=dev)  # (B, T0 + steps)
-    seq[:, : x.shape[1]] = x.to(dev)
-    with torch.no_grad():
-        for t in range(x.shape[1], seq.shape[1]):
-            logits = model(seq[:, :t])[:, -1].to(torch.float64)  # (B, V)
-            seq[:, t] = pick(logits)
+    x, single = _tokens_torch(prompt, _vocab_size(model), "prompt")
+    seq = generate(model, x, steps, temperature=temperature, generator=generator)
     return seq[0] if single else seq
 
 
 def greedy_decode(model: torch.nn.Module, prompt: object, steps: int) -> torch.Tensor:
     """Greedy continuation x_{t+1} = argmax p(· | x_{1:t}) (ties: smallest id).
 
-    A :class:`covbook.transformer.CausalTransformer` decodes with its KV cache
-    (:func:`covbook.transformer.generate`); any other model reruns its forward pass.
+    Calls :func:`covbook.transformer.generate` (temperature 0): a
+    :class:`covbook.transformer.CausalTransformer` decodes with its KV cache, any
+    other model reruns its forward pass.
 
     Parameters
     ----------
@@ -803,7 +1147,7 @@ def greedy_decode(model: torch.nn.Module, prompt: object, steps: int) -> torch.T
     -------
     long tensor, shape (T0 + steps,) or (B, T0 + steps): prompt then continuation.
     """
-    return _generate(model, prompt, steps, lambda logits: torch.argmax(logits, dim=-1), 0.0, None)
+    return _generate(model, prompt, steps, 0.0, None)
 
 
 def sample(
@@ -826,10 +1170,4 @@ def sample(
     -------
     long tensor, shape (T0 + steps,) or (B, T0 + steps).
     """
-    tau = _temperature(temperature)
-
-    def pick(logits: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(logits / tau, dim=-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-    return _generate(model, prompt, steps, pick, tau, generator)
+    return _generate(model, prompt, steps, _temperature(temperature), generator)

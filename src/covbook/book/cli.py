@@ -163,9 +163,12 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
 
+    from covbook.book.runner import clean_stale
+
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
         if _damaged(paths, "build"):
             return 1
+        clean_stale(paths)  # what an interrupted run left must not reach the book
         from covbook.book.report import write_report
 
         report = write_report(paths)

@@ -20,7 +20,9 @@ import subprocess
 from pathlib import Path
 
 from covbook.book.checks import Verdict, check
+from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
+from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import KINDS, LEVEL, Z, Claim, familywise, fmt
 from covbook.book.config import Paths
 
@@ -71,14 +73,6 @@ def _cell(x: str) -> str:
 
 
 
-def _theorem_labels(paths: Paths) -> set[str]:
-    """Labels of the theorem boxes in the notebooks' sources (``:label: thm-…``)."""
-    out: set[str] = set()
-    for src in paths.notebooks.glob("[0-9][0-9]_*.md"):
-        out.update(re.findall(r"^:label:\s*(\S+)\s*$", src.read_text(encoding="utf-8"), flags=re.M))
-    return out
-
-
 def _counts_text(claims: list[Claim]) -> str:
     parts = []
     for kind in KINDS:
@@ -97,7 +91,7 @@ def _row(name: str, c: Claim, labels: set[str]) -> str:
     if c.reason:
         basis += f"; not evaluated: {_cell(c.reason)}"
     verdict = "✓ pass" if c.passed else "**✗ FAIL**"
-    return (f"| {{claim-row}}`{name}:{c.id}`: {_cell(c.statement)}{thm} | {c.kind} | {fmt(c.measured)} | "
+    return (f"| {{claim-row}}`{name}:{c.id}`: {link_theorems(_cell(c.statement), labels)}{thm} | {c.kind} | {fmt(c.measured)} | "
             f"{_cell(c.expected_text())} | {verdict} | {basis} |")
 
 
@@ -131,7 +125,7 @@ def write_report(paths: Paths) -> Path:
     if v.problems:
         lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
     lines += ["## Claims", ""]
-    labels = _theorem_labels(paths)
+    labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
     for name in v.runs:
         cl = sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, len(order)))
@@ -158,4 +152,5 @@ def write_report(paths: Paths) -> Path:
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
     write_calibration_page(paths)
+    write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
     return out

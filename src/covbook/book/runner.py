@@ -149,7 +149,13 @@ def _is_kernel(pid: int) -> bool:
     return b"ipykernel" in cmd
 
 
+_KERNEL_PID_FILE: list[Path] = []  # the worker's kernel pid file, for the signal handler
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    """Stop the worker: its kernel first (frees the CPU at once), then unwind with ``KeyboardInterrupt``."""
+    for pid_file in _KERNEL_PID_FILE:
+        _kill_kernel(pid_file)
     raise KeyboardInterrupt
 
 
@@ -231,6 +237,7 @@ def _worker_main(job_file: str) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     job = read_json(job_file, dict)
+    _KERNEL_PID_FILE.append(Path(job["rundir"]) / f"{job['name']}.kernel.pid")
     threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
     try:
         result = execute_one(job)
@@ -325,6 +332,9 @@ def _stop(running: dict[str, tuple[subprocess.Popen, Path]], rundir: Path) -> No
             proc.wait()
     for pid_file in rundir.glob("*.kernel.pid"):
         _kill_kernel(pid_file)
+    for proc, _ in running.values():  # a worker killed before its clean-up leaves its socket folder
+        for d in Path(tempfile.gettempdir()).glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def run_notebooks(

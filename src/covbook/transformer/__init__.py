@@ -1,0 +1,65 @@
+r"""A small causal transformer, its mean-field map, generation and a character-level language model.
+
+This package serves the depth and repetition results of Xu & Fang (2026), Sections 5-6 (book
+chapters 08-10).  One concept per module:
+
+* :mod:`~covbook.transformer.model` -- :class:`CausalTransformer` (discrete or continuous tokens,
+  optional heads, MLP, layer norm, learned or rotary positions, hidden-state taps, KV cache) and
+  :func:`hidden_states_at`.
+* :mod:`~covbook.transformer.mean_field` -- the mean-field maps F_l of a NoPE transformer
+  (:func:`mean_field`, :func:`mean_field_discrete`, :func:`mean_field_gaussian`,
+  :func:`gaussian_tail_exponents`) and their derivative in the context law
+  (:func:`mean_field_jacobian`, :func:`collapse_constant`).
+* :mod:`~covbook.transformer.quadrature` -- Gaussian quadrature rules used as context laws.
+* :mod:`~covbook.transformer.generation` -- :func:`generate`, the one implementation of greedy
+  decoding and temperature sampling.
+* :mod:`~covbook.transformer.text` -- :class:`CharTokenizer`, :func:`python_reference_text`.
+* :mod:`~covbook.transformer.training` -- :func:`train_language_model`, :func:`evaluate_loss`,
+  and the checkpoint key and reader (:func:`checkpoint_fingerprint`, :func:`load_checkpoint`).
+"""
+
+from covbook.transformer.generation import generate
+from covbook.transformer.mean_field import (
+    collapse_constant,
+    gaussian_tail_exponents,
+    mean_field,
+    mean_field_discrete,
+    mean_field_gaussian,
+    mean_field_jacobian,
+)
+from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
+from covbook.transformer.quadrature import gauss_hermite_rule, gaussian_polar_rule
+from covbook.transformer.text import CharTokenizer, python_reference_text
+from covbook.transformer.training import (
+    TrainResult,
+    checkpoint_fingerprint,
+    evaluate_loss,
+    load_checkpoint,
+    train_language_model,
+    training_arguments,
+    window_losses,
+)
+
+__all__ = [
+    "POSITIONS",
+    "CausalTransformer",
+    "hidden_states_at",
+    "mean_field",
+    "mean_field_discrete",
+    "mean_field_gaussian",
+    "gaussian_tail_exponents",
+    "mean_field_jacobian",
+    "collapse_constant",
+    "gauss_hermite_rule",
+    "gaussian_polar_rule",
+    "generate",
+    "CharTokenizer",
+    "python_reference_text",
+    "TrainResult",
+    "train_language_model",
+    "training_arguments",
+    "evaluate_loss",
+    "window_losses",
+    "checkpoint_fingerprint",
+    "load_checkpoint",
+]

@@ -1,0 +1,275 @@
+r"""The mean-field map of a NoPE causal transformer (paper Section 5, book chapter 08).
+
+Run without positional encoding on a stationary ergodic context, the transformer forgets the
+context: the terminal state h^(L)_t approaches a deterministic function F_L(x_t) of the current
+token.  The mean-field recursion is
+
+.. math:: F_0 = E,\qquad F_{l+1}(x) = F_l(x) + \sum_{\text{heads}} \Theta_V
+          \frac{E_\mu[F_l(X) e^{a_l(x)^\top F_l(X)}]}{E_\mu[e^{a_l(x)^\top F_l(X)}]}
+          \ (+\ \text{the token-wise MLP}),\qquad a_l(x) = \Theta_K^\top \Theta_Q F_l(x),
+
+with the layer norm applied to the attention/MLP inputs where the model has one.  For zero-mean
+Gaussian inputs and attention only, F_l(x) = M_l x with the closed form
+M_{l+1} = M_l + Σ_heads Θ_V M_l Σ M_lᵀ Θ_Kᵀ Θ_Q M_l: a covariance readout at every depth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from covbook._validate import as_covariance, psd_sqrt_factor
+from covbook.attention import softmax_attention
+from covbook.transformer.model import CausalTransformer
+
+__all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
+           "mean_field_jacobian", "collapse_constant"]
+
+
+def _check_model(model: object) -> CausalTransformer:
+    if not isinstance(model, CausalTransformer):
+        raise TypeError(f"model must be a CausalTransformer, got {type(model).__name__}")
+    return model
+
+
+def _check_weights(weights: object, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    try:
+        w = torch.as_tensor(weights, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"weights/freqs must be a 1-d array of {n} numbers, got {type(weights).__name__}") from err
+    if w.ndim != 1 or w.shape[0] != n:
+        raise ValueError(f"weights/freqs must have shape ({n},), got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or float(w.sum()) <= 0:
+        raise ValueError("weights/freqs must be finite, non-negative and not all zero")
+    return w / w.sum()
+
+
+def _embed_points(model: CausalTransformer, pts: object, name: str) -> torch.Tensor:
+    """F_0 = E at the given tokens/points: (n, d)."""
+    if model.vocab_size is not None:
+        try:
+            p = torch.as_tensor(pts, device=model.device)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"{name} must be a 1-d tensor of token ids, got {type(pts).__name__}") from err
+        if p.ndim != 1 or p.is_floating_point():
+            raise ValueError(f"{name} must be a 1-d tensor of token ids for a discrete model")
+        return model.embed_tokens(p.long()[None])[0]  # (n, d)
+    try:
+        p = torch.as_tensor(pts, dtype=model.dtype, device=model.device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be an array of shape (n, {model.d_in}), got {type(pts).__name__}") from err
+    if p.ndim != 2:
+        raise ValueError(f"{name} must have shape (n, {model.d_in}) for a continuous model")
+    return model.embed_tokens(p[None])[0]  # (n, d)
+
+
+def mean_field(model: CausalTransformer, support: object, weights: object, queries: object) -> torch.Tensor:
+    r"""Mean-field states F_l at ``queries`` for a context law μ = Σ_i w_i δ_{support_i}.
+
+    .. math:: F_{l+1}(x) = F_l(x) + \sum_{\text{heads}} \Theta_V
+              \frac{\sum_i w_i\, \tilde F_l(s_i)\, e^{(\Theta_Q \tilde F_l(x))^\top \Theta_K \tilde F_l(s_i)}}
+                   {\sum_i w_i\, e^{(\Theta_Q \tilde F_l(x))^\top \Theta_K \tilde F_l(s_i)}}
+              \ (+\ \text{the token-wise MLP}),
+
+    :math:`\tilde F = \mathrm{LN}(F)` where the model has layer norm.  This is the exact
+    infinite-context limit for contexts with marginal μ (a discrete vocabulary law, or a
+    quadrature rule for a continuous law, see :func:`gauss_hermite_rule`).  The attention
+    runs through :func:`covbook.attention.softmax_attention` with log w_i appended to the keys.
+
+    Parameters
+    ----------
+    model : CausalTransformer
+        Without positional encoding.
+    support : token ids (N,) or points (N, d_in)
+    weights : (N,), non-negative (normalised here)
+    queries : token ids (m,) or points (m, d_in)
+
+    Returns
+    -------
+    tensor, shape (L+1, m, d_model): F_0, ..., F_L at the queries.
+    """
+    with torch.no_grad():
+        return _mean_field_states(model, support, weights, queries)
+
+
+def _mean_field_states(model: CausalTransformer, support: object, weights: object,
+                       queries: object) -> torch.Tensor:
+    """The recursion of :func:`mean_field`, differentiable in ``weights`` (no ``no_grad``)."""
+    _check_model(model)
+    if model.pos is not None:
+        raise ValueError(f"the mean-field map needs a model without positional encoding, got pos={model.pos!r}")
+    hs = _embed_points(model, support, "support")  # (N, d)
+    hq = _embed_points(model, queries, "queries")  # (m, d)
+    w = _check_weights(weights, hs.shape[0], model.dtype, model.device)  # (N,)
+    keep = w > 0
+    hs, logw = hs[keep], torch.log(w[keep])  # (N', d), (N',)
+    m = hq.shape[0]
+    layers = [hq]
+    for b in model.blocks:
+        h = torch.cat([hq, hs])  # (m + N', d) queries: the m query points and the support
+        q, _, _ = b.heads(b.ln_attn(h))  # (H, m+N', dh)
+        _, k, v = b.heads(b.ln_attn(hs))  # (H, N', dh)
+        ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (H, m+N', 1)
+        k_aug = torch.cat([k, logw.expand(k.shape[0], -1)[..., None]], dim=-1)  # (H, N', dh+1)
+        out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (H, m+N', dh)
+        h = b.token_mlp(h + b.merge(out))  # (m + N', d)
+        hq, hs = h[:m], h[m:]
+        layers.append(hq)
+    return torch.stack(layers)  # (L+1, m, d)
+
+
+def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor:
+    r"""Mean-field terminal states F_L(x) for every token x, context token frequencies ``freqs``.
+
+    The exact expectation over the vocabulary law π = ``freqs`` of :func:`mean_field`:
+
+    .. math:: F_{l+1}(x) = F_l(x) + \sum_{\text{heads}}\Theta_V
+              \frac{E_\pi[\tilde F_l(X) e^{a_l(x)^\top \tilde F_l(X)}]}{E_\pi[e^{a_l(x)^\top \tilde F_l(X)}]}
+              \ (+\text{MLP}).
+
+    Returns a tensor of shape (V, d_model).  With :meth:`CausalTransformer.logits_from_hidden`
+    it gives the Markov kernel K_π(x, ·) = softmax(W_out F_L(x) / τ) of the repetition result
+    (paper Section 6, book chapter 09).
+
+    Examples
+    --------
+    >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=1, seed=0)
+    >>> mean_field_discrete(m, torch.tensor([0.5, 0.5, 0.0])).shape
+    torch.Size([3, 4])
+    """
+    if _check_model(model).vocab_size is None:
+        raise ValueError("mean_field_discrete needs a model built with vocab_size")
+    tokens = torch.arange(model.vocab_size, device=model.device)  # (V,)
+    return mean_field(model, tokens, freqs, tokens)[-1]
+
+
+def mean_field_gaussian(model: CausalTransformer, cov: object) -> list[torch.Tensor]:
+    r"""Closed-form mean-field matrices [M_0, ..., M_L] for zero-mean Gaussian inputs, attention only.
+
+    F_l(x) = M_l x with M_0 = E (the embedding, shape (d_model, d_in)) and
+
+    .. math:: M_{l+1} = M_l + \sum_{\text{heads}} \Theta_V M_l \Sigma M_l^\top \Theta_K^\top \Theta_Q M_l ,
+
+    the tilted mean of the Gaussian F_l(X) ~ N(0, M_l Σ M_lᵀ) under the tilt a_l(x) = Θ_Kᵀ Θ_Q M_l x:
+    a covariance readout at every depth (paper Section 5, book chapter 08).
+
+    Examples
+    --------
+    >>> m = CausalTransformer(d_in=2, d_model=4, n_layers=3, seed=0)
+    >>> [tuple(M.shape) for M in mean_field_gaussian(m, torch.eye(2))]
+    [(4, 2), (4, 2), (4, 2), (4, 2)]
+    """
+    if _check_model(model).d_in is None:
+        raise ValueError("mean_field_gaussian needs a model built with d_in (continuous tokens)")
+    if model.mlp or model.layer_norm or model.pos is not None:
+        raise ValueError("the Gaussian closed form holds for attention-only models without layer norm or "
+                         "positions; use mean_field with gauss_hermite_rule otherwise")
+    sigma = as_covariance(cov, "cov", size=model.d_in).to(device=model.device, dtype=model.dtype)
+    with torch.no_grad():
+        ms = [model.embed.weight.detach().clone()]  # (d, d_in)
+        for layer in range(model.n_layers):
+            m_l = ms[-1]
+            c = m_l @ sigma @ m_l.T  # (d, d)
+            ms.append(m_l + sum(tv @ c @ tk.T @ tq @ m_l for tq, tk, tv in model.head_matrices(layer)))
+    return ms
+
+
+def gaussian_tail_exponents(model: CausalTransformer, cov: object) -> list[float]:
+    r"""Tail exponents κ_l of the rate constant over Gaussian queries, one per layer (attention only).
+
+    At layer l+1 a query x has logit variance s_l(x) = xᵀ B_l x with
+    B_l = M_lᵀ Θ_Qᵀ Θ_K M_l Σ M_lᵀ Θ_Kᵀ Θ_Q M_l (the largest over heads), and the 1/t constant of the
+    readout error grows like e^{s_l(x)} (paper Section 3, book chapter 03).  For x ~ N(0, Σ),
+
+    .. math:: \mathbb E_x e^{s_l(x)} < \infty \iff
+              \kappa_l := \frac{1}{2\lambda_{\max}(\Sigma^{1/2}B_l\Sigma^{1/2})} > 1,
+
+    and P(e^{s_l(x)} > c) decays like c^{-κ_l}: averaged over random queries the mean squared error
+    then decays like t^{-min(1, κ_l)} instead of 1/t.  Returns [κ_0, ..., κ_{L-1}].
+
+    Examples
+    --------
+    >>> m = CausalTransformer(d_in=2, d_model=4, n_layers=2, seed=0, logit_scale=0.1)
+    >>> all(k > 1 for k in gaussian_tail_exponents(m, torch.eye(2)))
+    True
+    """
+    ms = mean_field_gaussian(model, cov)
+    sigma = as_covariance(cov, "cov", size=model.d_in).to(device=model.device, dtype=model.dtype)
+    root = psd_sqrt_factor(sigma)  # (d_in, d_in), root rootᵀ = Σ
+    kappas = []
+    with torch.no_grad():
+        for layer in range(model.n_layers):
+            m_l = ms[layer]
+            c = m_l @ sigma @ m_l.T  # (d, d): covariance of F_l(X)
+            lam = 0.0
+            for tq, tk, _ in model.head_matrices(layer):
+                a = tk.T @ tq @ m_l @ root  # (d, d_in): tilt of the whitened query
+                lam = max(lam, float(torch.linalg.eigvalsh(a.T @ c @ a).max()))
+            kappas.append(math.inf if lam <= 0 else 1.0 / (2.0 * lam))
+    return kappas
+
+
+
+def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor:
+    r"""Derivative of the terminal mean-field states F_L(x; π) in the context law π, on the simplex.
+
+    .. math:: J_x[:, v] = rac{d}{dh}\Big|_{h=0} F_Ligl(x;\ \pi + h\,(e_v - \pi)igr),
+
+    one (d_model, V) matrix per token x, by central differences with step h = 1e-5 in float64
+    (error O(h²) times the third derivative, far below any sampling error it is compared with).
+    For a direction δ in the simplex's tangent space (1ᵀδ = 0), J_x δ is the first-order
+    change of F_L(x) when π moves by δ.
+
+    Returns
+    -------
+    tensor, shape (V, d_model, V), float64
+    """
+    if _check_model(model).vocab_size is None:
+        raise ValueError("mean_field_jacobian needs a model built with vocab_size")
+    v = model.vocab_size
+    tokens = torch.arange(v, device=model.device)  # (V,)
+    pi = _check_weights(freqs, v, torch.float64, model.device)  # (V,)
+    if bool((pi <= 0).any()):
+        raise ValueError("freqs must be positive for every token (the derivative is taken inside the simplex)")
+    h = 1e-5
+    eye = torch.eye(v, dtype=torch.float64, device=model.device)  # (V, V)
+    cols = []
+    for j in range(v):
+        step = h * (eye[j] - pi)  # (V,) a tangent direction, so π ± step stays a law
+        plus = mean_field(model, tokens, (pi + step).to(model.dtype), tokens)[-1]  # (V, d)
+        minus = mean_field(model, tokens, (pi - step).to(model.dtype), tokens)[-1]  # (V, d)
+        cols.append((plus - minus).to(torch.float64) / (2 * h))
+    return torch.stack(cols, dim=-1)  # (V, d, V)
+
+
+def collapse_constant(model: CausalTransformer, freqs: object, covariance: object) -> float:
+    r"""The constant C of t·E|h^(1)_t − F_1(x_t)|² → C for a one-layer model on a dependent context.
+
+    A one-layer NoPE model computes h^(1)_t = F_1(x_t; π̂_t) exactly (book chapter 09), so
+    by the delta method, when √t(π̂_t − π) → N(0, Σ) and x_t ~ π,
+
+    .. math:: t\,\mathbb Eigl|h^{(1)}_t - F_1(x_t;\pi)igr|^2 	o
+              C = \sum_x \pi(x)\, \mathrm{tr}igl(J_x \Sigma J_x^	opigr),
+
+    J_x from :func:`mean_field_jacobian`.  For iid tokens Σ = diag π − ππᵀ; for a stationary
+    ergodic Markov chain Σ is its asymptotic covariance
+    (:func:`covbook.markov.asymptotic_covariance`), which carries the chain's
+    autocorrelations.  (The conditional law of π̂_t given the last token x_t changes Σ only
+    at order 1/t.)
+
+    Parameters
+    ----------
+    model : one-layer CausalTransformer with vocab_size, no positions
+    freqs : (V,) the context's marginal law π (positive)
+    covariance : (V, V) the asymptotic covariance Σ of √t(π̂_t − π)
+    """
+    if _check_model(model).n_layers != 1:
+        raise ValueError(f"collapse_constant is the exact delta-method constant of a one-layer model; got "
+                         f"n_layers={model.n_layers} (deeper models also average the errors of earlier layers)")
+    jac = mean_field_jacobian(model, freqs)  # (V, d, V)
+    v = jac.shape[0]
+    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
+    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    per_token = torch.einsum("xdv,vw,xdw->x", jac, sigma, jac)  # (V,): tr(J_x Σ J_xᵀ)
+    return float((pi * per_token).sum())
