@@ -21,7 +21,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 #: citations; the lead removes a chapter from this set when its branch lands, and empties it at the end.
 PENDING = {
     "01_covariance_readout", "02_elliptical_inputs", "03_heavy_tails_and_rates",
-    "04_dependence_and_counterexamples", "05_icl_one_step", "06_icl_multi_step", "07_trained_attention",
+    "04_dependence_and_counterexamples",
     "08_depth_collapse", "09_repetition_markov", "10_trained_language_model",
 }
 
