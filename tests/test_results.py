@@ -77,7 +77,7 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
 def test_claim_role_rendering() -> None:
     results = Results([Statement("T1", "x", "01_a", ("c1", "02_b:c2"))], claim_role=True)
     page = render(results, [_claim("c1"), _claim("c2", notebook="02_b")], set())
-    assert "{claim}`c1`" in page and "{claim}`02_b:c2`" in page
+    assert "`c1`&nbsp;{claim}`01_a:c1`" in page and "`02_b:c2`&nbsp;{claim}`02_b:c2`" in page
 
 
 def test_write_results_without_data_file_writes_nothing(tmp_path: Path) -> None:
@@ -98,6 +98,19 @@ def test_the_books_data_file_is_consistent() -> None:
             assert nb in chapters, f"{s.id}: unknown chapter {nb}"
 
 
+def test_key_claims_are_in_the_claims_manifest() -> None:
+    """Every key claim is one the chapters record (the committed manifest of claim ids)."""
+    from covbook.book.checks import read_manifest
+    from covbook.book.config import Paths
+
+    manifest = read_manifest(Paths(ROOT))
+    if manifest is None:
+        pytest.skip("notebooks/claims_manifest.yml not committed yet (covbook check --update-manifest)")
+    missing = [f"{s.id}: {nb}:{cid}" for s in load_statements(ROOT / "book" / "results.yml").statements
+               for nb, cid in s.claim_keys() if cid not in manifest.get(nb, [])]
+    assert not missing, f"book/results.yml names claims the chapters do not record: {missing}"
+
+
 @pytest.mark.book
 def test_results_page_of_the_smoke_run(smoke_project: Path, smoke_book: subprocess.CompletedProcess) -> None:
     page = (smoke_project / "book" / "generated" / "results.md").read_text()
@@ -106,11 +119,15 @@ def test_results_page_of_the_smoke_run(smoke_project: Path, smoke_book: subproce
     assert (smoke_project / "_build" / "html" / "generated" / "results.html").is_file(), smoke_book.stdout[-2000:]
 
 
-def test_link_theorems_links_only_known_labels(tmp_path: Path) -> None:
+
+def test_theorem_labels_of_sources_and_executed_notebooks(tmp_path: Path) -> None:
     (tmp_path / "01_a.md").write_text(":::{prf:theorem} A\n:label: thm-01-a\n:::\n")
     (tmp_path / "02_b.ipynb").write_text('{"cells": [{"source": ":::{prf:proposition} B\\n:label: thm-02-b\\n"}]}')
-    labels = theorem_labels(tmp_path)
-    assert labels == {"thm-01-a", "thm-02-b"}
+    (tmp_path / "notes.md").write_text(":label: not-a-chapter\n")
+    assert theorem_labels(tmp_path) == {"thm-01-a", "thm-02-b"}
+
+
+def test_link_theorems_links_only_known_labels() -> None:
     text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
-    assert link_theorems(text, labels) == ("rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); "
-                                           "Proposition thm-03-gone; x-01-y")
+    assert link_theorems(text, {"thm-01-a", "thm-02-b"}) == (
+        "rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); Proposition thm-03-gone; x-01-y")

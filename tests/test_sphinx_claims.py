@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,8 @@ def test_book_build_resolves_claims(project):
         "  - file: generated/reproduction\n  - file: generated/calibration\n")
     (project / "book" / "intro.md").write_text("# Intro\n\n{claimstat}`n_claims` claims.\n")
     (project / "book" / "references.bib").write_text("")
+    for asset in (ROOT / "book").glob("*.svg"):  # files _config.yml names (the favicon)
+        shutil.copy(asset, project / "book" / asset.name)
     covbook(project, "run", "--profile", "smoke", "--no-progress", check=True)
     res = covbook(project, "build")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

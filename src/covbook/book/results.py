@@ -131,8 +131,8 @@ def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, cla
     if claim is None:
         return f"–&nbsp;`{cid}`&nbsp;(not in the run)"
     ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-    if claim_role:
-        return f"{{claim}}`{ref}`"
+    if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
+        return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
     return f"{'✓' if claim.passed else '✗'}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
 
 

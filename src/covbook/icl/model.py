@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from covbook._validate import as_tensor, check_positive_int
-from covbook.attention import softmax_attention
+from covbook._validate import check_positive_int
+from covbook.attention import causal_attention_matrix, softmax_attention
 from covbook.icl._common import _check_dtype, _check_eta, _check_seed
 from covbook.icl.construction import construct_gd_head
 from covbook.icl.tasks import RegressionTasks, _check_tasks, make_regression_tasks  # noqa: F401  (doctest)
@@ -114,24 +114,6 @@ def random_icl_transformer(d: int, layers: int, *, init_scale: float = 0.1, seed
     thetas = [tuple(s * torch.randn(d + 1, d + 1, generator=gen, dtype=torch.float64) for _ in range(3))
               for _ in range(layers)]
     return ICLTransformer(d, thetas, trainable=True).to(dtype)
-
-
-def causal_attention_matrix(tokens: torch.Tensor, theta_q: object, theta_k: object) -> torch.Tensor:
-    """Causal softmax attention matrix A_ij = softmax_{j≤i}((Θ_Q z_i)ᵀΘ_K z_j), shape (B, T, T)."""
-    if not isinstance(tokens, torch.Tensor) or not tokens.is_floating_point() or tokens.ndim != 3:
-        raise ValueError(f"tokens must be a floating tensor of shape (B, T, D), got {getattr(tokens, 'shape', tokens)}")
-    if not bool(torch.isfinite(tokens).all()):
-        raise ValueError("tokens must be finite (no NaN or inf)")
-    tq = as_tensor(theta_q, "theta_q", ndim=2, dtype=tokens.dtype, device=tokens.device)
-    tk = as_tensor(theta_k, "theta_k", ndim=2, dtype=tokens.dtype, device=tokens.device)
-    side = tokens.shape[-1]
-    if tq.shape[1] != side or tk.shape != tq.shape:
-        raise ValueError(f"theta_q and theta_k must both be (k, {side}); got theta_q {tuple(tq.shape)}, "
-                         f"theta_k {tuple(tk.shape)}")
-    logits = (tokens @ tq.T) @ (tokens @ tk.T).transpose(1, 2)  # (B, T, T)
-    t = tokens.shape[1]
-    mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
-    return torch.softmax(logits.masked_fill(mask, float("-inf")), dim=-1)
 
 
 def power_identity_predictions(tasks: RegressionTasks, eta: float, layers: int,

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from covbook._validate import as_tensor, check_positive_int, resolve_device
-from covbook.attention import _OnlineSoftmax
+from covbook.attention import OnlineSoftmax
 from covbook.icl._common import _check_eta, _check_seed, _precondition
 from covbook.icl.tasks import RegressionTokens
 
@@ -70,8 +70,7 @@ def icl_prediction_paths(
     gen = torch.Generator(device=dev).manual_seed(_check_seed(seed))
     draw = proc.sampler(gen, streams)
     m = xq.shape[0]
-    # the online log-sum-exp of covbook.attention (one implementation; see the kernel issue for a public name)
-    soft = _OnlineSoftmax((streams, m), 1, dev)
+    soft = OnlineSoftmax((streams, m), 1, device=dev)  # the online log-sum-exp of covbook.attention
     xty = torch.zeros(streams, d, dtype=torch.float64, device=dev)  # (R, d)
     xtx = torch.zeros(streams, d, d, dtype=torch.float64, device=dev)  # (R, d, d)
     out = {k: torch.empty(streams, len(cps), m, dtype=torch.float64) for k in ("softmax", "linear", "ols")}
@@ -84,7 +83,7 @@ def icl_prediction_paths(
             xty += (x * y[..., None]).sum(1)
             xtx += x.transpose(1, 2) @ x
             seen += z.shape[1]
-        out["softmax"][:, j] = soft.readout()[..., 0].cpu()
+        out["softmax"][:, j] = soft.mean()[..., 0].cpu()
         out["linear"][:, j] = (e * (xty / t) @ (xq @ _precondition(precondition, d).to(dev)).T).cpu()
         w_ols = (torch.linalg.pinv(xtx, hermitian=True) @ xty[..., None])[..., 0]  # (R, d)
         out["ols"][:, j] = (w_ols @ xq.T).cpu()

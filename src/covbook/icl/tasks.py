@@ -8,6 +8,7 @@ x = μ + √W L z (an elliptical law, whose mixing law W comes from
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ __all__ = ["X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tas
            "elliptical_gain", "mixing_law"]
 
 
-X_LAWS = ("gaussian", "two_point", "laplace")
+X_LAWS = ("gaussian", "two_point", "laplace", "uniform")
 
 
 def _check_law(x_law: str) -> str:
@@ -42,6 +43,9 @@ def mixing_law(x_law: str) -> MixingLaw:
     0.25
     """
     law = _check_law(x_law)
+    if law == "uniform":
+        raise ValueError("x_law='uniform' is not elliptical: it has no mixing law W, and the gain g(s) "
+                         "needs a Gaussian scale mixture (gaussian, two_point, laplace)")
     if law == "gaussian":
         return DiscreteMixing([1.0], [1.0])
     if law == "two_point":
@@ -54,6 +58,11 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
     """x = μ + √W · L z of the given batch shape, (..., d); Gaussian x draws no W."""
     d = factor.shape[0]
     dev = gen.device
+    if x_law == "uniform":  # x = μ + Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
+        lam, vec = torch.linalg.eigh(factor @ factor.T)
+        root = (vec * lam.clamp_min(0).sqrt()) @ vec.T  # symmetric: a diagonal Σ_x keeps coordinates iid
+        u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
+        return u @ root.to(dev).T + mean.to(dev)  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
     x = z @ factor.to(dev).T  # (..., d)
     if x_law != "gaussian":
@@ -189,7 +198,9 @@ def make_regression_tasks(
 
     x_i = μ_x + √W_i L z_i with L Lᵀ = Σ_x, z_i ~ N(0, I) and W_i the mixing weight of
     ``x_law`` (``gaussian``: W = 1; ``two_point``: W uniform on {1/2, 3/2}; ``laplace``:
-    W ~ Exp(1)), so Cov x = Σ_x for every law; y_i = wᵀx_i + noise·ε_i, ε_i ~ N(0, 1);
+    W ~ Exp(1)); or, for ``uniform`` (not elliptical), x_i = μ_x + Σ_x^{1/2} u_i with u_i iid
+    coordinates uniform on (−√3, √3), so ``cov_x = I/12`` gives U(−½, ½)^d.  Cov x = Σ_x for
+    every law; y_i = wᵀx_i + noise·ε_i, ε_i ~ N(0, 1);
     w ~ N(0, I_d) per task unless a fixed ``w`` (d,) is given.  The query is drawn
     from the same law.  Deterministic given ``seed`` on a given device.
 
