@@ -37,7 +37,7 @@ from covbook.book.cache import content_hash, is_cached, resolve_device, science_
 from covbook.book.config import (
     Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
 )
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale"]
 
