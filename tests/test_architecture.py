@@ -7,7 +7,6 @@ package's top-level units (``covbook.attention``, ``covbook.icl``, ``covbook.boo
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from helpers import ROOT
 
