@@ -22,8 +22,6 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 #: Chapters whose closing sections do not cite claims yet (issue 8). The chapter owners add the
 #: citations; the lead removes a chapter from this set when its branch lands, and empties it at the end.
 PENDING = {
-    "01_covariance_readout", "02_elliptical_inputs", "03_heavy_tails_and_rates",
-    "04_dependence_and_counterexamples", "07_trained_attention",
     "08_depth_collapse", "09_repetition_markov", "10_trained_language_model",
 }
 

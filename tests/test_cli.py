@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book import cache
 from covbook.book.config import Paths, UsageError, check_value, load_profiles, resolve_parameters
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.lock import Busy, tree_lock
 from covbook.book.plan import estimate, work_of
 from helpers import ROOT, covbook, make_notebook
@@ -283,8 +283,8 @@ def test_json_io_is_atomic_and_verifying(tmp_path):
 
 
 def test_claims_write_through_the_one_atomic_writer():
+    from covbook import _jsonio as jsonio
     from covbook import claims
-    from covbook.book import jsonio
 
     assert claims.write_json_atomic is jsonio.write_json_atomic
 

@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
-from covbook.book.jsonio import write_json_atomic
+from covbook._jsonio import write_json_atomic
 
 __all__ = [
     "Claim", "record", "within_se", "at_least_se", "at_most_se", "glue", "reset",

@@ -8,7 +8,6 @@ Modules (none imports torch or numpy at import time):
 - :mod:`covbook.book.runner`: executes notebooks in worker processes;
 - :mod:`covbook.book.plan`: ``covbook run --plan`` (work and time estimates);
 - :mod:`covbook.book.lock`: one writer per tree;
-- :mod:`covbook.book.jsonio`: atomic JSON writes, verifying reads;
 - :mod:`covbook.book.repository`: the book's GitHub repository, from one place, and the
   notebooks' setup cell that installs covbook where it is missing (Colab);
 - :mod:`covbook.book.sphinx_repository`, :mod:`covbook.book.sphinx_pages`: Sphinx hooks
@@ -21,6 +20,9 @@ Modules (none imports torch or numpy at import time):
 - :mod:`covbook.book.sweep`: ``covbook sweep`` and the calibration page;
 - :mod:`covbook.book.citations`, :mod:`covbook.book.sphinx_claims`: the ``{claim}`` role;
 - :mod:`covbook.book.cli`: the ``covbook`` command.
+
+Atomic JSON writes and verifying reads are :mod:`covbook._jsonio`, shared with
+:mod:`covbook.claims` (the notebooks write claims through it).
 
 Nothing here changes a number the book reports, so editing this package does
 not invalidate cached notebooks.

@@ -207,7 +207,7 @@ def fill_notebook_file(path: str | os.PathLike, install_source: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m covbook.book.repository [publish]``."""
-    from covbook.profiles import project_root
+    from covbook.book.config import project_root
 
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["publish"]):

@@ -37,7 +37,7 @@ from covbook.book.cache import content_hash, is_cached, resolve_device, science_
 from covbook.book.config import (
     Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
 )
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale"]
 
@@ -98,8 +98,10 @@ def _ipc_kernel_manager(socket_dir: Path, pid_file: Path):
         async def start_kernel(self, **kw: object) -> None:  # type: ignore[override]
             await super().start_kernel(**kw)
             pid = getattr(self.provisioner, "pid", None)
-            if pid:
-                pid_file.write_text(str(pid))
+            if pid:  # atomically: a reader never sees an empty file
+                tmp = pid_file.with_suffix(".tmp")
+                tmp.write_text(str(pid))
+                os.replace(tmp, pid_file)
 
     return IPCKernelManager
 
