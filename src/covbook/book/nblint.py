@@ -61,7 +61,7 @@ def chapter_notebooks(root: Path) -> list[Path]:
 
 
 def _project_root() -> Path:
-    from covbook.profiles import project_root
+    from covbook.book.config import project_root
 
     return Path(project_root())
 
