@@ -34,6 +34,8 @@ PENDING = {"05", "06", "07", "08", "09", "10"}
 HIDDEN = {"hide-input", "remove-input", "remove-cell"}
 #: The claims functions that show a verdict line (``claims.glue`` shows nothing).
 SHOWN = {"record", "within_se", "at_least_se", "at_most_se"}
+#: matplotlib calls that return None (a cell may end in them without a repr).
+RETURNS_NONE = {"tight_layout", "show", "savefig", "close", "grid", "set_axis_off", "clf", "cla", "draw"}
 FIGURE_CALLS = re.compile(r"\bplt\.(subplots|figure|subplot_mosaic)\(")
 
 
@@ -67,13 +69,14 @@ def _prints_repr(value: ast.AST) -> bool:
     """Whether a cell ending in this expression shows an object's repr (statically, as far as it can tell).
 
     A value (name, attribute, item, tuple, comparison) always shows. A call shows what it returns:
-    matplotlib's calls (on ``ax``, ``axes``, ``fig``, ``plt``) return artists, whose reprs are noise; other
-    calls are trusted (``list.append`` returns None, a claim's display is empty, a pandas Styler is a
+    matplotlib's calls (on ``ax``, ``axes``, ``fig``, ``plt``) return artists, whose reprs are noise,
+    except those in :data:`RETURNS_NONE`; other calls are trusted (``list.append`` returns None, a claim's display is empty, a pandas Styler is a
     table meant to be shown).
     """
     if isinstance(value, ast.Call):
         root = _root_name(value)
-        return root in ("plt", "fig") or root.startswith("ax")
+        method = value.func.attr if isinstance(value.func, ast.Attribute) else ""
+        return (root in ("plt", "fig") or root.startswith("ax")) and method not in RETURNS_NONE
     return not isinstance(value, ast.Constant)
 
 
