@@ -70,8 +70,8 @@ def _prints_repr(value: ast.AST) -> bool:
 
     A value (name, attribute, item, tuple, comparison) always shows. A call shows what it returns:
     matplotlib's calls (on ``ax``, ``axes``, ``fig``, ``plt``) return artists, whose reprs are noise,
-    except those in :data:`RETURNS_NONE`; other calls are trusted (``list.append`` returns None, a claim's display is empty, a pandas Styler is a
-    table meant to be shown).
+    except those in :data:`RETURNS_NONE`; other calls are trusted (``list.append`` returns None, a
+    claim's display is empty, a pandas Styler is a table meant to be shown).
     """
     if isinstance(value, ast.Call):
         root = _root_name(value)
