@@ -28,8 +28,9 @@ book: setup
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/actionlint
 	$(BIN)/python -m pytest -m "not notebooks and not book"
-	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider
+	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs
 
 # the fast tests only (no notebook executed, no book built): seconds
 unit: setup
@@ -37,6 +38,7 @@ unit: setup
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/actionlint
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py

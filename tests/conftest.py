@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, make_notebook
+from helpers import ROOT, covbook, make_notebook
 
 
 @pytest.fixture
@@ -16,10 +18,12 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
-    ok = ("from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)")
+    ok = ("from covbook import claims\n"
+          "claims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')")
     (tmp_path / "notebooks" / "01_alpha.md").write_text(make_notebook(ok))
     (tmp_path / "notebooks" / "02_beta.md").write_text(make_notebook(ok, "x = 2"))
     (tmp_path / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n")
+    (tmp_path / "notebooks" / "claims_manifest.yml").write_text("01_alpha: [x_is_x]\n02_beta: [x_is_x]\n")
     return tmp_path
 
 
@@ -32,3 +36,22 @@ def _fresh_claims_registry():
     reset()
     yield
     reset()
+
+
+@pytest.fixture(scope="session")
+def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""
+    root = tmp_path_factory.mktemp("covbook-smoke")
+    shutil.copy(ROOT / "_config.yml", root)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    jobs = str(min(2, os.cpu_count() or 1))
+    proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
+    print(proc.stdout, proc.stderr)
+    return root
+
+
+@pytest.fixture(scope="session")
+def smoke_book(smoke_project: Path) -> subprocess.CompletedProcess:
+    """``covbook build`` of the smoke project, once per session; the HTML is in ``smoke_project/_build/html``."""
+    return covbook(smoke_project, "build")

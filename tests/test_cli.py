@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book import cache
 from covbook.book.config import Paths, UsageError, check_value, load_profiles, resolve_parameters
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.lock import Busy, tree_lock
 from covbook.book.plan import estimate, work_of
 from helpers import ROOT, covbook, make_notebook
@@ -96,6 +96,9 @@ def test_rehearsal_takes_smoke_lengths_and_keeps_full_shapes():
     got = resolve_parameters("nb", defaults, profiles, "full", "cpu", 0, rehearse=True)
     assert got == {"width": 64, "steps": 3, "profile": "full", "device": "cpu", "seed": 0}  # n: notebook default
     assert resolve_parameters("nb", defaults, profiles, "full", "cpu", 0)["steps"] == 10**6
+    profiles["nb"]["lengths"] = {"steps": 1, "n": None}  # a mapping: explicit rehearsal values, null = smoke
+    got = resolve_parameters("nb", defaults, profiles, "full", "cpu", 0, rehearse=True)
+    assert got["steps"] == 1 and "n" not in got and got["width"] == 64
     with pytest.raises(UsageError, match="lengths names unknown"):
         resolve_parameters("nb", defaults, {"nb": {"lengths": ["nope"]}}, "full", "cpu", 0)
 
@@ -129,7 +132,8 @@ def test_commands_without_notebooks_import_no_torch(project):
         "from covbook.book.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
         "    codes = [main(['check']), main(['run', '--plan', '--profile', 'full']), main(['clean'])]\n"
-        "import covbook.report, covbook.book.runner, covbook.book.plan\n"
+        "import covbook.book.report, covbook.book.sweep, covbook.book.sphinx_claims\n"
+        "import covbook.book.runner, covbook.book.plan\n"
         "print(codes, sorted(m for m in ('torch', 'numpy', 'scipy', 'papermill') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True)
@@ -279,8 +283,8 @@ def test_json_io_is_atomic_and_verifying(tmp_path):
 
 
 def test_claims_write_through_the_one_atomic_writer():
+    from covbook import _jsonio as jsonio
     from covbook import claims
-    from covbook.book import jsonio
 
     assert claims.write_json_atomic is jsonio.write_json_atomic
 
@@ -335,3 +339,39 @@ def test_make_notebook_helper_round_trips(project):
     got = notebook_parameters(project / "notebooks" / "03_gamma.md")
     assert got == {"profile": "quick", "device": "auto", "seed": 0, "n": [1, 2], "lr": 1e-3}
     assert json.dumps(got)
+
+
+def test_parameters_are_read_as_jupytext_reads_them(tmp_path):
+    """The light MyST reader of the parameters cell agrees with jupytext on every notebook, and on both forms."""
+    import ast
+
+    import jupytext
+
+    from covbook.book.config import discover, notebook_parameters
+
+    def by_jupytext(path):
+        nb = jupytext.read(path)
+        (cell,) = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+        out = {}
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.Assign):
+                try:
+                    out[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    out[node.targets[0].id] = ast.unparse(node.value)
+        return out
+
+    yaml_form = make_notebook("pass").replace(":tags: [parameters]\n", "---\ntags: [parameters]\n---\n")
+    (tmp_path / "99_yaml.md").write_text(yaml_form)
+    for path in [*discover(Paths(ROOT)).values(), tmp_path / "99_yaml.md"]:
+        assert notebook_parameters(path) == by_jupytext(path), path.name
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "full"])
+def test_plan_works_for_every_profile_and_device_of_the_book(profile):
+    for device in ("auto", "cpu", "cuda"):
+        res = covbook(ROOT, "run", "--plan", "--profile", profile, "--device", device, check=True)
+        lines = res.stdout.splitlines()
+        assert lines[0].startswith(f"covbook run --plan: profile {profile}")
+        assert sum(line.startswith("  ") for line in lines) == len(list((ROOT / "notebooks").glob("[0-9]*.md"))) + 1
+        assert "How:" in res.stdout

@@ -1,14 +1,14 @@
 """Every notebook at the smoke profile through the real runner, its claims checked, then the book built with -W.
 
-The project is copied to a temporary folder so that `make test` does not replace the
+The project is copied to a temporary folder (fixtures ``smoke_project`` and ``smoke_book`` in
+conftest.py, shared with the browser test) so that `make test` does not replace the
 quick-profile book a user built with `make book`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,18 +16,6 @@ import pytest
 from helpers import ROOT, covbook
 
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
-
-
-@pytest.fixture(scope="session")
-def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("covbook-smoke")
-    shutil.copy(ROOT / "_config.yml", root)
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    jobs = str(min(2, os.cpu_count() or 1))
-    proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
-    print(proc.stdout, proc.stderr)
-    return root
 
 
 @pytest.mark.notebooks
@@ -44,10 +32,10 @@ def test_notebook_runs_and_its_claims_pass(smoke_project: Path, name: str) -> No
 
 
 @pytest.mark.book
-def test_check_and_book_build(smoke_project: Path) -> None:
+def test_check_and_book_build(smoke_project: Path, smoke_book: subprocess.CompletedProcess) -> None:
     chk = covbook(smoke_project, "check")
     assert chk.returncode == 0, chk.stderr
-    build = covbook(smoke_project, "build")
+    build = smoke_book
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
     html = smoke_project / "_build" / "html"
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()

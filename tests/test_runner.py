@@ -31,6 +31,11 @@ def test_run_check_and_cache(project):
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "remove-cell" in injected[0]["metadata"]["tags"]
 
+    timings = json.loads((project / ".covbook" / "timings.json").read_text())  # the plan's calibration
+    assert timings["01_alpha"]["cpu"]["smoke"]["parameters"]["x"] == 3
+    assert timings["02_beta"]["cpu"]["smoke"]["seconds"] > 0
+    assert not list((project / ".covbook" / "tmp").iterdir())  # the run's temporaries are gone
+
     second = covbook(project, "run", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 2 cached" in second.stdout
     # a change of parameters, of the source, or --force re-executes
@@ -86,6 +91,7 @@ def test_notebook_without_parameters_cell_is_rejected(project):
 
 # ----------------------------------------------------------------------------- interruption, leftovers, damage
 
+OK = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
 SLEEPER = ("import time\ntime.sleep(120)\n"
            "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
 
@@ -113,7 +119,13 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    stat = Path(f"/proc/{pid}/stat")
+    if not Path("/proc").is_dir():
+        return True
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone, just not reaped
+    except OSError:
+        return False
 
 
 def test_ctrl_c_stops_the_run_within_seconds(project):
@@ -143,6 +155,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     assert not (gen / ".tmp").exists()
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the kernel's parent from /proc")
 def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
@@ -210,3 +223,18 @@ def test_editing_the_pipeline_does_not_re_execute(project, monkeypatch):
     assert cache.science_hash(copy) == before
     res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 1 cached" in res.stdout
+
+
+def test_two_runs_at_once_the_second_is_refused_and_the_first_kept(project):
+    """Two runs of one notebook at once: the second says who holds the tree and leaves the first alone."""
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook("import time\ntime.sleep(6)\n" + OK))
+    first = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
+    _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
+    second = covbook(project, "run", "02", "--profile", "smoke", "--no-progress")
+    assert second.returncode == 1 and f"locked by pid {first.pid}" in second.stderr
+    assert "covbook run 02" in second.stderr
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and "1 executed" in out, err
+    assert (project / "book" / "generated" / "claims" / "02_beta.json").is_file()
+    waited = covbook(project, "run", "02", "--profile", "smoke", "--no-progress", "--wait", check=True)
+    assert "1 cached" in waited.stdout

@@ -45,3 +45,32 @@ def test_slope_with_se_recovers_minus_one():
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_log_residual_weight_is_stable_and_exact():
+    from covbook.stats import log_residual_weight
+
+    logits = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 900.0]])
+    w = np.exp(logits[0] - logits[0].max())
+    w /= w.sum()
+    got = log_residual_weight(logits)
+    assert got[0] == pytest.approx(np.log(1 - w.max()))
+    assert got[1] == pytest.approx(np.log(2.0) - 900.0)
+    with pytest.raises(ValueError, match="at least two"):
+        log_residual_weight([1.0])
+
+
+def test_gain_and_angle():
+    from covbook.stats import gain_and_angle
+
+    target = np.array([[1.0, 1.0], [0.0, 2.0]])
+    rot = np.radians(10.0)
+    R = np.array([[np.cos(rot), -np.sin(rot)], [np.sin(rot), np.cos(rot)]])
+    out = 1.5 * target @ R.T  # 1.5 × target rotated by +10°
+    g, th = gain_and_angle(out[None], target)
+    np.testing.assert_allclose(g[0], 1.5 * np.cos(rot))
+    np.testing.assert_allclose(th[0], [-10.0, -10.0])  # out × v < 0 for a counter-clockwise turn of out
+    with pytest.raises(ValueError, match="planar"):
+        gain_and_angle(np.ones((2, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match="non-zero"):
+        gain_and_angle(np.ones((1, 2)), np.zeros((1, 2)))

@@ -1,12 +1,13 @@
 """Input validation shared by every covbook module.
 
 Bad input must fail early with a ``ValueError`` that says what was expected,
-never propagate as a NaN or a silently wrong answer (DESIGN.md, conventions).
+never propagate as a NaN or a silently wrong answer.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,9 +42,11 @@ def as_tensor(
 
 
 def check_square(m: torch.Tensor, name: str, size: int | None = None) -> None:
-    """Raise unless ``m`` is a square matrix (of side ``size`` when given)."""
+    """Raise unless ``m`` is a non-empty square matrix (of side ``size`` when given)."""
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {tuple(m.shape)}")
+    if m.shape[0] == 0:
+        raise ValueError(f"{name} must be at least 1x1, got an empty matrix")
     if size is not None and m.shape[0] != size:
         raise ValueError(f"{name} must be {size}x{size}, got shape {tuple(m.shape)}")
 
@@ -132,3 +135,47 @@ def check_nonnegative_float(x: object, name: str) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return v
+
+
+def check_generator(generator: object, name: str = "generator") -> torch.Generator:
+    """Return ``generator``, or raise ``TypeError`` unless it is a ``torch.Generator``."""
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
+                        f"got {type(generator).__name__}")
+    return generator
+
+
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX systems
+        return 2**36
+
+
+def check_fits(shape: Sequence[int], name: str, itemsize: int = 8) -> None:
+    """Refuse an allocation of ``shape`` float64 values larger than the machine's memory.
+
+    The message names the argument and the size the request would need.
+
+    Examples
+    --------
+    >>> check_fits((10, 10), "n")
+    >>> check_fits((10**9, 10**9), "n")
+    Traceback (most recent call last):
+    ...
+    ValueError: n asks for 10^18 values (7.28e+06 TiB), more than this machine's memory...
+    """
+    count = 1
+    for k in shape:
+        count *= int(k)
+    need = count * itemsize
+    if need > _memory_bytes():
+        raise ValueError(f"{name} asks for 10^{math.log10(max(count, 1)):.0f} values ({need / 2**40:.3g} TiB), more "
+                         f"than this machine's memory ({_memory_bytes() / 2**30:.0f} GiB); draw in smaller chunks")
+
+
+def finite_result(out: torch.Tensor, what: str) -> torch.Tensor:
+    """Return ``out``, or raise if the computation overflowed: the inputs were too large for float64."""
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"{what} is not finite in float64: the inputs are too large (rescale them)")
+    return out

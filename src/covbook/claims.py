@@ -32,11 +32,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
-from covbook.book.jsonio import write_json_atomic
+from covbook._jsonio import write_json_atomic
 
 __all__ = [
     "Claim", "record", "within_se", "at_least_se", "at_most_se", "glue", "reset",
-    "write_json_atomic", "load_claims", "CLAIMS_FILE_ENV", "KINDS", "LEVEL", "Z",
+    "write_json_atomic", "load_claims", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV", "KINDS", "LEVEL", "Z",
 ]
 
 KINDS = ("evidence", "identity", "sanity")
@@ -99,6 +99,34 @@ def fmt(x: float | None) -> str:
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.3e}"
     return f"{x:.4g}"
+
+
+def familywise(n: int, level: float = LEVEL) -> float:
+    """Chance that a correct run fails at least one of ``n`` independent claims at ``level``: 1 − (1 − level)^n.
+
+    Examples
+    --------
+    >>> round(familywise(100), 4)
+    0.0488
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer count of claims, got {n!r}")
+    return 1.0 - (1.0 - level) ** n
+
+
+def anchor(notebook: str, claim_id: str) -> str:
+    """HTML id of a claim: ``claim-NN-id`` for notebook ``NN_name`` (else ``claim-NAME-id``).
+
+    The chapter's verdict line and the reproduction report's row carry this id;
+    the ``{claim}`` role of the book links to it.
+
+    Examples
+    --------
+    >>> anchor("05_icl_one_step", "risk_gd")
+    'claim-05-risk_gd'
+    """
+    prefix = notebook.split("_", 1)[0]
+    return f"claim-{prefix if prefix.isdigit() else notebook}-{claim_id}"
 
 
 _CLAIMS: dict[str, Claim] = {}
@@ -330,7 +358,8 @@ def _show(claim: Claim) -> None:
         return
     mark = "✓ PASS" if claim.passed else "✗ FAIL"
     why = f" Not evaluated: {claim.reason}." if claim.reason else ""
-    display(Markdown(f"**{mark}** `{claim.id}` ({claim.kind}) — {claim.statement} Measured "
+    target = f'<span id="{anchor(claim.notebook, claim.id)}"></span>'
+    display(Markdown(f"{target}**{mark}** `{claim.id}` ({claim.kind}) — {claim.statement} Measured "
                      f"**{fmt(claim.measured)}**, expected {claim.expected_text()}.{why}"))
 
 

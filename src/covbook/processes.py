@@ -1,4 +1,4 @@
-"""Input laws for the context stream (Xu & Fang 2026, Sec. 3; THEOREMS.md T1).
+"""Input laws for the context stream (Xu & Fang 2026, Sec. 3; book chapters 1–4).
 
 A *process* is a stationary (or deliberately non-stationary) law for the token
 sequence x_1, x_2, ... in R^d.  Each process knows its exact mean and covariance
@@ -9,6 +9,10 @@ Sampling goes through :meth:`Process.sampler`, which returns a stateful callable
 ``draw(n) -> (streams, n, d)``: it lets processes with memory (a VAR(1), a
 random walk, a covariance drawn once per sequence) continue a stream exactly
 across chunks.  Independent streams share nothing but the generator.
+
+Each law also knows the long-context limit of softmax attention over it, the
+tilted mean ∇ log M(a) (:meth:`Process.tilted_mean`), where a closed form
+exists, and says why where none does.
 """
 
 from __future__ import annotations
@@ -16,13 +20,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, as_vector, check_positive_int, psd_sqrt_factor
+from covbook._validate import (
+    as_covariance,
+    as_tensor,
+    as_vector,
+    check_fits,
+    check_generator,
+    check_positive_float,
+    check_positive_int,
+    finite_result,
+    psd_sqrt_factor,
+)
+from covbook.linalg import stationary_covariance
 
 Sampler = Callable[[int], torch.Tensor]
 
-__all__ = ["Process", "IIDProcess", "GaussianIID", "Replay", "Sampler"]
+__all__ = [
+    "Process", "IIDProcess", "GaussianIID", "Replay", "Sampler",
+    "MixingLaw", "DiscreteMixing", "ExponentialMixing", "InverseGaussianMixing", "mixing_law", "MIXING_LAWS",
+    "ScaleMixture", "MultivariateLaplace", "StudentT", "VAR1", "RandomWalk", "NonErgodicGaussian",
+    "SkewedExponential", "BimodalGaussian",
+]
+
+
+def _draw_shape(streams: int, n: object, dim: int) -> int:
+    """Check ``n`` and that a (streams, n, dim) float64 draw fits in memory; return n."""
+    n = check_positive_int(n, "n")
+    check_fits((streams, n, dim), "n (tokens per stream)")
+    return n
 
 
 class Process(ABC):
@@ -46,6 +74,11 @@ class Process(ABC):
         """Exact stationary covariance Cov x_s, shape (d, d), or ``None``."""
         return None
 
+    @property
+    def third_cumulant(self) -> torch.Tensor | None:
+        """Third cumulant tensor κ₃[i, j, k] = E[(x−μ)_i (x−μ)_j (x−μ)_k], shape (d, d, d), or ``None``."""
+        return None
+
     @abstractmethod
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
         """Return ``draw(n)`` giving the next ``n`` tokens of ``streams`` streams.
@@ -56,7 +89,35 @@ class Process(ABC):
 
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Draw the first ``n`` tokens of one stream, shape (n, d)."""
-        return self.sampler(generator, 1)(check_positive_int(n, "n"))[0]
+        n = check_positive_int(n, "n")
+        return self.sampler(check_generator(generator), 1)(n)[0]
+
+    def tilted_mean(self, a: object) -> torch.Tensor:
+        r"""The long-context limit of attention, E[X e^{aᵀX}] / E[e^{aᵀX}] = ∇ log M(a).
+
+        Parameters
+        ----------
+        a : array-like, shape (d,) or (m, d)
+            Tilt vectors a = Θ_Kᵀ Θ_Q q.
+
+        Returns
+        -------
+        tensor of the shape of ``a``
+
+        Raises
+        ------
+        ValueError
+            Where no limit exists for this law, or none is known in closed form.
+        """
+        aa = as_tensor(a, "a", ndim=(1, 2))
+        if aa.shape[-1] != self.dim:
+            raise ValueError(f"a must have last dim {self.dim}, got shape {tuple(aa.shape)}")
+        out = finite_result(self._tilted_mean(aa[None] if aa.ndim == 1 else aa), "the tilted mean")  # (m, d)
+        return out[0] if aa.ndim == 1 else out
+
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        """The tilted mean for tilts a of shape (m, d); subclasses with a closed form override it."""
+        raise ValueError(f"no closed-form tilted mean is known for {type(self).__name__}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim})"
@@ -70,10 +131,11 @@ class IIDProcess(Process):
         """Draw iid tokens of shape (*shape, d) on the generator's device."""
 
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
+        check_generator(generator)
         streams = check_positive_int(streams, "streams")
 
         def draw(n: int) -> torch.Tensor:
-            return self.draw((streams, check_positive_int(n, "n")), generator)  # (R, n, d)
+            return self.draw((streams, _draw_shape(streams, n, self.dim)), generator)  # (R, n, d)
 
         return draw
 
@@ -113,6 +175,13 @@ class GaussianIID(IIDProcess):
     def covariance(self) -> torch.Tensor:
         return self._cov.clone()
 
+    @property
+    def third_cumulant(self) -> torch.Tensor:
+        return torch.zeros(self.dim, self.dim, self.dim, dtype=torch.float64)
+
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        return self._mean + a @ self._cov  # (m, d): μ + Σa, exact (chapter 1)
+
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
@@ -130,10 +199,13 @@ class Replay(Process):
 
     def __init__(self, tokens: object) -> None:
         x = as_tensor(tokens, "tokens", ndim=(2, 3))
+        if x.numel() == 0:
+            raise ValueError(f"tokens must hold at least one token of dimension >= 1, got shape {tuple(x.shape)}")
         self._x = x[None] if x.ndim == 2 else x  # (R, n, d)
         self.dim = self._x.shape[-1]
 
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
+        check_generator(generator)
         streams = check_positive_int(streams, "streams")
         if streams != self._x.shape[0]:
             raise ValueError(f"Replay holds {self._x.shape[0]} stream(s), {streams} requested")
@@ -150,10 +222,22 @@ class Replay(Process):
         return draw
 
 
-# ---------------------------------------------------------------------------
-# Chapter 2: elliptical laws, heavy tails, dependence and counterexamples
-# (THEOREMS.md T1 b-f).
-# ---------------------------------------------------------------------------
+def _as_u(u: object) -> torch.Tensor:
+    """The argument u of a mixing law's log-MGF or tilted mean: finite float64 numbers."""
+    return as_tensor(u, "u")
+
+
+def _check_sample_shape(shape: object, generator: object) -> tuple[int, ...]:
+    """A tuple of non-negative ints whose float64 draw fits in memory, and a torch.Generator."""
+    check_generator(generator)
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0 for k in shape
+    ):
+        raise ValueError(f"shape must be a tuple of non-negative integers, got {shape!r}")
+    check_fits(tuple(shape), "shape")
+    return tuple(int(k) for k in shape)
 
 
 def _uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -176,7 +260,7 @@ class MixingLaw(ABC):
 
     .. math:: g(s) = \frac{E[W e^{sW/2}]}{E[e^{sW/2}]} = \frac{d}{du}\log E e^{uW}\Big|_{u=s/2}
 
-    (THEOREMS.md T1 b).
+    (paper Sec. 3; book chapter 2).
 
     Attributes
     ----------
@@ -237,6 +321,7 @@ class DiscreteMixing(MixingLaw):
         self.variance = float((p * (v - 1.0) ** 2).sum())
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         dev = generator.device
         n = 1
         for k in shape:
@@ -249,11 +334,11 @@ class DiscreteMixing(MixingLaw):
         return logp + u[..., None] * self.values  # (..., k)
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         return torch.logsumexp(self._logits(u), dim=-1)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         return (torch.softmax(self._logits(u), dim=-1) * self.values).sum(-1)
 
 
@@ -272,15 +357,16 @@ class ExponentialMixing(MixingLaw):
     variance = 1.0
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         return _standard_exponential(shape, generator)
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < 1.0
         return torch.where(ok, -torch.log1p(-torch.where(ok, u, 0.0)), torch.inf)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < 1.0
         return torch.where(ok, 1.0 / (1.0 - torch.where(ok, u, 0.0)), torch.inf)
 
@@ -306,14 +392,13 @@ class InverseGaussianMixing(MixingLaw):
     """
 
     def __init__(self, shape: float = 2.0) -> None:
-        lam = float(shape)
-        if not (lam > 0 and lam < float("inf")):
-            raise ValueError(f"shape must be a finite positive number, got {shape!r}")
+        lam = check_positive_float(shape, "shape")
         self.shape = lam
         self.abscissa = lam / 2.0
         self.variance = 1.0 / lam
 
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        shape = _check_sample_shape(shape, generator)
         lam = self.shape
         nu = torch.randn(*shape, generator=generator, device=generator.device, dtype=torch.float64)
         y = nu**2
@@ -322,15 +407,39 @@ class InverseGaussianMixing(MixingLaw):
         return torch.where(u <= 1.0 / (1.0 + x), x, 1.0 / x)
 
     def log_mgf(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
-        ok = u < self.abscissa
-        r = torch.sqrt(1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape)
+        # finite at the abscissa itself (= λ), where only the tilted mean diverges
+        u = _as_u(u)
+        ok = u <= self.abscissa
+        r = torch.sqrt((1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape).clamp_min(0.0))
         return torch.where(ok, self.shape * (1.0 - r), torch.inf)
 
     def tilted_mean(self, u: torch.Tensor) -> torch.Tensor:
-        u = torch.as_tensor(u, dtype=torch.float64)
+        u = _as_u(u)
         ok = u < self.abscissa
         return torch.where(ok, 1.0 / torch.sqrt(1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape), torch.inf)
+
+
+MIXING_LAWS = ("gaussian", "two_point", "laplace", "nig")
+
+
+def mixing_law(name: str) -> MixingLaw:
+    """The mixing law of W by name: ``gaussian`` (W ≡ 1), ``two_point`` (W uniform on {½, 3/2}),
+    ``laplace`` (W ~ Exp(1)) or ``nig`` (inverse Gaussian, shape 2).
+
+    Examples
+    --------
+    >>> mixing_law("two_point").variance
+    0.25
+    """
+    if name == "gaussian":
+        return DiscreteMixing([1.0], [1.0])
+    if name == "two_point":
+        return DiscreteMixing([0.5, 1.5], [0.5, 0.5])
+    if name == "laplace":
+        return ExponentialMixing()
+    if name == "nig":
+        return InverseGaussianMixing(2.0)
+    raise ValueError(f"mixing law name must be one of {', '.join(MIXING_LAWS)}, got {name!r}")
 
 
 class _ZeroMeanWithCovariance:
@@ -348,12 +457,22 @@ class _ZeroMeanWithCovariance:
         return self._cov.clone()
 
 
-class ScaleMixture(_ZeroMeanWithCovariance, IIDProcess):
+class _Symmetric:
+    """A law symmetric about its (zero) mean: every odd cumulant vanishes."""
+
+    dim: int
+
+    @property
+    def third_cumulant(self) -> torch.Tensor:
+        return torch.zeros(self.dim, self.dim, self.dim, dtype=torch.float64)
+
+
+class ScaleMixture(_ZeroMeanWithCovariance, _Symmetric, IIDProcess):
     r"""iid Gaussian scale mixture X = √W Z, Z ~ N(0, Σ), W ⟂ Z drawn from a :class:`MixingLaw`.
 
     An elliptical law with mean 0 and covariance Σ (the mixing law has
     E W = 1).  Its long-context readout is g(s) Σ a with the gain of
-    :func:`covbook.theory.elliptical_gain` (THEOREMS.md T1 b).
+    :func:`covbook.theory.elliptical_gain` (paper Sec. 3; book chapter 2).
 
     Parameters
     ----------
@@ -378,6 +497,14 @@ class ScaleMixture(_ZeroMeanWithCovariance, IIDProcess):
         self.scale = scale
         self._factor = psd_sqrt_factor(self._cov)  # (d, d)
 
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        sa = a @ self._cov  # (m, d): Σa
+        s = (sa * a).sum(-1)  # (m,): s = aᵀΣa
+        g = self.scale.tilted_mean(s / 2.0)  # (m,): the gain g(s)
+        if not bool(torch.isfinite(g).all()):
+            raise ValueError(f"{type(self).__name__}: E[X e^(aᵀX)] = ∞ for s = aᵀΣa >= "
+                             f"{2 * self.scale.abscissa:g}: no limit exists")
+        return g[:, None] * sa  # (m, d)
 
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
@@ -400,7 +527,7 @@ class StudentT(IIDProcess):
     r"""iid multivariate Student-t tokens X = Z / √(V/ν), Z ~ N(0, S), V ~ χ²_ν.
 
     No moment generating function exists, so softmax attention has no limit
-    (THEOREMS.md T1 c).  The mean exists for ν > 1 (zero), the covariance
+    (book chapter 3).  The mean exists for ν > 1 (zero), the covariance
     ν/(ν − 2) S for ν > 2; otherwise the properties are ``None``.
 
     Parameters
@@ -425,6 +552,9 @@ class StudentT(IIDProcess):
     @property
     def covariance(self) -> torch.Tensor | None:
         return self._scale * (self.nu / (self.nu - 2)) if self.nu > 2 else None
+
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        raise ValueError("StudentT: E e^(aᵀX) = ∞ for every a ≠ 0 (no moment generating function): no limit exists")
 
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
@@ -453,11 +583,11 @@ def _linear_recurrence(xi: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return y
 
 
-class VAR1(_ZeroMeanWithCovariance, Process):
+class VAR1(_ZeroMeanWithCovariance, _Symmetric, Process):
     r"""Stationary Gaussian VAR(1): x_{s+1} = A x_s + ξ_s, ξ_s ~ N(0, Q) iid.
 
     The stream starts from the stationary law N(0, Σ), where Σ solves the
-    discrete Lyapunov equation Σ = AΣAᵀ + Q (THEOREMS.md T1 f), so it is
+    discrete Lyapunov equation Σ = AΣAᵀ + Q (book chapter 4), so it is
     stationary from the first token; the sampler carries x_s across chunks.
 
     Parameters
@@ -475,8 +605,6 @@ class VAR1(_ZeroMeanWithCovariance, Process):
     """
 
     def __init__(self, A: object, noise_cov: object) -> None:
-        from covbook.theory import stationary_covariance
-
         self.A = as_tensor(A, "A", ndim=2)
         self._cov = stationary_covariance(self.A, noise_cov)  # checks shapes and stability
         self._q = as_covariance(noise_cov, "noise_cov")
@@ -484,6 +612,8 @@ class VAR1(_ZeroMeanWithCovariance, Process):
         self._q_factor = psd_sqrt_factor(self._q)  # (d, d)
         self._factor = psd_sqrt_factor(self._cov)  # (d, d)
 
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        return a @ self._cov  # (m, d): Σa with the stationary Σ; dependence does not enter the limit
 
     @property
     def noise_covariance(self) -> torch.Tensor:
@@ -491,13 +621,14 @@ class VAR1(_ZeroMeanWithCovariance, Process):
         return self._q.clone()
 
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
+        check_generator(generator)
         streams = check_positive_int(streams, "streams")
         dev = generator.device
         a, lq, ls = self.A.to(dev), self._q_factor.to(dev), self._factor.to(dev)
         state: dict[str, torch.Tensor | None] = {"last": None}
 
         def draw(n: int) -> torch.Tensor:
-            n = check_positive_int(n, "n")
+            n = _draw_shape(streams, n, self.dim)
             z = torch.randn(streams, n, self.dim, generator=generator, device=dev, dtype=torch.float64)
             xi = z @ lq.T  # (R, n, d)
             if state["last"] is None:
@@ -516,7 +647,7 @@ class RandomWalk(Process):
 
     Cov x_t = tQ grows without bound, so there is no stationary mean or
     covariance (both properties are ``None``) and no readout limit: |out_t|
-    grows like √t (THEOREMS.md T1 e).
+    grows like √t (book chapter 4).
     """
 
     def __init__(self, noise_cov: object) -> None:
@@ -524,14 +655,18 @@ class RandomWalk(Process):
         self.dim = self._q.shape[0]
         self._factor = psd_sqrt_factor(self._q)  # (d, d)
 
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        raise ValueError("RandomWalk: no stationary law, so no limit exists (|out_t| grows like √t)")
+
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
+        check_generator(generator)
         streams = check_positive_int(streams, "streams")
         dev = generator.device
         lq = self._factor.to(dev)
         state = {"last": torch.zeros(streams, 1, self.dim, dtype=torch.float64, device=dev)}
 
         def draw(n: int) -> torch.Tensor:
-            n = check_positive_int(n, "n")
+            n = _draw_shape(streams, n, self.dim)
             xi = torch.randn(streams, n, self.dim, generator=generator, device=dev, dtype=torch.float64) @ lq.T
             x = state["last"] + torch.cumsum(xi, dim=1)  # (R, n, d)
             state["last"] = x[:, -1:].clone()
@@ -540,14 +675,14 @@ class RandomWalk(Process):
         return draw
 
 
-class NonErgodicGaussian(Process):
+class NonErgodicGaussian(_ZeroMeanWithCovariance, _Symmetric, Process):
     r"""Gaussian tokens whose covariance is drawn once per stream: non-ergodic.
 
     Each stream first draws a component k with probability p_k and then emits
     iid N(0, Σ_k) tokens.  The marginal law over streams has the pooled
     covariance Σ̄ = Σ_k p_k Σ_k (returned by :attr:`covariance`), but every
     stream converges to its own readout Θ_V Σ_k a, never Θ_V Σ̄ a
-    (THEOREMS.md T1 e).
+    (book chapter 4).
 
     Parameters
     ----------
@@ -580,15 +715,10 @@ class NonErgodicGaussian(Process):
             if self.probs.shape[0] != k or bool((self.probs < 0).any()) or abs(float(self.probs.sum()) - 1) > 1e-10:
                 raise ValueError(f"probs must be {k} non-negative numbers summing to 1")
         self._factors = torch.stack([psd_sqrt_factor(c) for c in self._covs])  # (K, d, d)
+        self._cov = (self.probs[:, None, None] * self._covs).sum(0)  # (d, d): the pooled Σ̄ = Σ_k p_k Σ_k
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=torch.float64)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        """The pooled covariance Σ̄ = Σ_k p_k Σ_k (not the limit of any single stream)."""
-        return (self.probs[:, None, None] * self._covs).sum(0)
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        raise ValueError("NonErgodicGaussian: each stream has its own limit; use tilted_mean(process.component(k), a)")
 
     @property
     def component_covariances(self) -> torch.Tensor:
@@ -603,68 +733,74 @@ class NonErgodicGaussian(Process):
 
     def components(self, generator: torch.Generator, streams: int) -> torch.Tensor:
         """Draw the component index of each of ``streams`` streams, shape (R,)."""
+        check_generator(generator)
         streams = check_positive_int(streams, "streams")
         return torch.multinomial(self.probs.to(generator.device), streams, replacement=True, generator=generator)
 
     def sampler(self, generator: torch.Generator, streams: int = 1) -> Sampler:
+        check_generator(generator)
         ks = self.components(generator, streams)  # (R,)
+        streams = ks.shape[0]
         dev = generator.device
         factors = self._factors.to(dev)[ks]  # (R, d, d)
 
         def draw(n: int) -> torch.Tensor:
-            n = check_positive_int(n, "n")
+            n = _draw_shape(streams, n, self.dim)
             z = torch.randn(streams, n, self.dim, generator=generator, device=dev, dtype=torch.float64)
             return z @ factors.transpose(1, 2)  # (R, n, d)
 
         return draw
 
 
-class SkewedExponential(IIDProcess):
+class SkewedExponential(_ZeroMeanWithCovariance, IIDProcess):
     r"""iid tokens with independent centred exponential coordinates x_i = E_i − 1, E_i ~ Exp(1).
 
-    Mean 0, covariance I, but skewed: log M(a) = Σ_i (−a_i − log(1 − a_i)), so
-    the tilted mean is a_i/(1 − a_i) for a_i < 1 — bent away from Σa = a
-    (THEOREMS.md T1 e).
+    Mean 0, covariance I, but skewed (third cumulant 2 on the diagonal):
+    log M(a) = Σ_i (−a_i − log(1 − a_i)), so the tilted mean is a_i/(1 − a_i)
+    for a_i < 1 — bent away from Σa = a (book chapters 2 and 4).
     """
 
     def __init__(self, dim: int) -> None:
         self.dim = check_positive_int(dim, "dim")
+        self._cov = torch.eye(self.dim, dtype=torch.float64)
 
     @property
-    def mean(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=torch.float64)
+    def third_cumulant(self) -> torch.Tensor:
+        k3 = torch.zeros(self.dim, self.dim, self.dim, dtype=torch.float64)
+        i = torch.arange(self.dim)
+        k3[i, i, i] = 2.0  # the third cumulant of Exp(1)
+        return k3
 
-    @property
-    def covariance(self) -> torch.Tensor:
-        return torch.eye(self.dim, dtype=torch.float64)
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        if bool((a >= 1).any()):
+            raise ValueError("SkewedExponential: E e^(aᵀX) = ∞ unless every a_i < 1: no limit exists")
+        return a / (1.0 - a)  # (m, d)
 
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         return _standard_exponential((*shape, self.dim), generator) - 1.0  # (R, n, d)
 
 
-class BimodalGaussian(IIDProcess):
+class BimodalGaussian(_ZeroMeanWithCovariance, _Symmetric, IIDProcess):
     r"""iid tokens from the symmetric two-component mixture ½N(m, I) + ½N(−m, I).
 
     Mean 0, covariance I + m mᵀ; log M(a) = ½|a|² + log cosh(mᵀa), so the
-    tilted mean is a + m tanh(mᵀa), while Σa = a + m(mᵀa) (THEOREMS.md T1 e).
+    tilted mean is a + m tanh(mᵀa), while Σa = a + m(mᵀa) (book chapter 4).
 
     Parameters
     ----------
     m : array-like, shape (d,)
-        Half the separation of the two modes.
+        Half the separation of the two modes (at least one coordinate).
     """
 
     def __init__(self, m: object) -> None:
         self.m = as_tensor(m, "m", ndim=1)
+        if self.m.numel() == 0:
+            raise ValueError("m must have at least one coordinate, got an empty vector")
         self.dim = self.m.shape[0]
+        self._cov = torch.eye(self.dim, dtype=torch.float64) + torch.outer(self.m, self.m)
 
-    @property
-    def mean(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=torch.float64)
-
-    @property
-    def covariance(self) -> torch.Tensor:
-        return torch.eye(self.dim, dtype=torch.float64) + torch.outer(self.m, self.m)
+    def _tilted_mean(self, a: torch.Tensor) -> torch.Tensor:
+        return a + torch.tanh(a @ self.m)[:, None] * self.m  # (m, d)
 
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
@@ -672,9 +808,3 @@ class BimodalGaussian(IIDProcess):
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
         return z + sign[..., None] * self.m.to(dev)  # (R, n, d)
 
-
-__all__ += [
-    "MixingLaw", "DiscreteMixing", "ExponentialMixing", "InverseGaussianMixing", "ScaleMixture",
-    "MultivariateLaplace", "StudentT", "VAR1", "RandomWalk", "NonErgodicGaussian", "SkewedExponential",
-    "BimodalGaussian",
-]

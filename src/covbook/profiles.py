@@ -1,7 +1,8 @@
-"""Compatibility names for notebooks written before :mod:`covbook.session`.
+"""Names for notebooks written before :mod:`covbook.session` and :mod:`covbook.book.config`.
 
-The profiles themselves (``notebooks/profiles.yml``) are read by the pipeline,
-:mod:`covbook.book.config`; a notebook's run set-up is :func:`covbook.session.setup`.
+A notebook calls :func:`covbook.session.setup`; the profiles file is read by the
+pipeline, :mod:`covbook.book.config`.  Both are re-exported here so that
+``from covbook.profiles import setup, project_root`` keeps working.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Small statistics used to turn runs into claims with honest tolerances.
 
 Log-log slope fits and bootstrap standard errors over independent replicates
-(streams, seeds, models): the uncertainty a claim's tolerance is built from.
+(streams, seeds, models): the uncertainty a claim's tolerance is built from
+(book chapters 1–4, and the claims of every chapter).
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from covbook._validate import check_positive_int
+from covbook._validate import check_positive_int, check_seed
 
-__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se"]
+__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se", "log_residual_weight",
+           "gain_and_angle"]
 
 
 def _array(x: object, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be array-like of real numbers, got {type(x).__name__}") from err
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite")
     return a
@@ -51,7 +56,10 @@ def bootstrap_se(
     x = _array(samples, "samples")
     if x.ndim == 0 or x.shape[0] < 2:
         raise ValueError("bootstrap needs at least two independent replicates")
+    if not callable(statistic):
+        raise TypeError(f"statistic must be a callable mapping rows to a number, got {type(statistic).__name__}")
     n_boot = check_positive_int(n_boot, "n_boot")
+    seed = check_seed(seed)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
     vals = np.array([statistic(x[i]) for i in idx])
@@ -81,3 +89,59 @@ def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -
     slope, _ = loglog_slope(tt, e.mean(0))
     se = bootstrap_se(e, lambda rows: loglog_slope(tt, rows.mean(0))[0], n_boot=n_boot, seed=seed)
     return slope, se
+
+
+def log_residual_weight(logits: object) -> np.ndarray:
+    r"""log(1 − largest softmax weight) along the last axis, computed without cancellation.
+
+    .. math:: \log\Bigl(1 - \max_j \frac{e^{l_j}}{\sum_k e^{l_k}}\Bigr)
+              = \operatorname{logsumexp}_{j \ne j^*} l_j - \operatorname{logsumexp}_k l_k
+
+    finite even when the top weight rounds to 1 in floating point (book chapter 3:
+    softmax over heavy-tailed logits becomes a hard maximum).
+
+    Examples
+    --------
+    >>> float(np.round(log_residual_weight([0.0, 0.0]), 6))   # weights ½, ½
+    -0.693147
+    >>> bool(log_residual_weight([0.0, 800.0]) < -799)          # 1 − top weight = e^-800
+    True
+    """
+    x = _array(logits, "logits")
+    if x.ndim == 0 or x.shape[-1] < 2:
+        raise ValueError("logits must have at least two entries along the last axis")
+    from scipy.special import logsumexp
+
+    top = np.max(x, axis=-1)  # (...,)
+    others = x.copy()
+    np.put_along_axis(others, np.argmax(x, axis=-1)[..., None], -np.inf, axis=-1)
+    rest = logsumexp(others, axis=-1)  # log Σ_{j≠j*} e^{l_j}
+    return rest - np.logaddexp(rest, top)
+
+
+def gain_and_angle(out: object, target: object) -> tuple[np.ndarray, np.ndarray]:
+    r"""Gain and signed angle of planar outputs against their targets (book chapter 2).
+
+    .. math:: \hat g = \frac{\langle \mathrm{out}, v\rangle}{|v|^2}, \qquad
+              \theta = \operatorname{atan2}(\mathrm{out} \times v,\ \langle\mathrm{out}, v\rangle)
+
+    in degrees, with v the target (e.g. Σa).  ``out`` has shape (..., m, 2),
+    ``target`` (m, 2) (broadcast); both results have shape (..., m).
+
+    Examples
+    --------
+    >>> g, th = gain_and_angle([[2.0, 0.0]], [[1.0, 0.0]])
+    >>> float(g[0]), float(th[0])
+    (2.0, 0.0)
+    >>> float(np.round(gain_and_angle([[0.0, 1.0]], [[1.0, 0.0]])[1][0], 6))
+    -90.0
+    """
+    o, v = _array(out, "out"), _array(target, "target")
+    if o.shape[-1] != 2 or v.shape[-1] != 2:
+        raise ValueError(f"out and target must be planar (last dim 2), got {o.shape} and {v.shape}")
+    norm2 = (v**2).sum(-1)
+    if np.any(norm2 == 0):
+        raise ValueError("target must be non-zero (the gain divides by |target|²)")
+    dot = (o * v).sum(-1)
+    cross = o[..., 0] * v[..., 1] - o[..., 1] * v[..., 0]
+    return dot / norm2, np.degrees(np.arctan2(cross, dot))

@@ -1,20 +1,50 @@
-"""Closed forms of the covariance-readout theory (Xu & Fang 2026; THEOREMS.md).
+"""Closed forms of the covariance-readout theory (Xu & Fang 2026, Sec. 3; book chapters 1–4).
 
 Everything here is a formula, evaluated in float64: the long-context limit of
-softmax attention (the covariance readout), the logit variance that controls
-its finite-context cost, and the delta-method rate constant.
+softmax attention (the covariance readout, and the tilted mean for other
+laws), the logit variance that controls its finite-context cost, the
+delta-method rate constants, the elliptical gain and the small-logit
+(cumulant) expansion, and the heavy-tail exponents.
 
-Notation (THEOREMS.md, conventions): a query q gives the tilt vector
-a = Θ_Kᵀ Θ_Q q; the logit variance is s = aᵀ Σ a.
+Notation (book chapter 1): a query q gives the tilt vector a = Θ_Kᵀ Θ_Q q;
+the logit variance is s = aᵀ Σ a.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, as_vector
+from covbook._validate import (
+    as_covariance,
+    as_tensor,
+    as_vector,
+    check_positive_float,
+    check_positive_int,
+    finite_result,
+)
+from covbook.linalg import spectral_radius, stationary_covariance
+from covbook.processes import MixingLaw, Process, mixing_law
 
-__all__ = ["tilt_vector", "logit_variance", "scale_to_logit_variance", "covariance_readout", "readout_mse_constant"]
+__all__ = [
+    "tilt_vector", "logit_variance", "scale_to_logit_variance", "covariance_readout", "readout_mse_constant",
+    "readout_error_covariance", "normalised_error_sd", "spectral_radius", "stationary_covariance", "elliptical_gain",
+    "elliptical_kurtosis", "small_logit_gain", "small_logit_remainder", "tilted_mean", "tilted_mean_expansion",
+    "var1_rate_constant", "student_t_extreme_angle_sd", "laplace_weight_tail_index", "heavy_tail_mse_exponent",
+    "laplace_rate_fraction", "delta_method_reach", "reach_allowance", "MAX_LOGIT_VARIANCE",
+]
+
+MAX_LOGIT_VARIANCE = 700.0
+"""Largest logit variance s for which e^s (and the rate constants) fit in float64."""
+
+
+def _check_exp_range(s: torch.Tensor, what: str) -> None:
+    top = float(s.max()) if s.numel() else 0.0
+    if top > MAX_LOGIT_VARIANCE:
+        raise ValueError(f"q gives logit variance s = {top:.4g}: {what} = e^s·(...) overflows float64 "
+                         f"(needs s <= {MAX_LOGIT_VARIANCE:g}); use a smaller query or Θ_Q")
 
 
 def _weights(theta_q: object, theta_k: object, theta_v: object, d: int):
@@ -47,7 +77,7 @@ def tilt_vector(theta_q: object, theta_k: object, q: object) -> torch.Tensor:
     if tq.shape != tk.shape:
         raise ValueError(f"theta_q and theta_k must have the same shape, got {tuple(tq.shape)} and {tuple(tk.shape)}")
     qq, single = _queries(q, tq.shape[1])
-    a = qq @ tq.T @ tk  # (m, d)
+    a = finite_result(qq @ tq.T @ tk, "the tilt vector a")  # (m, d)
     return a[0] if single else a
 
 
@@ -55,7 +85,7 @@ def logit_variance(theta_q: object, theta_k: object, cov: object, q: object) -> 
     """s = aᵀ Σ a, the variance of the logit a·X; (m,) for q (m, d), scalar for q (d,)."""
     a = tilt_vector(theta_q, theta_k, q)
     c = as_covariance(cov, size=a.shape[-1])
-    return ((a @ c) * a).sum(-1)
+    return finite_result(((a @ c) * a).sum(-1), "the logit variance s")
 
 
 def scale_to_logit_variance(
@@ -73,8 +103,9 @@ def scale_to_logit_variance(
     >>> round(float(logit_variance(tq, I, I, torch.tensor([3.0, 4.0]))), 12)
     1.0
     """
-    if not isinstance(s, (int, float)) or not s > 0 or s != s or s == float("inf"):
+    if isinstance(s, bool):
         raise ValueError(f"target logit variance s must be a positive finite number, got {s!r}")
+    s = check_positive_float(s, "target logit variance s")
     current = logit_variance(theta_q, theta_k, cov, q)
     top = float(current.max())
     if top <= 0:
@@ -89,7 +120,7 @@ def covariance_readout(
 
     .. math:: \mathrm{out}_\infty(q) = \Theta_V\,(\mu + \Sigma\,\Theta_K^\top\Theta_Q\, q)
 
-    exact for X ~ N(μ, Σ) by exponential tilting (THEOREMS.md T1 a).
+    exact for X ~ N(μ, Σ) by exponential tilting (paper Sec. 3; book chapter 1).
 
     Parameters
     ----------
@@ -116,7 +147,7 @@ def covariance_readout(
     qq, single = _queries(q, d)
     mu = _mean(mean, d)
     a = qq @ tq.T @ tk  # (m, d)
-    out = (mu + a @ c) @ tv.T  # (m, d_v)
+    out = finite_result((mu + a @ c) @ tv.T, "the covariance readout")  # (m, d_v)
     return out[0] if single else out
 
 
@@ -128,7 +159,7 @@ def readout_mse_constant(
     .. math:: C = e^{s}\,\bigl(\operatorname{tr}\Theta_V\Sigma\Theta_V^\top + |\Theta_V\Sigma a|^2\bigr),
               \qquad s = a^\top\Sigma a
 
-    for iid N(μ, Σ) tokens and a fixed query (THEOREMS.md T1 g); the mean does
+    for iid N(μ, Σ) tokens and a fixed query (book chapter 1); the mean does
     not enter.  Derivation: the ratio estimator's linearisation is the average
     of (Θ_V x − out_∞) e^{a·x}/M(a), whose second moment is an expectation
     under the 2a-tilted Gaussian N(μ + 2Σa, Σ) times M(2a)/M(a)² = e^s.
@@ -136,6 +167,11 @@ def readout_mse_constant(
     Returns
     -------
     tensor, shape (m,) (or scalar for a single query)
+
+    Raises
+    ------
+    ValueError
+        If s > ``MAX_LOGIT_VARIANCE``, where e^s overflows float64.
     """
     c = as_covariance(cov)
     d = c.shape[0]
@@ -143,59 +179,94 @@ def readout_mse_constant(
     qq, single = _queries(q, d)
     a = qq @ tq.T @ tk  # (m, d)
     s = ((a @ c) * a).sum(-1)  # (m,)
+    _check_exp_range(s, "the rate constant C")
     shift = a @ c @ tv.T  # (m, d_v): Θ_V Σ a
-    const = torch.exp(s) * (torch.trace(tv @ c @ tv.T) + (shift**2).sum(-1))
+    const = finite_result(torch.exp(s) * (torch.trace(tv @ c @ tv.T) + (shift**2).sum(-1)), "the rate constant C")
     return const[0] if single else const
 
 
-# ---------------------------------------------------------------------------
-# Chapter 2: the general tilted mean, the elliptical gain, dependence
-# (THEOREMS.md T1 b, d, e, f).
-# ---------------------------------------------------------------------------
+def readout_error_covariance(
+    theta_q: object, theta_k: object, theta_v: object, cov: object, q: object
+) -> torch.Tensor:
+    r"""Joint asymptotic covariance of √t (out_t(q_j) − out_∞(q_j)) over the queries of one stream.
 
+    For iid N(μ, Σ) tokens the delta-method errors of the queries q_1, …, q_m
+    read from the same context are jointly Gaussian in the limit, with blocks
 
-def spectral_radius(A: object) -> float:
-    """Largest modulus of an eigenvalue of the square matrix A."""
-    a = as_tensor(A, "A", ndim=2)
-    if a.shape[0] != a.shape[1]:
-        raise ValueError(f"A must be a square matrix, got shape {tuple(a.shape)}")
-    return float(torch.linalg.eigvals(a).abs().max())
+    .. math:: V_{jk} = e^{a_j^\top\Sigma a_k}\bigl(\Theta_V\Sigma\Theta_V^\top
+              + \Theta_V\Sigma a_k\,a_j^\top\Sigma\Theta_V^\top\bigr)
 
+    (the pair of weights e^{(a_j + a_k)ᵀx} tilts N(μ, Σ) to N(μ + Σ(a_j + a_k), Σ);
+    book chapter 1).  tr V_jj is :func:`readout_mse_constant`.  So
+    t|out_t(q_j) − out_∞(q_j)|² tends in law to a weighted sum of χ²₁ variables
+    with the eigenvalues of V_jj as weights.
 
-def stationary_covariance(A: object, noise_cov: object) -> torch.Tensor:
-    r"""Stationary covariance of the VAR(1) x_{s+1} = A x_s + ξ_s, ξ_s ~ N(0, Q).
-
-    Solves the discrete Lyapunov equation
-
-    .. math:: \Sigma = A\Sigma A^\top + Q \iff (I - A\otimes A)\,\mathrm{vec}\,\Sigma = \mathrm{vec}\,Q,
-
-    which has a unique solution, Σ = Σ_{h≥0} A^h Q (A^h)ᵀ, iff the spectral
-    radius of A is < 1 (``ValueError`` otherwise).
+    Returns
+    -------
+    tensor, shape (m, d_v, m, d_v)
 
     Examples
     --------
-    >>> stationary_covariance([[0.5]], [[0.75]])
-    tensor([[1.]], dtype=torch.float64)
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> V = readout_error_covariance(I, I, I, I, [[0.0, 0.0]])
+    >>> V[0, :, 0, :]
+    tensor([[1., 0.],
+            [0., 1.]], dtype=torch.float64)
     """
-    a = as_tensor(A, "A", ndim=2)
-    if a.shape[0] != a.shape[1]:
-        raise ValueError(f"A must be a square matrix, got shape {tuple(a.shape)}")
-    d = a.shape[0]
-    q = as_covariance(noise_cov, "noise_cov", size=d)
-    rho = spectral_radius(a)
-    if rho >= 1.0 - 1e-9:
-        raise ValueError(f"A must be stable (spectral radius < 1) for a stationary VAR(1), got {rho:.6g}")
-    lhs = torch.eye(d * d, dtype=torch.float64) - torch.kron(a, a)  # (d², d²)
-    sigma = torch.linalg.solve(lhs, q.reshape(-1)).reshape(d, d)  # row-major vec is consistent with kron(A, A)
-    return 0.5 * (sigma + sigma.T)
+    c = as_covariance(cov)
+    d = c.shape[0]
+    tq, tk, tv = _weights(theta_q, theta_k, theta_v, d)
+    qq, _ = _queries(q, d)
+    a = qq @ tq.T @ tk  # (m, d)
+    cross = a @ c @ a.T  # (m, m): a_jᵀ Σ a_k
+    _check_exp_range(cross, "the error covariance")
+    b = a @ c @ tv.T  # (m, d_v): Θ_V Σ a_j
+    base = tv @ c @ tv.T  # (d_v, d_v)
+    outer = torch.einsum("ki,jl->jikl", b, b)  # (m, d_v, m, d_v): (Θ_VΣa_k)_i (Θ_VΣa_j)_l
+    return finite_result(torch.exp(cross)[:, None, :, None] * (base[None, :, None, :] + outer),
+                         "the error covariance")
 
 
-def _mixing(scale: object):
-    from covbook.processes import MixingLaw
-
+def _mixing(scale: object) -> MixingLaw:
+    if isinstance(scale, str):
+        return mixing_law(scale)
     if not isinstance(scale, MixingLaw):
-        raise ValueError(f"scale must be a covbook.processes.MixingLaw, got {type(scale).__name__}")
+        raise ValueError(f"scale must be a covbook.processes.MixingLaw or a law name, got {type(scale).__name__}")
     return scale
+
+
+def _logit_variances(s: object) -> torch.Tensor:
+    ss = as_tensor(s, "s")
+    if bool((ss < 0).any()):
+        raise ValueError("s = aᵀΣa must be non-negative")
+    return ss
+
+
+def normalised_error_sd(
+    theta_q: object, theta_k: object, theta_v: object, cov: object, q: object
+) -> float:
+    r"""Asymptotic standard deviation of the mean over queries of t|out_t(q_j) − out_∞(q_j)|²/C_j, one stream.
+
+    With the joint error covariance V of :func:`readout_error_covariance` and
+    D = diag(1/C_j) (each block times the identity), the statistic
+    Q = (1/m) Σ_j t|err_j|²/C_j tends in law to a Gaussian quadratic form with
+    mean 1 and variance
+
+    .. math:: \operatorname{Var} Q = \frac{2}{m^2}\operatorname{tr}\bigl((DV)^2\bigr)
+
+    (book chapter 1).
+
+    Examples
+    --------
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> round(normalised_error_sd(I, I, I, I, [[0.0, 0.0]]), 6)   # (χ²₂)/2: sd 1
+    1.0
+    """
+    V = readout_error_covariance(theta_q, theta_k, theta_v, cov, q)  # (m, d_v, m, d_v)
+    m, dv = V.shape[0], V.shape[1]
+    C = torch.stack([torch.trace(V[j, :, j, :]) for j in range(m)])  # (m,)
+    DV = (V / C[:, None, None, None]).reshape(m * dv, m * dv)
+    return float(torch.sqrt(2.0 * torch.trace(DV @ DV)) / m)
 
 
 def elliptical_gain(s: object, scale: object) -> torch.Tensor:
@@ -204,15 +275,17 @@ def elliptical_gain(s: object, scale: object) -> torch.Tensor:
     .. math:: g(s) = \frac{E[W e^{sW/2}]}{E[e^{sW/2}]}, \qquad
               \mathrm{out}_\infty = g(s)\,\Theta_V\Sigma a,\quad s = a^\top\Sigma a
 
-    (THEOREMS.md T1 b).  g(0) = 1, g is increasing, g ≡ 1 iff W ≡ 1 (Gaussian).
-    Where E e^{sW/2} = ∞ (s ≥ 2 × the mixing law's abscissa) there is no limit
-    and the value is ``inf``.
+    (paper Sec. 3; book chapter 2).  g(0) = 1, g is increasing, g ≡ 1 iff W ≡ 1
+    (Gaussian).  Where E[W e^{sW/2}] = ∞ (s ≥ 2 × the mixing law's abscissa)
+    there is no limit, and a ``ValueError`` says so.
 
     Parameters
     ----------
     s : array-like of non-negative numbers
         Logit variances.
-    scale : MixingLaw
+    scale : MixingLaw or str
+        The law of W, or its name (``gaussian``, ``two_point``, ``laplace``,
+        ``nig``; see :func:`covbook.processes.mixing_law`).
 
     Returns
     -------
@@ -221,14 +294,18 @@ def elliptical_gain(s: object, scale: object) -> torch.Tensor:
     Examples
     --------
     >>> from covbook.processes import ExponentialMixing
-    >>> elliptical_gain([0.0, 1.0, 2.0], ExponentialMixing())   # Laplace: 2/(2 - s)
-    tensor([1., 2., inf], dtype=torch.float64)
+    >>> elliptical_gain([0.0, 1.0, 1.5], ExponentialMixing())   # Laplace: 2/(2 - s)
+    tensor([1., 2., 4.], dtype=torch.float64)
+    >>> float(elliptical_gain(0.0, "two_point"))
+    1.0
     """
     law = _mixing(scale)
-    ss = as_tensor(s, "s")
-    if bool((ss < 0).any()):
-        raise ValueError("s = aᵀΣa must be non-negative")
-    return law.tilted_mean(ss / 2.0)
+    ss = _logit_variances(s)
+    g = law.tilted_mean(ss / 2.0)
+    if not bool(torch.isfinite(g).all()):
+        raise ValueError(f"s must be below {2 * law.abscissa:g} for this mixing law: at larger s, "
+                         "E[W e^(sW/2)] = ∞ and the readout has no limit")
+    return g
 
 
 def elliptical_kurtosis(scale: object) -> float:
@@ -243,7 +320,7 @@ def small_logit_gain(s: object, scale: object) -> torch.Tensor:
     r"""First-order (high-temperature) expansion of the elliptical gain: g(s) ≈ 1 + κ s / 6.
 
     From log E e^{uW} = u + ½ Var(W) u² + O(u³): g(s) = 1 + Var(W) s/2 + O(s²)
-    = 1 + κ s/6 + O(s²) with κ = 3 Var W (THEOREMS.md T1 d).
+    = 1 + κ s/6 + O(s²) with κ = 3 Var W (paper Sec. 3; book chapter 2).
 
     Examples
     --------
@@ -251,22 +328,28 @@ def small_logit_gain(s: object, scale: object) -> torch.Tensor:
     >>> small_logit_gain([0.0, 8.0], DiscreteMixing([0.5, 1.5], [0.5, 0.5]))
     tensor([1., 2.], dtype=torch.float64)
     """
-    ss = as_tensor(s, "s")
-    return 1.0 + elliptical_kurtosis(scale) * ss / 6.0
+    ss = _logit_variances(s)
+    return finite_result(1.0 + elliptical_kurtosis(scale) * ss / 6.0, "the small-logit gain")
 
 
-def _tilts(a: object, d: int) -> tuple[torch.Tensor, bool]:
-    aa = as_tensor(a, "a", ndim=(1, 2))
-    if aa.shape[-1] != d:
-        raise ValueError(f"a must have last dim {d}, got shape {tuple(aa.shape)}")
-    return (aa[None], True) if aa.ndim == 1 else (aa, False)
+def small_logit_remainder(s: object, scale: object) -> torch.Tensor:
+    r"""The remainder of the small-logit expansion, r(s) = g(s) − 1 − κs/6 = O(s²), from the exact gain.
+
+    The second-order term is (κ₃(W)/8) s², κ₃(W) the third cumulant of W.
+
+    Examples
+    --------
+    >>> round(float(small_logit_remainder(0.2, "laplace")), 6)   # 2/(2 - s) - 1 - s/2 = s²/(2(2 - s))
+    0.011111
+    """
+    return elliptical_gain(s, scale) - small_logit_gain(s, scale)
 
 
 def tilted_mean(process: object, a: object) -> torch.Tensor:
     r"""The long-context limit E[X e^{aᵀX}] / E[e^{aᵀX}] = ∇ log M(a) for a process's law.
 
     With Θ_V = I this is the almost-sure limit of softmax attention with tilt
-    vector a = Θ_Kᵀ Θ_Q q over a stationary ergodic context (THEOREMS.md T1).
+    vector a = Θ_Kᵀ Θ_Q q over a stationary ergodic context (paper Sec. 3; book chapter 2).
     Closed forms:
 
     * Gaussian N(μ, Σ) and the Gaussian VAR(1) (stationary Σ): μ + Σa;
@@ -294,37 +377,43 @@ def tilted_mean(process: object, a: object) -> torch.Tensor:
     >>> tilted_mean(BimodalGaussian([1.0, 0.0]), [0.0, 0.5])
     tensor([0.0000, 0.5000], dtype=torch.float64)
     """
-    from covbook import processes as P
-
-    if not isinstance(process, P.Process):
+    if not isinstance(process, Process):
         raise ValueError(f"process must be a covbook.processes.Process, got {type(process).__name__}")
-    aa, single = _tilts(a, process.dim)
-    out = _tilted_mean(P, process, aa)  # (m, d)
-    return out[0] if single else out
+    return process.tilted_mean(a)
 
 
-def _tilted_mean(P, process, a: torch.Tensor) -> torch.Tensor:
-    name = type(process).__name__
-    if isinstance(process, (P.GaussianIID, P.VAR1)):
-        return process.mean + a @ process.covariance  # (m, d)
-    if isinstance(process, P.ScaleMixture):
-        c = process.covariance
-        s = ((a @ c) * a).sum(-1)  # (m,)
-        g = elliptical_gain(s, process.scale)  # (m,)
-        if not bool(torch.isfinite(g).all()):
-            raise ValueError(f"{name}: E e^(aᵀX) = ∞ for s = aᵀΣa >= {2 * process.scale.abscissa:g}: no limit exists")
-        return g[:, None] * (a @ c)  # (m, d)
-    if isinstance(process, P.SkewedExponential):
-        if bool((a >= 1).any()):
-            raise ValueError("SkewedExponential: E e^(aᵀX) = ∞ unless every a_i < 1: no limit exists")
-        return a / (1.0 - a)
-    if isinstance(process, P.BimodalGaussian):
-        return a + torch.tanh(a @ process.m)[:, None] * process.m  # (m, d)
-    if isinstance(process, P.NonErgodicGaussian):
-        raise ValueError("NonErgodicGaussian: each stream has its own limit; use tilted_mean(process.component(k), a)")
-    if isinstance(process, (P.StudentT, P.RandomWalk)):
-        raise ValueError(f"{name}: no moment generating function / no stationary law, so no limit exists")
-    raise ValueError(f"no closed-form tilted mean is known for {name}")
+def tilted_mean_expansion(process: object, a: object) -> torch.Tensor:
+    r"""The small-logit (cumulant) expansion of the readout to second order in a.
+
+    .. math:: \nabla\log M(a) = \mu + \Sigma a + \tfrac12\,\kappa_3[a, a] + O(|a|^3),
+              \qquad \kappa_3[a,a]_i = \sum_{jk}\kappa_{3,ijk}\,a_j a_k
+
+    from log M(a) = aᵀμ + ½aᵀΣa + ⅙κ₃[a,a,a] + …, κ₃ the third cumulant tensor
+    (paper Sec. 3; book chapter 2).  The quadratic (skew) term is even in a:
+    it moves the readout the same way for a and −a.
+
+    Parameters
+    ----------
+    process : Process
+        A law with finite ``mean``, ``covariance`` and ``third_cumulant``.
+    a : array-like, shape (d,) or (m, d)
+
+    Examples
+    --------
+    >>> from covbook.processes import SkewedExponential
+    >>> tilted_mean_expansion(SkewedExponential(2), [0.1, -0.1])   # a_i + a_i² (κ₃ = 2)
+    tensor([ 0.1100, -0.0900], dtype=torch.float64)
+    """
+    if not isinstance(process, Process):
+        raise ValueError(f"process must be a covbook.processes.Process, got {type(process).__name__}")
+    mu, cov, k3 = process.mean, process.covariance, process.third_cumulant
+    if mu is None or cov is None or k3 is None:
+        raise ValueError(f"{type(process).__name__} has no finite mean, covariance and third cumulant to expand")
+    aa = as_tensor(a, "a", ndim=(1, 2))
+    if aa.shape[-1] != process.dim:
+        raise ValueError(f"a must have last dim {process.dim}, got shape {tuple(aa.shape)}")
+    return finite_result(mu + aa @ cov + 0.5 * torch.einsum("ijk,...j,...k->...i", k3, aa, aa),
+                         "the expansion")
 
 
 def var1_rate_constant(
@@ -340,9 +429,9 @@ def var1_rate_constant(
               c_h = e^{a^\top\Gamma_h a}\bigl(\operatorname{tr}\Theta_V\Gamma_h\Theta_V^\top
               + (\Theta_V\Gamma_h^\top a)^\top(\Theta_V\Gamma_h a)\bigr),
 
-    each c_h an expectation under the pair (x_0, x_h) tilted by (a, a).  c_0 is
-    the iid constant of :func:`readout_mse_constant`; for A = 0, C = c_0.  The
-    series is summed until ‖A^h‖ < 1e-18.
+    each c_h an expectation under the pair (x_0, x_h) tilted by (a, a) (book
+    chapter 4).  c_0 is the iid constant of :func:`readout_mse_constant`; for
+    A = 0, C = c_0.  The series is summed until ‖A^h‖ < 1e-18.
 
     Returns
     -------
@@ -360,6 +449,7 @@ def var1_rate_constant(
     tq, tk, tv = _weights(theta_q, theta_k, theta_v, d)
     qq, single = _queries(q, d)
     a = qq @ tq.T @ tk  # (m, d)
+    _check_exp_range(((a @ sigma) * a).sum(-1), "the rate constant C_A")
     total = torch.zeros(a.shape[0], dtype=torch.float64)
     power = torch.eye(d, dtype=torch.float64)  # A^h
     for h in range(100_000):
@@ -371,13 +461,8 @@ def var1_rate_constant(
         power = power @ a_mat
         if float(power.abs().max()) < 1e-18:
             break
+    finite_result(total, "the rate constant C_A")
     return total[0] if single else total
-
-
-__all__ += [
-    "spectral_radius", "stationary_covariance", "elliptical_gain", "elliptical_kurtosis", "small_logit_gain",
-    "tilted_mean", "var1_rate_constant",
-]
 
 
 def student_t_extreme_angle_sd(nu: int, grid: int = 2001) -> float:
@@ -402,10 +487,10 @@ def student_t_extreme_angle_sd(nu: int, grid: int = 2001) -> float:
     >>> round(student_t_extreme_angle_sd(1), 3)   # Cauchy tokens: about 39 degrees
     0.684
     """
-    if isinstance(nu, bool) or not isinstance(nu, int) or nu <= 0:
-        raise ValueError(f"nu must be a positive integer, got {nu!r}")
-    import numpy as np
-
+    nu = check_positive_int(nu, "nu")
+    grid = check_positive_int(grid, "grid")
+    if grid < 11:
+        raise ValueError(f"grid must have at least 11 points for the trapezoidal rule, got {grid}")
     z = np.linspace(1e-9, 12.0, grid)
     y = np.linspace(-12.0, 12.0, grid)
     wz = z**nu * np.exp(-(z**2) / 2)  # (n,)
@@ -414,9 +499,6 @@ def student_t_extreme_angle_sd(nu: int, grid: int = 2001) -> float:
     num = np.trapezoid(wz * np.trapezoid(theta2 * wy[None, :], y, axis=1), z)
     den = np.trapezoid(wz, z) * np.trapezoid(wy, y)
     return float(np.sqrt(num / den))
-
-
-__all__ += ["student_t_extreme_angle_sd"]
 
 
 def laplace_weight_tail_index(s: object) -> torch.Tensor:
@@ -444,8 +526,8 @@ def heavy_tail_mse_exponent(alpha: object) -> torch.Tensor:
     With weights of tail index α ∈ (1, 2) the error is dominated by single
     tokens whose weight is comparable to the whole denominator t·M(a): such a
     token appears with probability ≈ t·(tM)^{-α} and then moves the output by
-    O(1), so MSE ≍ t^{1-α} (times (log t)² from the size of the value that rides
-    on a large weight).  For α ≥ 2 the delta method applies: β = −1.  Hence
+    O(log t) (the token's value |x| grows like the logarithm of its weight), so
+    MSE ≍ t^{1-α}(log t)² (book chapter 3).  For α ≥ 2 the delta method applies: β = −1.  Hence
     β = max(−1, 1 − α); the median squared error instead scales like
     t^{2/α − 2}, the square of the stable-law fluctuation t^{1/α − 1}.
 
@@ -460,7 +542,71 @@ def heavy_tail_mse_exponent(alpha: object) -> torch.Tensor:
     return torch.clamp(1.0 - al, min=-1.0)
 
 
-__all__ += ["laplace_weight_tail_index", "heavy_tail_mse_exponent"]
+def laplace_rate_fraction(s: object, t: object, dim: int = 2, cut: float = 1.0) -> tuple[torch.Tensor, float]:
+    r"""Pre-asymptotic fraction of the rate constant realised at context length t, Laplace tokens.
+
+    For isotropic multivariate Laplace tokens (Σ = I in R^dim, Θ_V = I) and
+    s = |a|² < 1/2, the delta-method constant is C = E[|X − g a|² e^{2aᵀX}]/M(a)².
+    A token whose weight exceeds the whole denominator, e^{aᵀx} > cut·t·M(a),
+    moves the output by O(|x|) instead of its weight times |x| (the ratio
+    self-normalises), so at length t only the part of C carried by smaller
+    weights is realised:
+
+    .. math:: \rho_L(s, t) = \frac{E\bigl[|X - g a|^2 e^{2a^\top X}\,
+              \mathbf 1\{a^\top X \le \log(\mathrm{cut}\; t M(a))\}\bigr]}
+              {E\bigl[|X - g a|^2 e^{2a^\top X}\bigr]},
+
+    computed exactly given W (a truncated Gaussian second moment) and by
+    quadrature over W ~ Exp(1) (book chapter 3).  1 − ρ_L decays like
+    t^{(2−α)} up to logs, α = √(2/s).  A heuristic (the cut is defined up to a
+    constant factor, hence ``cut``), not a theorem.
+
+    Returns
+    -------
+    (tensor of the shape of ``t``, float): ρ_L(s, t) and the constant C.
+
+    Examples
+    --------
+    >>> rho, C = laplace_rate_fraction(0.25, [1e3, 1e6])
+    >>> round(C, 3), bool(rho[0] < rho[1] < 1)
+    (15.375, True)
+    """
+    from scipy import integrate
+
+    def cdf(z: float) -> float:
+        return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+    def pdf(z: float) -> float:
+        return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+    s = check_positive_float(s, "s")
+    if s >= 0.5:
+        raise ValueError(f"s must be below 1/2 (a finite second moment of the weights), got {s}")
+    dim = check_positive_int(dim, "dim")
+    cut = check_positive_float(cut, "cut")
+    tt = as_tensor(t, "t")
+    if bool((tt < 1).any()):
+        raise ValueError("t must be >= 1")
+    g = m = 1.0 / (1.0 - s / 2.0)  # gain and M(a) = E e^{sW/2} coincide for W ~ Exp(1)
+
+    def integrand(w: float, level: float | None) -> float:
+        mean, var = 2.0 * w * s, w * s  # aᵀX | W=w under the e^{2aᵀx} tilt: N(2ws, ws)
+        sd, c = math.sqrt(var), 2.0 * w - g  # (Y/s − g) has mean c under the tilt
+        if level is None:
+            p, e1, e2 = 1.0, 0.0, var
+        else:
+            z = (level - mean) / sd
+            p, e1, e2 = cdf(z), -sd * pdf(z), var * (cdf(z) - z * pdf(z))
+        along = s * (e2 / s**2 + 2.0 * c * e1 / s + c * c * p)  # |Σa|² E[(Y/s − g)²; Y ≤ level]
+        across = (dim - 1) * w * p  # the coordinates orthogonal to a
+        return math.exp(2.0 * w * s - w) * (along + across)
+
+    upper = 60.0 / (1.0 - 2.0 * s)
+    total = integrate.quad(integrand, 0.0, upper, args=(None,), limit=400)[0]
+    kept = [integrate.quad(integrand, 0.0, upper, args=(math.log(cut * float(x) * m),), limit=400)[0]
+            for x in tt.reshape(-1).tolist()]
+    rho = torch.tensor(kept, dtype=torch.float64).reshape(tt.shape) / total
+    return rho, total / m**2
 
 
 def delta_method_reach(s: object, t: object) -> torch.Tensor:
@@ -493,4 +639,30 @@ def delta_method_reach(s: object, t: object) -> torch.Tensor:
     return torch.as_tensor(ndtr(z_t - 2.0 * torch.sqrt(ss).numpy()), dtype=torch.float64)
 
 
-__all__ += ["delta_method_reach"]
+def reach_allowance(s: object, t: object) -> tuple[float, float]:
+    r"""The pre-asymptotic allowance of a Gaussian rate claim over a window of context lengths.
+
+    With ρ(s, t) of :func:`delta_method_reach` averaged over the logit
+    variances ``s`` (one per stream or query), returns
+
+    * b, the least-squares slope of log ρ against log t over ``t``: the
+      measured MSE slope lies between −1 and −1 + b;
+    * ρ at the last t: the measured t·MSE/C lies between ρ and 1
+
+    (book chapters 1 and 3).
+
+    Examples
+    --------
+    >>> b, rho = reach_allowance([0.0], [100, 1000, 10000])
+    >>> abs(b) < 0.01, rho > 0.99
+    (True, True)
+    """
+    from covbook.stats import loglog_slope
+
+    ss = as_tensor(s, "s", ndim=(0, 1)).reshape(-1)
+    tt = as_tensor(t, "t", ndim=1)
+    if tt.numel() < 2:
+        raise ValueError(f"t must hold at least two context lengths, got {tt.numel()}")
+    rho = torch.stack([delta_method_reach(torch.full_like(tt, float(x)), tt) for x in ss]).mean(0)  # (n_t,)
+    b, _ = loglog_slope(tt.numpy(), rho.numpy())
+    return b, float(rho[-1])

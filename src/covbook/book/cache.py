@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from covbook.book.config import Paths, UsageError
-from covbook.book.jsonio import DamagedFile, read_json
+from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["PACKAGE", "science_hash", "environment", "resolve_device", "content_hash", "is_cached",
            "damaged_outputs", "verify_outputs"]

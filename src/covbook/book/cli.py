@@ -3,7 +3,8 @@
     covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
                 [--seed N] [--jobs N] [--force] [--rehearse] [--wait]
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
-    covbook check [--json]
+    covbook check [--json] [--update-manifest]
+    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N] [--force]
     covbook build [--wait]
     covbook clean [--wait]
 
@@ -66,7 +67,17 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
     c = sub.add_parser("check", help="verify the claims of the last run")
-    c.add_argument("--json", action="store_true", help="print every claim as JSON")
+    c.add_argument("--json", action="store_true", help="print every claim as JSON (with kind, basis, reason)")
+    c.add_argument("--update-manifest", action="store_true",
+                   help="rewrite notebooks/claims_manifest.yml from the last run's claim ids, then check")
+    s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table")
+    s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
+    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9")
+    s.add_argument("--profile", choices=PROFILES, default="smoke")
+    s.add_argument("--device", choices=DEVICES, default="auto")
+    s.add_argument("--jobs", type=_positive, default=1)
+    s.add_argument("--force", action="store_true", help="ignore the cache")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
     return p
@@ -132,8 +143,11 @@ def _damaged(paths: Paths, command: str) -> bool:
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     if _damaged(paths, "check"):
         return 1
-    from covbook.report import check
+    from covbook.book.checks import check, update_manifest
 
+    if args.update_manifest:
+        for line in update_manifest(paths) or ["no change"]:
+            print(f"covbook check: manifest: {line}", file=sys.stderr)
     v = check(paths)
     if args.json:
         print(json.dumps(v.as_json(), indent=1))
@@ -149,10 +163,13 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
 
+    from covbook.book.runner import clean_stale
+
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
         if _damaged(paths, "build"):
             return 1
-        from covbook.report import write_report
+        clean_stale(paths)  # what an interrupted run left must not reach the book
+        from covbook.book.report import write_report
 
         report = write_report(paths)
         print(f"covbook build: wrote {report.relative_to(paths.root)}")
@@ -165,6 +182,25 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     if proc.returncode == 0:
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
     return 1 if proc.returncode else 0
+
+
+def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook.book.lock import tree_lock
+    from covbook.book.sweep import parse_seeds, run_sweep
+
+    seeds = parse_seeds(args.seeds)
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+        data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device, jobs=args.jobs,
+                         force=args.force, progress=not args.no_progress)
+    flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
+    failed = [n for n, e in data.items() if e["failed_seeds"]]
+    print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "
+          "wrote book/calibration.json and book/generated/calibration.md")
+    for f in flagged:
+        print(f"  flagged {f}", file=sys.stderr)
+    for n in failed:
+        print(f"  {n} failed at seed(s) {', '.join(map(str, data[n]['failed_seeds']))}", file=sys.stderr)
+    return 1 if flagged or failed else 0
 
 
 def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
@@ -185,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         paths = Paths(project_root())
-        return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean}[args.command](args, paths)
+        return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean,
+                "sweep": cmd_sweep}[args.command](args, paths)
     except UsageError as err:
         print(f"covbook {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -140,8 +140,10 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
         for key, value in per.items():
             if key == "lengths":
-                if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names")
+                names = list(value) if isinstance(value, (list, dict)) else None
+                if names is None or not all(isinstance(v, str) for v in names):
+                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of "
+                                     "parameter names to rehearsal values (null: the smoke value)")
                 continue
             if key == "work":
                 if not (isinstance(value, dict) and isinstance(value.get("expr"), str)
@@ -156,16 +158,56 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
     return raw
 
 
+def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
+    """The code cells of a MyST notebook as ``(options, source)``: ```` ```{code-cell} ```` fences.
+
+    Options are the ``:key: value`` lines or the ``---`` YAML block that open a
+    cell (the two forms jupytext writes).  A light reader, so that planning and
+    serving from the cache need not import jupytext.
+    """
+    import yaml
+
+    lines = text.splitlines()
+    cells, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.lstrip()
+        if not (stripped.startswith("```{code-cell}") or stripped.startswith("````{code-cell}")):
+            i += 1
+            continue
+        fence = stripped[: len(stripped) - len(stripped.lstrip("`"))]
+        body, i = [], i + 1
+        while i < len(lines) and lines[i].strip() != fence:
+            body.append(lines[i])
+            i += 1
+        i += 1
+        options: dict = {}
+        if body and body[0].strip() == "---":
+            end = next((k for k in range(1, len(body)) if body[k].strip() == "---"), None)
+            if end is not None:
+                options = yaml.safe_load("\n".join(body[1:end])) or {}
+                body = body[end + 1:]
+        else:
+            while body and body[0].startswith(":") and body[0].count(":") >= 2:
+                key, value = body[0][1:].split(":", 1)
+                options[key.strip()] = yaml.safe_load(value.strip())
+                body = body[1:]
+        cells.append((options if isinstance(options, dict) else {}, "\n".join(body).strip("\n")))
+    return cells
+
+
 def notebook_parameters(path: Path) -> dict[str, object]:
     """Names and default values of the notebook's ``parameters`` cell."""
-    import jupytext
-
-    nb = jupytext.read(path)
-    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    text = Path(path).read_text(encoding="utf-8")
+    cells = [src for opts, src in _myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
     if len(cells) != 1:
         raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
     params: dict[str, object] = {}
-    for node in ast.parse(cells[0].source).body:
+    try:
+        body = ast.parse(cells[0]).body
+    except SyntaxError as err:
+        raise UsageError(f"{path.name}: the parameters cell is not valid Python: {err.msg}") from None
+    for node in body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 params[node.targets[0].id] = ast.literal_eval(node.value)
@@ -226,8 +268,8 @@ def resolve_parameters(
     """Parameters injected into notebook ``name`` for ``profile``.
 
     With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
-    take their ``smoke`` value (or the notebook's default): the profile's shapes
-    at smoke lengths.  Unknown names, and values of the wrong type or sign, are
+    take their ``smoke`` value (or the notebook's default), or the value given
+    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of the wrong type or sign, are
     usage errors.
     """
     if profile not in PROFILES:
@@ -251,8 +293,11 @@ def resolve_parameters(
         raise UsageError(f"notebooks/profiles.yml: {name}.lengths names unknown parameter(s) {', '.join(bad)}")
     if rehearse:
         smoke = entry.get("smoke", {})
+        explicit = lengths if isinstance(lengths, dict) else {}
         for key in lengths:
-            if key in smoke:
+            if explicit.get(key) is not None:
+                overrides[key] = explicit[key]
+            elif key in smoke:
                 overrides[key] = smoke[key]
             else:
                 overrides.pop(key, None)  # the notebook's default (quick) length

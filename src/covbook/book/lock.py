@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Busy", "tree_lock"]
 

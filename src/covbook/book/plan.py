@@ -21,7 +21,7 @@ from pathlib import Path
 
 from covbook.book.cache import resolve_device
 from covbook.book.config import Paths, UsageError, load_profiles
-from covbook.book.jsonio import DamagedFile, read_json
+from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["work_of", "estimate", "print_plan"]
 

@@ -37,7 +37,7 @@ from covbook.book.cache import content_hash, is_cached, resolve_device, science_
 from covbook.book.config import (
     Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
 )
-from covbook.book.jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale"]
 
@@ -98,8 +98,10 @@ def _ipc_kernel_manager(socket_dir: Path, pid_file: Path):
         async def start_kernel(self, **kw: object) -> None:  # type: ignore[override]
             await super().start_kernel(**kw)
             pid = getattr(self.provisioner, "pid", None)
-            if pid:
-                pid_file.write_text(str(pid))
+            if pid:  # atomically: a reader never sees an empty file
+                tmp = pid_file.with_suffix(".tmp")
+                tmp.write_text(str(pid))
+                os.replace(tmp, pid_file)
 
     return IPCKernelManager
 
@@ -142,14 +144,25 @@ def _kill_kernel(pid_file: Path) -> None:
 
 def _is_kernel(pid: int) -> bool:
     """Whether ``pid`` is alive and is an ipykernel (pids are reused: never kill a stranger)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+    if Path("/proc").is_dir():
+        try:
+            return b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+    try:  # no /proc (macOS)
+        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
         return False
-    return b"ipykernel" in cmd
+    return "ipykernel" in out.stdout
+
+
+_KERNEL_PID_FILE: list[Path] = []  # the worker's kernel pid file, for the signal handler
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    """Stop the worker: its kernel first (frees the CPU at once), then unwind with ``KeyboardInterrupt``."""
+    for pid_file in _KERNEL_PID_FILE:
+        _kill_kernel(pid_file)
     raise KeyboardInterrupt
 
 
@@ -231,6 +244,7 @@ def _worker_main(job_file: str) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     job = read_json(job_file, dict)
+    _KERNEL_PID_FILE.append(Path(job["rundir"]) / f"{job['name']}.kernel.pid")
     threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
     try:
         result = execute_one(job)
@@ -325,6 +339,9 @@ def _stop(running: dict[str, tuple[subprocess.Popen, Path]], rundir: Path) -> No
             proc.wait()
     for pid_file in rundir.glob("*.kernel.pid"):
         _kill_kernel(pid_file)
+    for proc, _ in running.values():  # a worker killed before its clean-up leaves its socket folder
+        for d in Path(tempfile.gettempdir()).glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def run_notebooks(

@@ -1,0 +1,216 @@
+"""The "Results at a glance" page: which of the paper's statements hold, from the run.
+
+The statements the book tests (the paper's results T1–T5 and their parts, and the book's own
+findings) and the key claims that decide each of them are declared in one small data file,
+``book/results.yml``.  :func:`write_results` reads it with the claims of the last run and writes
+``book/generated/results.md``: one table row per statement with its status, chapter, theorem
+box and key claims with their verdicts.  The status is computed, never typed:
+
+- *not tested*: a key claim is not in the run;
+- *fails*: a key claim failed;
+- *holds with a correction*: every key claim passes and the statement declares a
+  ``correction`` (where the book's statement, the one its claims test, differs from the
+  paper's);
+- *holds*: every key claim passes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from covbook.book.theorems import theorem_labels
+from covbook.claims import Claim, fmt
+
+__all__ = ["STATUSES", "Statement", "load_statements", "status", "render", "write_results"]
+
+STATUSES = ("holds", "holds with a correction", "fails", "not tested")
+_MARK = {"holds": "✓", "holds with a correction": "✓", "fails": "✗", "not tested": "–"}
+_FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims"}
+_CHAPTER = re.compile(r"^[0-9]{2}_[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One row of the page: a statement, where it is tested, and the claims that decide it."""
+
+    id: str
+    statement: str
+    chapter: str
+    claims: tuple[str, ...]
+    theorem: str | None = None
+    correction: str | None = None
+    kind: str = "statement"  # "statement" (of the paper) or "finding" (of the book)
+
+    def claim_keys(self) -> list[tuple[str, str]]:
+        """``(notebook, claim id)`` of each key claim (``NN_name:id`` names another chapter's claim)."""
+        return [tuple(c.split(":", 1)) if ":" in c else (self.chapter, c) for c in self.claims]
+
+
+@dataclass
+class Results:
+    """The data file, parsed."""
+
+    statements: list[Statement] = field(default_factory=list)
+    claim_role: bool = False
+
+
+def _parse_entry(raw: object, kind: str, where: str) -> Statement:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {sorted(_FIELDS)}, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _FIELDS)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_FIELDS))}")
+    for key in ("id", "statement", "chapter"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise ValueError(f"{where}: '{key}' must be a non-empty string")
+    if not _CHAPTER.match(raw["chapter"]):
+        raise ValueError(f"{where}: chapter {raw['chapter']!r} must be a notebook name like 01_covariance_readout")
+    claims = raw.get("claims")
+    if not isinstance(claims, list) or not claims or not all(isinstance(c, str) and c for c in claims):
+        raise ValueError(f"{where}: 'claims' must be a non-empty list of claim ids")
+    for key in ("theorem", "correction"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ValueError(f"{where}: '{key}' must be a string")
+    return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
+                     claims=tuple(claims), theorem=raw.get("theorem") or None,
+                     correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind)
+
+
+def load_statements(path: str | os.PathLike) -> Results:
+    """Read ``book/results.yml``; a malformed file is a ``ValueError`` naming the entry and the key."""
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping with 'statements' and 'findings'")
+    unknown = sorted(set(raw) - {"statements", "findings", "claim_role"})
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; valid: claim_role, statements, findings")
+    out = Results(claim_role=bool(raw.get("claim_role", False)))
+    for kind, key in (("statement", "statements"), ("finding", "findings")):
+        entries = raw.get(key) or []
+        if not isinstance(entries, list):
+            raise ValueError(f"{path}: '{key}' must be a list")
+        out.statements += [_parse_entry(e, kind, f"{path}: {key}[{i}]") for i, e in enumerate(entries)]
+    dup = [k for k, n in Counter(s.id for s in out.statements).items() if n > 1]
+    if dup:
+        raise ValueError(f"{path}: duplicate id(s) {', '.join(dup)}")
+    return out
+
+
+def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
+    """The statement's status from its key claims' verdicts (see the module docstring).
+
+    >>> s = Statement("T", "x", "01_a", ("c",), correction="only for Gaussians")
+    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
+    >>> status(s, {}), status(s, {("01_a", "c"): ok})
+    ('not tested', 'holds with a correction')
+    """
+    found = [claims.get(k) for k in statement.claim_keys()]
+    if any(c is None for c in found):
+        return "not tested"
+    if not all(c.passed for c in found):
+        return "fails"
+    return "holds with a correction" if statement.correction else "holds"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _chapter_number(chapter: str) -> str:
+    return str(int(chapter[:2]))
+
+
+def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, claim_role: bool) -> str:
+    if claim is None:
+        return f"–&nbsp;`{cid}`&nbsp;(not in the run)"
+    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
+    if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
+        return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
+    return f"{'✓' if claim.passed else '✗'}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
+
+
+def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
+           profiles: list[str] | None = None) -> str:
+    """The page's MyST markdown."""
+    by_key = {(c.notebook, c.id): c for c in claims}
+    rows = [(s, status(s, by_key)) for s in results.statements]
+    counts = Counter(st for s, st in rows if s.kind == "statement")
+    run = f" at the `{'`, `'.join(profiles)}` profile" if profiles else ""
+    lines = [
+        "(results-at-a-glance)=",
+        "# Results at a glance",
+        "",
+        f"This page is generated by `covbook build` from the run that produced this book{run}. Each row is a "
+        "statement of the paper that the book tests, or a finding of the book, with the chapter that tests it and "
+        "the key claims that decide it. The status is computed from those claims' verdicts: **holds** (every key "
+        "claim passes), **holds with a correction** (every key claim passes, and the statement the claims test "
+        "corrects the paper's: the correction is stated), **fails** (a key claim failed) or **not tested** "
+        "(a key claim is not in this run). The full list of claims is in the "
+        "{doc}`reproduction report <reproduction>`.",
+        "",
+        "**The paper's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
+        "",
+    ]
+    problems: list[str] = []
+    for kind, title in (("statement", "The paper's statements"), ("finding", "Findings of the book")):
+        chosen = [(s, st) for s, st in rows if s.kind == kind]
+        if not chosen:
+            continue
+        lines += [f"## {title}", "", "| | statement | status |", "| --- | --- | --- |"]
+        for s, st in chosen:
+            text = _cell(s.statement)
+            if s.correction:
+                text += f" *Correction:* {_cell(s.correction)}"
+            if s.theorem and s.theorem in labels:
+                text += f" ({{prf:ref}}`{s.theorem}`)"
+            elif s.theorem:
+                problems.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
+            refs = []
+            for nb, cid in s.claim_keys():
+                claim = by_key.get((nb, cid))
+                if claim is None:
+                    ran_note = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
+                    problems.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({ran_note})")
+                refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
+            chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
+            text += f"<br>{chapter}, key claims: {' · '.join(refs)}"
+            lines.append(f"| {_cell(s.id)} | {text} | {_MARK[st]}&nbsp;{st} |")
+        lines.append("")
+    if problems:
+        lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
+    """Write ``results.md`` next to the reproduction report from ``book/results.yml``; None when that file is absent.
+
+    Parameters
+    ----------
+    generated
+        The ``book/generated`` folder of the project (``book/results.yml`` is beside it).
+    claims
+        Every claim of the last run.
+    runs
+        The run records by notebook (for the profile and which chapters ran).
+    """
+    generated = Path(generated)
+    data = generated.parent / "results.yml"
+    if not data.is_file():
+        return None
+    results = load_statements(data)
+    labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
+    profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
+    ran = {n for n, m in runs.items() if m.get("status") == "ok"}
+    out = generated / "results.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text(render(results, claims, labels, ran, profiles), encoding="utf-8")
+    tmp.replace(out)
+    return out

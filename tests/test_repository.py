@@ -1,0 +1,232 @@
+"""The book's repository from one place, and its buttons: present when known, absent otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from covbook.book.repository import (
+    ENV,
+    NOTEBOOKS_BRANCH,
+    Repository,
+    fill_notebook_file,
+    fill_setup_source,
+    parse_github,
+    resolve_repository,
+)
+from covbook.book.sphinx_repository import theme_options
+from helpers import ROOT
+
+OCTO = Repository("octo", "covbook")
+
+
+@pytest.mark.parametrize("text", [
+    "octo/covbook", "https://github.com/octo/covbook", "https://github.com/octo/covbook.git",
+    "https://github.com/octo/covbook/", "git@github.com:octo/covbook.git", "ssh://git@github.com/octo/covbook.git",
+    "https://x-access-token:abc@github.com/octo/covbook", "  octo/covbook\n",
+])
+def test_parse_github_accepts_slugs_and_urls(text: str) -> None:
+    assert parse_github(text) == OCTO
+
+
+@pytest.mark.parametrize("text", ["", "covbook", "https://gitlab.com/octo/covbook", "/srv/git/covbook.git",
+                                  "https://github.com/octo", "octo/covbook/extra", "file:///tmp/x"])
+def test_parse_github_rejects_everything_else(text: str) -> None:
+    assert parse_github(text) is None
+
+
+def test_repository_urls() -> None:
+    assert OCTO.url == "https://github.com/octo/covbook"
+    assert OCTO.install_source == f"git+https://github.com/octo/covbook@{NOTEBOOKS_BRANCH}"
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_resolve_order_env_then_config_then_origin(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "remote", "add", "origin", "git@github.com:from/origin.git")
+    assert resolve_repository(tmp_path, environ={}) == Repository("from", "origin")
+    assert resolve_repository(tmp_path, "https://github.com/from/config", environ={}) == Repository("from", "config")
+    assert resolve_repository(tmp_path, "https://github.com/from/config", environ={ENV: "from/env"}) == \
+        Repository("from", "env")
+    for off in ("", "none", " None "):  # explicitly no repository, whatever git says
+        assert resolve_repository(tmp_path, "https://github.com/from/config", environ={ENV: off}) is None
+
+
+def test_resolve_unknown_without_github_origin(tmp_path: Path) -> None:
+    assert resolve_repository(tmp_path, environ={}) is None  # not a git checkout
+    _git(tmp_path, "init", "-q")
+    assert resolve_repository(tmp_path, environ={}) is None  # no origin
+    _git(tmp_path, "remote", "add", "origin", "https://gitlab.com/octo/covbook.git")
+    assert resolve_repository(tmp_path, environ={}) is None  # not GitHub: no Colab, no buttons
+
+
+def test_a_project_nested_in_another_checkout_is_not_that_checkout(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "remote", "add", "origin", "https://github.com/octo/covbook")
+    nested = tmp_path / "_build" / "copy"
+    nested.mkdir(parents=True)
+    assert resolve_repository(nested, environ={}) is None
+
+
+@pytest.mark.parametrize("bad", ["not a repo", "https://gitlab.com/octo/covbook"])
+def test_bad_repository_setting_is_a_clear_error(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match=ENV):
+        resolve_repository(tmp_path, environ={ENV: bad})
+    with pytest.raises(ValueError, match="repository.url"):
+        resolve_repository(tmp_path, bad, environ={})
+
+
+def test_fill_setup_source_replaces_only_the_placeholder_line() -> None:
+    src = "import sys\n    COVBOOK_SOURCE = None  # filled in when published\nprint(COVBOOK_SOURCE)\n"
+    out = fill_setup_source(src, OCTO.install_source)
+    assert out == ('import sys\n    COVBOOK_SOURCE = "git+https://github.com/octo/covbook@executed-notebooks"\n'
+                   "print(COVBOOK_SOURCE)\n")
+    assert fill_setup_source("x = 1\n", OCTO.install_source) == "x = 1\n"
+
+
+def _source(cell: dict) -> str:
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def test_fill_notebook_file(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    line = "COVBOOK_SOURCE = None"
+    nb.cells = [nbformat.v4.new_markdown_cell(line), nbformat.v4.new_code_cell(line)]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    assert fill_notebook_file(path, OCTO.install_source)
+    cells = [_source(c) for c in json.loads(path.read_text())["cells"]]
+    assert cells[0] == "COVBOOK_SOURCE = None"  # prose is never touched
+    assert OCTO.install_source in cells[1]
+    assert not fill_notebook_file(path, OCTO.install_source)  # nothing left to fill
+
+
+def test_theme_options_with_and_without_repository() -> None:
+    base = {"launch_buttons": {"notebook_interface": "classic", "colab_url": "https://x"},
+            "use_repository_button": True, "repository_url": "https://github.com/a/b", "other": 1}
+    off = theme_options(base, None)
+    assert off["other"] == 1 and "repository_url" not in off
+    assert not any(off[k] for k in ("use_repository_button", "use_issues_button", "use_edit_page_button"))
+    assert off["launch_buttons"] == {"notebook_interface": "classic"}
+    on = theme_options(base, OCTO)
+    assert on["repository_url"] == OCTO.url and on["repository_branch"] == NOTEBOOKS_BRANCH
+    assert on["path_to_docs"] == "book" and on["use_repository_button"] and on["use_issues_button"]
+    assert on["launch_buttons"]["colab_url"].startswith("https://colab.") and on["launch_buttons"]["binderhub_url"]
+    assert base["launch_buttons"]["colab_url"] == "https://x"  # the input is not modified
+
+
+# --- a real (tiny) Jupyter Book build, with and without a repository ------------------------------
+
+MINI_CONFIG = """\
+title: mini
+only_build_toc_files: true
+execute:
+  execute_notebooks: "off"
+repository:
+  url: ""
+html:
+  use_download_button: true
+launch_buttons:
+  notebook_interface: classic
+sphinx:
+  extra_extensions:
+    - covbook.book.sphinx_repository
+"""
+
+
+def _mini_book(root: Path) -> Path:
+    (root / "book" / "generated").mkdir(parents=True)
+    (root / "notebooks").mkdir()
+    (root / "_config.yml").write_text(MINI_CONFIG)
+    (root / "book" / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: generated/01_alpha\n")
+    (root / "book" / "intro.md").write_text("# Intro\n\nHello.\n")
+    (root / "notebooks" / "01_alpha.md").write_text("---\njupytext: {}\n---\n# Alpha\n")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# Alpha"),
+                nbformat.v4.new_code_cell("COVBOOK_SOURCE = None  # filled in when the notebooks are published")]
+    nbformat.write(nb, root / "book" / "generated" / "01_alpha.ipynb")
+    return root
+
+
+def _build(root: Path, repository: str) -> Path:
+    jb = Path(sys.executable).with_name("jupyter-book")
+    env = {**os.environ, ENV: repository, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get(
+        "PYTHONPATH", "")])}
+    shutil.rmtree(root / "_build", ignore_errors=True)
+    proc = subprocess.run([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"],
+                          cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root / "_build" / "html"
+
+
+@pytest.mark.book
+def test_book_buttons_follow_the_repository(tmp_path: Path) -> None:
+    root = _mini_book(tmp_path)
+    html = _build(root, "octo/covbook")
+    page = (html / "generated" / "01_alpha.html").read_text()
+    path = f"{NOTEBOOKS_BRANCH}/book/generated/01_alpha.ipynb"
+    assert f"https://colab.research.google.com/github/octo/covbook/blob/{path}" in page
+    assert f"https://mybinder.org/v2/gh/octo/covbook/{NOTEBOOKS_BRANCH}?urlpath=tree/book/generated/01_alpha.ipynb" \
+        in page
+    assert 'href="https://github.com/octo/covbook"' in page and "github.com/octo/covbook/issues/new" in page
+    for download in ("_sources/generated/01_alpha.ipynb", "_sources/generated/01_alpha.md"):
+        assert download in page and (html / download).is_file()
+    published = json.loads((html / "_sources" / "generated" / "01_alpha.ipynb").read_text())
+    assert 'COVBOOK_SOURCE = "git+https://github.com/octo/covbook@executed-notebooks"' in _source(published["cells"][1])
+
+    html = _build(root, "")  # unknown: no buttons, no dead links
+    for page_file in (html / "generated" / "01_alpha.html", html / "intro.html"):
+        page = page_file.read_text()
+        assert not re.search(r"colab\.research|mybinder|github\.com/octo", page), page_file.name
+        assert "launch-buttons" not in page and "repository-button" not in page
+    assert (html / "_sources" / "generated" / "01_alpha.md").is_file()
+    published = json.loads((html / "_sources" / "generated" / "01_alpha.ipynb").read_text())
+    assert "COVBOOK_SOURCE = None" in _source(published["cells"][1])
+
+
+# --- the notebooks' setup cell ------------------------------------------------------------------
+
+def test_setup_cell_is_a_no_op_where_covbook_is_importable() -> None:
+    from covbook.book.repository import SETUP_CELL
+
+    namespace: dict = {}
+    exec(compile(fill_setup_source(SETUP_CELL, "git+https://invalid.invalid/never-used"), "setup", "exec"), namespace)
+    assert namespace["COVBOOK_SOURCE"].startswith("git+")  # filled, and pip was not called (covbook is importable)
+
+
+def test_setup_cell_without_covbook_or_source_says_how_to_install() -> None:
+    from covbook.book.repository import SETUP_CELL
+
+    # -I -S: no site-packages, so covbook is not importable; the unpublished cell must not try pip
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SETUP_CELL], capture_output=True, text=True)
+    assert proc.returncode == 1 and "ModuleNotFoundError: covbook is not installed: run `make setup`" in proc.stderr
+
+
+def test_setup_cell_in_the_notebooks() -> None:
+    """Every chapter's first code cell is the setup cell (once pasted), tagged remove-cell."""
+    import jupytext
+
+    from covbook.book.repository import SETUP_CELL
+
+    chapters = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
+    with_cell = [p for p in chapters if "COVBOOK_SOURCE = None" in p.read_text()]
+    if not with_cell:
+        pytest.skip("the setup cell is not in the notebooks yet (covbook.book.repository.SETUP_CELL)")
+    assert with_cell == chapters, f"missing in {[p.stem for p in chapters if p not in with_cell]}"
+    for path in chapters:
+        first = next(c for c in jupytext.read(path).cells if c.cell_type == "code")
+        assert first.source.strip() == SETUP_CELL.strip(), f"{path.stem}: the first code cell is not SETUP_CELL"
+        assert "remove-cell" in first.metadata.get("tags", []), f"{path.stem}: tag the setup cell remove-cell"

@@ -1,0 +1,133 @@
+"""The "Results at a glance" page: status from the claims' verdicts, the data file, the page."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from covbook.book.results import Results, Statement, load_statements, render, status, write_results
+from covbook.book.theorems import link_theorems, theorem_labels
+from covbook.claims import Claim
+from helpers import ROOT
+
+
+def _claim(cid: str, passed: bool = True, notebook: str = "01_a", measured: float = 1.0) -> Claim:
+    return Claim(cid, notebook, "a statement", measured, 1.0, 0.1, 0.9, 1.1, passed)
+
+
+def _by_key(*claims: Claim) -> dict:
+    return {(c.notebook, c.id): c for c in claims}
+
+
+def test_status_from_verdicts() -> None:
+    s = Statement("T1", "x", "01_a", ("c1", "02_b:c2"))
+    both = _by_key(_claim("c1"), _claim("c2", notebook="02_b"))
+    assert status(s, both) == "holds"
+    assert status(s, _by_key(_claim("c1"))) == "not tested"  # 02_b:c2 missing
+    assert status(s, _by_key(_claim("c1"), _claim("c2", False, "02_b"))) == "fails"
+    assert status(s, _by_key(_claim("c1"), _claim("c2", notebook="01_a"))) == "not tested"  # wrong chapter
+    corrected = Statement("T1", "x", "01_a", ("c1",), correction="only for Gaussians")
+    assert status(corrected, _by_key(_claim("c1"))) == "holds with a correction"
+    assert status(corrected, _by_key(_claim("c1", False))) == "fails"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "results.yml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], colour: red}\n", "unknown key"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: []}\n", "claims"),
+    ("statements:\n  - {id: T, statement: x, chapter: chapter one, claims: [c]}\n", "chapter"),
+    ("statements:\n  - {id: T, chapter: 01_a, claims: [c]}\n", "statement"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c]}\n"
+     "findings:\n  - {id: T, statement: y, chapter: 01_a, claims: [d]}\n", "duplicate"),
+    ("statements: {id: T}\n", "must be a list"),
+    ("other: 1\n", "unknown key"),
+])
+def test_malformed_data_file_is_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_statements(_write(tmp_path, text))
+
+
+def test_render_counts_links_and_lists_what_is_missing() -> None:
+    results = Results([
+        Statement("T1", "holds | here", "01_a", ("c1",), theorem="thm-01-a"),
+        Statement("T2", "corrected", "01_a", ("c2",), theorem="thm-gone", correction="a correction"),
+        Statement("T3", "absent", "02_b", ("c3",)),
+        Statement("F1", "a finding", "01_a", ("c4",), kind="finding"),
+    ])
+    page = render(results, [_claim("c1"), _claim("c2"), _claim("c4", False, measured=2.5)], {"thm-01-a"},
+                  ran={"01_a"}, profiles=["smoke"])
+    assert "1 holds, 1 holds with a correction, 0 fails, 1 not tested" in page  # the paper's statements only
+    assert "{prf:ref}`thm-01-a`" in page and "{prf:ref}`thm-gone`" not in page  # no dangling reference
+    assert "holds \\| here" in page  # a pipe does not break the table
+    assert "✗&nbsp;`c4`&nbsp;(2.5)" in page and "✗&nbsp;fails" in page
+    assert "{doc}`Chapter 1 <01_a>`" in page
+    assert "## Not in this run" in page
+    assert "`02_b:c3` is not in the run (its chapter was not run)" in page
+    assert "theorem label `thm-gone`" in page
+    assert "*Correction:* a correction" in page
+
+
+def test_claim_role_rendering() -> None:
+    results = Results([Statement("T1", "x", "01_a", ("c1", "02_b:c2"))], claim_role=True)
+    page = render(results, [_claim("c1"), _claim("c2", notebook="02_b")], set())
+    assert "`c1`&nbsp;{claim}`01_a:c1`" in page and "`02_b:c2`&nbsp;{claim}`02_b:c2`" in page
+
+
+def test_write_results_without_data_file_writes_nothing(tmp_path: Path) -> None:
+    assert write_results(tmp_path / "book" / "generated", [], {}) is None
+    assert not (tmp_path / "book" / "generated").exists()
+
+
+def test_the_books_data_file_is_consistent() -> None:
+    results = load_statements(ROOT / "book" / "results.yml")
+    chapters = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md")}
+    labels = theorem_labels(ROOT / "notebooks")
+    ids = {"T1(a)", "T2", "T3", "T4", "T5"}
+    assert ids <= {s.id for s in results.statements}, "every main result of the paper has a row"
+    for s in results.statements:
+        assert s.chapter in chapters, f"{s.id}: unknown chapter {s.chapter}"
+        assert s.theorem is None or s.theorem in labels, f"{s.id}: no theorem box labelled {s.theorem}"
+        for nb, _ in s.claim_keys():
+            assert nb in chapters, f"{s.id}: unknown chapter {nb}"
+
+
+def test_key_claims_are_in_the_claims_manifest() -> None:
+    """Every key claim is one the chapters record (the committed manifest of claim ids)."""
+    from covbook.book.checks import read_manifest
+    from covbook.book.config import Paths
+
+    manifest = read_manifest(Paths(ROOT))
+    if manifest is None:
+        pytest.skip("notebooks/claims_manifest.yml not committed yet (covbook check --update-manifest)")
+    missing = [f"{s.id}: {nb}:{cid}" for s in load_statements(ROOT / "book" / "results.yml").statements
+               for nb, cid in s.claim_keys() if cid not in manifest.get(nb, [])]
+    assert not missing, f"book/results.yml names claims the chapters do not record: {missing}"
+
+
+@pytest.mark.book
+def test_results_page_of_the_smoke_run(smoke_project: Path, smoke_book: subprocess.CompletedProcess) -> None:
+    page = (smoke_project / "book" / "generated" / "results.md").read_text()
+    assert "## Not in this run" not in page, page[page.find("## Not in this run"):]
+    assert "0 not tested" in page
+    assert (smoke_project / "_build" / "html" / "generated" / "results.html").is_file(), smoke_book.stdout[-2000:]
+
+
+
+def test_theorem_labels_of_sources_and_executed_notebooks(tmp_path: Path) -> None:
+    (tmp_path / "01_a.md").write_text(":::{prf:theorem} A\n:label: thm-01-a\n:::\n")
+    (tmp_path / "02_b.ipynb").write_text('{"cells": [{"source": ":::{prf:proposition} B\\n:label: thm-02-b\\n"}]}')
+    (tmp_path / "notes.md").write_text(":label: not-a-chapter\n")
+    assert theorem_labels(tmp_path) == {"thm-01-a", "thm-02-b"}
+
+
+def test_link_theorems_links_only_known_labels() -> None:
+    text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
+    assert link_theorems(text, {"thm-01-a", "thm-02-b"}) == (
+        "rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); Proposition thm-03-gone; x-01-y")

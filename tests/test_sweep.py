@@ -1,0 +1,94 @@
+"""covbook sweep: notebooks at several seeds into separate trees, the calibration table and page."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from claims_fixtures import claim, fake_project, fake_run
+from covbook.book.config import Paths, UsageError
+from covbook.book.sweep import binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
+from covbook.claims import LEVEL, Z
+from helpers import covbook, make_notebook
+
+
+def test_parse_seeds():
+    assert parse_seeds("0-2") == [0, 1, 2] and parse_seeds("5") == [5]
+    for bad in ("3-1", "-1", "a-b", "1-2-3", ""):
+        with pytest.raises(UsageError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_binomial_tail_against_closed_forms():
+    assert binomial_tail(0, 10) == 1.0 and binomial_tail(11, 10) == 0.0
+    assert binomial_tail(1, 10) == pytest.approx(1 - (1 - LEVEL) ** 10)
+    assert binomial_tail(10, 10, 0.5) == pytest.approx(0.5**10)
+    # one failure in 20 seeds is already improbable at the book's level; none never is
+    assert binomial_tail(1, 20) < 0.01 < binomial_tail(0, 20)
+    with pytest.raises(ValueError):
+        binomial_tail(-1, 3)
+
+
+def test_calibrate_flags_improbable_failures_and_vanished_claims(tmp_path):
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha"), claim("b", "01_alpha")]})
+    paths = Paths(proj)
+    for seed in (0, 1, 2):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        cl = [claim("a", "01_alpha", measured=1.0 + seed), claim("b", "01_alpha", passed=seed != 1)]
+        fake_run(gen, "01_alpha", cl if seed != 2 else cl[:1], seed=seed)
+    data = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])
+    rows = {r["id"]: r for r in data["01_alpha"]["claims"]}
+    assert rows["a"]["passed"] == 3 and rows["a"]["mean"] == pytest.approx(2.0) and rows["a"]["sd"] == pytest.approx(1)
+    assert not rows["a"]["flagged"] and rows["a"]["tail_p"] == 1.0
+    assert rows["a"]["sd_over_se"] == pytest.approx(1 / (0.5 / Z))  # SD 1 over the SE a tolerance 0.5 implies
+    assert rows["b"]["n"] == 2 and rows["b"]["passed"] == 1 and rows["b"]["missing_seeds"] == [2]
+    assert rows["b"]["flagged"] and rows["b"]["tail_p"] == pytest.approx(binomial_tail(1, 2))
+    assert rows["b"]["fail_seeds"] == [1] and rows["a"]["fail_seeds"] == []
+
+
+def test_page_without_sweep_says_how_to_run_one(tmp_path):
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
+    text = write_calibration_page(Paths(proj)).read_text()
+    assert "No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke`" in text
+
+
+def test_sweep_usage_errors_exit_2(project):
+    for args, match in ((["sweep"], "--seeds"), (["sweep", "--seeds", "4-2"], "--seeds"),
+                        (["sweep", "--seeds", "0-1", "99"], "unknown notebook")):
+        res = covbook(project, *args)
+        assert res.returncode == 2 and match in res.stderr, res.stderr
+
+
+@pytest.mark.notebooks
+def test_sweep_on_the_fixture_project(project):
+    body = ("from covbook import claims\nimport random\nrandom.seed(seed)\n"
+            "claims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')\n"
+            "claims.record('u', 'a uniform draw is below 0.5', random.random(), interval=(None, 0.5), "
+            "kind='evidence', basis='a test of the flag')")
+    (project / "notebooks" / "01_alpha.md").write_text(make_notebook(body))
+    covbook(project, "run", "--profile", "smoke", "01", "--no-progress", check=True)
+    before = (project / "book" / "generated" / "claims" / "01_alpha.json").read_text()
+    res = covbook(project, "sweep", "--seeds", "0-2", "01", "--no-progress")
+    assert "seed 2: 1 ok, 0 failed" in res.stdout, res.stdout + res.stderr
+    # the book's own outputs are untouched; each seed has its own tree
+    assert (project / "book" / "generated" / "claims" / "01_alpha.json").read_text() == before
+    for seed in (0, 1, 2):
+        rec = json.loads((project / "book/generated/sweep/smoke" / f"seed-{seed}" / "book/generated/runs/01_alpha.json")
+                         .read_text())
+        assert rec["parameters"]["seed"] == seed and rec["status"] == "ok"
+    data = json.loads((project / "book" / "calibration.json").read_text())
+    rows = {r["id"]: r for r in data["notebooks"]["01_alpha"]["claims"]}
+    assert data["notebooks"]["01_alpha"]["seeds"] == [0, 1, 2] and rows["x_is_x"]["passed"] == 3
+    import random
+    fails = 0
+    for s in (0, 1, 2):
+        random.seed(s)
+        fails += random.random() > 0.5
+    assert rows["u"]["n"] == 3 and rows["u"]["passed"] == 3 - fails and rows["u"]["flagged"] == (fails > 0)
+    assert res.returncode == (1 if fails else 0)
+    page = (project / "book" / "generated" / "calibration.md").read_text()
+    assert "## 01_alpha" in page and "seeds 0–2 (3)" in page and "`u` | evidence" in page
+    # a second sweep is served from each seed's cache
+    again = covbook(project, "sweep", "--seeds", "0-2", "01", "--no-progress")
+    assert again.stdout.count("1 ok, 0 failed") == 3

