@@ -7,7 +7,7 @@ DEVICE  ?= auto
 JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
 
-.PHONY: setup book test unit notebooks-smoke lint bench clean distclean
+.PHONY: setup book test unit notebooks-smoke lint format bench clean distclean
 
 setup: $(STAMP)
 
@@ -28,6 +28,7 @@ book: setup
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m covbook.book.nblint
 	$(BIN)/actionlint
 	$(BIN)/python -m pytest -m "not notebooks and not book"
 	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs
@@ -36,9 +37,15 @@ test: setup
 unit: setup
 	$(BIN)/python -m pytest -m "not notebooks and not book"
 
+# ruff on src, tests, benchmarks (line length 120) and on the notebooks' code cells (88: the book's page width)
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m covbook.book.nblint
 	$(BIN)/actionlint
+
+# ruff format + ruff check --fix on the notebooks' code cells, written back into notebooks/NN_*.md
+format: setup
+	$(BIN)/python -m covbook.book.nblint --fix
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py

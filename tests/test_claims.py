@@ -94,3 +94,13 @@ def test_unevaluable_claim_is_recorded_as_failed_with_its_reason():
     c = claims.record("u", "s", float("nan"), 1.0, tolerance=1.0, reason="too few cycles", show=False,
                       glue_value=False)
     assert not c.passed and c.reason == "too few cycles"
+
+
+def test_student_t_quantile_for_an_se_from_few_replicates():
+    assert claims.quantile() == claims.Z
+    assert claims.quantile(7) > 6.0 > claims.quantile(100) > claims.Z
+    c = claims.within_se("t", "near zero", 5.0 * 0.1, 0.0, 0.1, basis="SE over 8 runs", dof=7, show=False,
+                         glue_value=False)
+    assert c.passed and "Student t, 7 dof" in c.basis
+    with pytest.raises(ValueError, match="dof"):
+        claims.within_se("t", "s", 0.0, 0.0, 0.1, basis="SE", dof=0, show=False, glue_value=False)

@@ -215,18 +215,4 @@ def test_setup_cell_without_covbook_or_source_says_how_to_install() -> None:
     assert proc.returncode == 1 and "ModuleNotFoundError: covbook is not installed: run `make setup`" in proc.stderr
 
 
-def test_setup_cell_in_the_notebooks() -> None:
-    """Every chapter's first code cell is the setup cell (once pasted), tagged remove-cell."""
-    import jupytext
-
-    from covbook.book.repository import SETUP_CELL
-
-    chapters = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
-    with_cell = [p for p in chapters if "COVBOOK_SOURCE = None" in p.read_text()]
-    if not with_cell:
-        pytest.skip("the setup cell is not in the notebooks yet (covbook.book.repository.SETUP_CELL)")
-    assert with_cell == chapters, f"missing in {[p.stem for p in chapters if p not in with_cell]}"
-    for path in chapters:
-        first = next(c for c in jupytext.read(path).cells if c.cell_type == "code")
-        assert first.source.strip() == SETUP_CELL.strip(), f"{path.stem}: the first code cell is not SETUP_CELL"
-        assert "remove-cell" in first.metadata.get("tags", []), f"{path.stem}: tag the setup cell remove-cell"
+# Every chapter's first code cell is SETUP_CELL, tagged remove-cell: tests/test_notebook_pages.py

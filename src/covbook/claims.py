@@ -35,7 +35,7 @@ from statistics import NormalDist
 from covbook._jsonio import write_json_atomic
 
 __all__ = [
-    "Claim", "record", "within_se", "at_least_se", "at_most_se", "glue", "reset",
+    "Claim", "record", "quantile", "within_se", "at_least_se", "at_most_se", "glue", "reset",
     "write_json_atomic", "load_claims", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV", "KINDS", "LEVEL", "Z",
 ]
 
@@ -248,10 +248,33 @@ def _se(se: object) -> float:
     return v
 
 
-def _basis(basis: str, extra: float, extra_basis: str | None) -> str:
+def quantile(dof: object | None = None) -> float:
+    """Standard errors per tolerance at the book's level ``LEVEL``.
+
+    ``Z`` for a standard error known or estimated from many replicates; for one
+    estimated from ``n`` replicates pass ``dof = n - 1``: the two-sided Student-t
+    quantile at the same level, which allows for the noise in the estimated SE
+    (it matters below a few dozen replicates: 6.08 at 7 degrees of freedom).
+
+    Examples
+    --------
+    >>> round(quantile(), 2), round(quantile(7), 2), round(quantile(10**6), 2)
+    (3.48, 6.08, 3.48)
+    """
+    if dof is None:
+        return Z
+    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
+        raise ValueError(f"dof must be a positive integer (replicates − 1), got {dof!r}")
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(1 - LEVEL / 2, dof))
+
+
+def _basis(basis: str, extra: float, extra_basis: str | None, dof: int | None = None) -> str:
     if not (isinstance(basis, str) and basis.strip()):
         raise ValueError("basis must name the standard error, e.g. 'bootstrap SE over 200 streams'")
-    text = f"{Z:.2f} × {basis.strip()} (level {LEVEL:g})"
+    k = f"{quantile(dof):.2f}" + (f" (Student t, {dof} dof)" if dof is not None else "")
+    text = f"{k} × {basis.strip()} (level {LEVEL:g})"
     if extra:
         if not (isinstance(extra_basis, str) and extra_basis.strip()):
             raise ValueError("extra tolerance needs extra_basis: say where it comes from")
@@ -276,13 +299,15 @@ def within_se(
     basis: str,
     extra: object = 0.0,
     extra_basis: str | None = None,
+    dof: int | None = None,
     **kw: object,
 ) -> Claim:
-    r"""Evidence claim :math:`|\text{measured} - \text{expected}| \le Z\,\mathrm{se} + \text{extra}`.
+    r"""Evidence claim :math:`|\text{measured} - \text{expected}| \le k\,\mathrm{se} + \text{extra}`.
 
-    ``basis`` names the standard error (e.g. ``"bootstrap SE over 200 streams"``);
-    ``extra`` is a non-statistical allowance (a published figure's rounding, a
-    proven bias bound) explained by ``extra_basis``.
+    ``k`` is :func:`quantile` (``Z``, or the Student-t quantile when ``dof`` is
+    given). ``basis`` names the standard error (e.g. ``"bootstrap SE over 200
+    streams"``); ``extra`` is a non-statistical allowance (a published figure's
+    rounding, a proven bias bound) explained by ``extra_basis``.
 
     Examples
     --------
@@ -290,29 +315,29 @@ def within_se(
     ...           show=False, glue_value=False).passed
     True
     """
-    s, e = _se(se), _extra(extra)
-    return record(id, statement, measured, expected, tolerance=Z * s + e, kind="evidence",
-                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+    s, e, k = _se(se), _extra(extra), quantile(dof)
+    return record(id, statement, measured, expected, tolerance=k * s + e, kind="evidence",
+                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
 
 
 def at_least_se(
     id: str, statement: str, measured: object, bound: object, se: object, *,
-    basis: str, extra: object = 0.0, extra_basis: str | None = None, **kw: object,
+    basis: str, extra: object = 0.0, extra_basis: str | None = None, dof: int | None = None, **kw: object,
 ) -> Claim:
     r"""Evidence claim :math:`\text{measured} \ge \text{bound} - Z\,\mathrm{se} - \text{extra}`."""
-    s, e, b = _se(se), _extra(extra), _number(bound, "bound")
-    return record(id, statement, measured, interval=(b - Z * s - e, None), kind="evidence",
-                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+    s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
+    return record(id, statement, measured, interval=(b - k * s - e, None), kind="evidence",
+                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
 
 
 def at_most_se(
     id: str, statement: str, measured: object, bound: object, se: object, *,
-    basis: str, extra: object = 0.0, extra_basis: str | None = None, **kw: object,
+    basis: str, extra: object = 0.0, extra_basis: str | None = None, dof: int | None = None, **kw: object,
 ) -> Claim:
     r"""Evidence claim :math:`\text{measured} \le \text{bound} + Z\,\mathrm{se} + \text{extra}`."""
-    s, e, b = _se(se), _extra(extra), _number(bound, "bound")
-    return record(id, statement, measured, interval=(None, b + Z * s + e), kind="evidence",
-                  basis=_basis(basis, e, extra_basis), **kw)  # type: ignore[arg-type]
+    s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
+    return record(id, statement, measured, interval=(None, b + k * s + e), kind="evidence",
+                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
 
 
 def reset() -> None:

@@ -54,8 +54,11 @@ BINDER_URL = "https://mybinder.org"
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
 #: The first code cell of every chapter (tagged ``remove-cell``): library-free, so that a notebook
 #: opened outside a covbook checkout (Colab, a fresh Jupyter) installs covbook from the repository.
+#: Written as ruff formats it at the notebooks' line length (covbook.book.nblint), so that
+#: formatting the notebooks leaves it as it is.
 SETUP_CELL = f"""\
-# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from its repository.
+# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
+# its repository.
 import importlib.util
 import subprocess
 import sys
@@ -63,8 +66,12 @@ import sys
 {SETUP_PLACEHOLDER}  # set when the executed notebooks are published
 if importlib.util.find_spec("covbook") is None:
     if COVBOOK_SOURCE is None:
-        raise ModuleNotFoundError("covbook is not installed: run `make setup` in a clone of the book's repository")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"covbook @ {{COVBOOK_SOURCE}}"], check=True)
+        raise ModuleNotFoundError(
+            "covbook is not installed: run `make setup` in a clone of the book's "
+            "repository"
+        )
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, f"covbook @ {{COVBOOK_SOURCE}}"], check=True)
     importlib.invalidate_caches()"""
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
