@@ -158,7 +158,11 @@ def gd_one_step_risk(n: object, d: int, eta: object, noise: float = 0.0) -> np.n
         raise ValueError(f"eta must be a finite step size (or array of them), got {eta!r}") from err
     if not np.all(np.isfinite(e)):
         raise ValueError(f"eta must be finite, got {eta!r}")
-    return e**2 * (1 + (d + 1) / nn_ + sigma**2 / nn_) - 2 * e + 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        risk = e**2 * (1 + (d + 1) / nn_ + sigma**2 / nn_) - 2 * e + 1
+    if not np.all(np.isfinite(risk)):
+        raise ValueError(f"eta is too large: the risk overflows float64 (got eta = {eta!r})")
+    return risk
 
 
 def gd_optimal_step(n: object, d: int, noise: float = 0.0) -> np.ndarray:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from covbook._validate import check_positive_int, check_seed
+from covbook._validate import check_fits, check_positive_int, check_seed
 from covbook.attention import softmax_attention
 
 __all__ = ["CausalTransformer", "hidden_states_at", "POSITIONS"]
@@ -194,6 +194,11 @@ class CausalTransformer(nn.Module):
             raise ValueError(f"logit_scale must be a finite number, got {logit_scale!r}")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        width = 12 if mlp else 4  # attention (+ MLP) weights per layer, in units of d_model²
+        n_tok = (check_positive_int(vocab_size, "vocab_size") if vocab_size is not None
+                 else check_positive_int(d_in, "d_in"))
+        n_params = n_layers * width * d_model**2 + 2 * n_tok * d_model + max_len * d_model
+        check_fits((n_params,), "d_model, n_layers and vocab_size", itemsize=8 if dtype == torch.float64 else 4)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         gen = torch.Generator().manual_seed(check_seed(seed))
