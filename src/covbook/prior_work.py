@@ -33,6 +33,7 @@ from covbook.icl import (
     elliptical_gain,
     make_regression_tasks,
 )
+from covbook.icl.training import adam_on_tasks
 
 __all__ = [
     "fourth_moment_ratio", "one_step_risk", "one_step_optimum", "langevin", "tilted_mean",
@@ -367,26 +368,6 @@ def train_on_tasks(model: nn.Module, *, n_examples: int, steps: int, batch: int 
 
 def _train(model: nn.Module, n: int, steps: int, batch: int, lr: float, x_law: str, cov_x: object | None,
            seed: int, frac: float, log_every: int, dtype: torch.dtype) -> TrainLog:
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - (1.0 - frac) * k / max(1, steps - 1))
-    base = int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
-    per_draw = 32
-    log_steps, log_loss = [], []
-    pool = None
-    for k in range(steps):
-        if k % per_draw == 0:
-            pool = make_regression_tasks(batch * per_draw, n, model.d, x_law=x_law, cov_x=cov_x,
-                                         seed=base + k, dtype=dtype)
-        j = (k % per_draw) * batch
-        tasks = RegressionTasks(pool.tokens[j:j + batch], pool.query[j:j + batch],
-                                pool.y_query[j:j + batch], pool.w[j:j + batch])
-        loss = ((model.predict(tasks) - tasks.y_query) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if k % log_every == 0 or k == steps - 1:
-            log_steps.append(k)
-            log_loss.append(loss.item())
-    return TrainLog(np.asarray(log_steps), np.asarray(log_loss))
+    return adam_on_tasks(model, n_examples=n, steps=steps, batch=batch, lr=lr, x_law=x_law, cov_x=cov_x,
+                         seed=seed, dtype=dtype, log_every=log_every, final_lr_fraction=frac, per_draw=32)
 

@@ -14,7 +14,7 @@ from covbook.icl._common import _check_eta
 from covbook.icl.model import ICLTransformer
 from covbook.icl.tasks import make_regression_tasks
 
-__all__ = ["TrainLog", "train_icl"]
+__all__ = ["TrainLog", "train_icl", "adam_on_tasks"]
 
 
 @dataclass
@@ -56,20 +56,40 @@ def train_icl(model: ICLTransformer, *, n_examples: int, steps: int, batch: int 
 def _train_loop(model: ICLTransformer, n: int, steps: int, batch: int, lr: float, noise: float,
                 cov_x: object | None, seed: int, dev: torch.device, progress: bool, log_every: int,
                 final_lr_fraction: float) -> TrainLog:
-    dtype = model.theta_q[0].dtype
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
     frac = float(final_lr_fraction)
     if not 0 < frac <= 1:
         raise ValueError(f"final_lr_fraction must be in (0, 1], got {final_lr_fraction!r}")
+    return adam_on_tasks(model, n_examples=n, steps=steps, batch=batch, lr=lr, noise=noise, cov_x=cov_x,
+                         seed=seed, device=dev, dtype=model.theta_q[0].dtype, progress=progress,
+                         log_every=log_every, final_lr_fraction=frac, per_draw=64)
+
+
+def adam_on_tasks(model: torch.nn.Module, *, n_examples: int, steps: int, batch: int, lr: float,
+                  noise: float = 0.0, x_law: str = "gaussian", cov_x: object | None = None, seed: int = 0,
+                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64,
+                  progress: bool = False, log_every: int = 10, final_lr_fraction: float = 0.1,
+                  per_draw: int = 64) -> TrainLog:
+    r"""The one training loop: Adam on fresh in-context regression tasks at every step.
+
+    Minimises the batch mean of :math:`(\hat y - y_q)^2` over ``batch`` tasks of
+    ``n_examples`` examples (inputs of law ``x_law``, w ~ N(0, I_d)) with a learning rate
+    decaying linearly from ``lr`` to ``final_lr_fraction · lr``.  Tasks are drawn
+    ``per_draw`` steps at a time from seeds derived from ``seed``, so a run is deterministic
+    on the CPU.  ``model`` needs a ``predict(tasks)`` method and an attribute ``d``; only
+    parameters that require gradients are trained.  Arguments are validated by the callers
+    (:func:`train_icl`, :func:`covbook.prior_work.train_on_tasks`).
+    """
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    frac = final_lr_fraction
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - (1.0 - frac) * k / max(1, steps - 1))
-    gen_seed = np.random.SeedSequence(int(seed)).generate_state(1)[0]
+    gen_seed = int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
     log_steps, log_loss = [], []
     bar = tqdm(range(steps), file=sys.stdout, disable=not progress, mininterval=2.0, ncols=80)
-    pool, per_draw = None, 64  # tasks are drawn for 64 steps at a time (fewer small calls)
+    pool = None
     for k in bar:
-        if k % per_draw == 0:
-            pool = make_regression_tasks(batch * per_draw, n, model.d, cov_x=cov_x, noise=noise,
-                                         seed=int(gen_seed) + k, device=dev, dtype=dtype)
+        if k % per_draw == 0:  # tasks for per_draw steps at a time (fewer small calls)
+            pool = make_regression_tasks(batch * per_draw, n_examples, model.d, x_law=x_law, cov_x=cov_x,
+                                         noise=noise, seed=gen_seed + k, device=device, dtype=dtype)
         j = (k % per_draw) * batch
         tasks = pool[j:j + batch]
         loss = ((model.predict(tasks) - tasks.y_query) ** 2).mean()

@@ -1,0 +1,328 @@
+"""Greedy orbits and repetition cycles: detection, the mean-field greedy map, break times.
+
+Xu & Fang (2026), Section 6 (book chapter 09, also used in chapter 10).  Greedy
+decoding with a context whose statistics have settled at π iterates the mean-field
+greedy map g_π(x) = argmax_y K_π(x, y) on the finite vocabulary, so its cycles are
+the attracting orbits behind repetition.  This module finds a periodic tail in a
+sequence (:func:`find_cycle`), checks whether a cycle reproduces itself under its own
+statistics (:func:`cycle_self_consistent`), predicts when the orbit of the greedy map
+at the prompt's statistics breaks (:func:`cycle_break_time`), and keeps the per-run
+bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cycle_summary`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from covbook._validate import check_positive_int
+from covbook.markov._checks import MeanField, _tokens_np, _vocab_size
+from covbook.markov.frequencies import empirical_frequencies
+from covbook.markov.reduction import markov_kernel
+
+__all__ = [
+    "find_cycle",
+    "greedy_map",
+    "cycle_self_consistent",
+    "cycle_break_time",
+    "CycleRecord",
+    "cycle_records",
+    "cycle_summary",
+]
+
+
+def find_cycle(tokens: object, min_repeats: int = 2, min_length: int = 1) -> tuple[int, int] | None:
+    r"""Detect the cycle a finite sequence ends in: ``(entry, period)`` or ``None``.
+
+    The period p is the *smallest* p >= 1 such that the tail of the sequence is
+    p-periodic over at least ``min_repeats`` full periods; the entry is the
+    earliest index e (0-based) from which it is:
+
+    .. math:: x_{i+p} = x_i \ \ \forall\, i \in [e, T-p), \qquad
+              T - e \ge \max(\text{min\_repeats}\cdot p,\ \text{min\_length}) .
+
+    For an orbit x_{k+1} = f(x_k) of a map on a finite set this returns exactly
+    the orbit's tail length μ and cycle length λ once the sequence covers
+    μ + min_repeats·λ terms.  A finite sequence can only *suggest* a cycle:
+    ``min_repeats`` is how much evidence is required.
+
+    Parameters
+    ----------
+    tokens : int array, shape (T,)
+    min_repeats : int
+        Full periods the periodic tail must span (>= 2).
+    min_length : int
+        Tokens the periodic tail must span at least (e.g. the last quarter of
+        a run, so that two equal tokens at the end are not taken for a cycle).
+
+    Returns
+    -------
+    (entry, period) or None when no period fits.
+
+    Examples
+    --------
+    >>> find_cycle([5, 1, 2, 3, 1, 2, 3, 1, 2, 3])
+    (1, 3)
+    >>> find_cycle([0, 1, 2, 3]) is None
+    True
+    >>> find_cycle([0, 1, 2, 3, 3], min_length=3) is None
+    True
+    """
+    arr = _tokens_np(tokens)
+    reps = check_positive_int(min_repeats, "min_repeats")
+    if reps < 2:
+        raise ValueError(f"min_repeats must be >= 2 (one period is no evidence of a cycle), got {reps}")
+    need = check_positive_int(min_length, "min_length")
+    n = arr.size
+    for p in range(1, n // reps + 1):
+        bad = np.flatnonzero(arr[p:] != arr[:-p])  # i with x_{i+p} != x_i
+        entry = int(bad[-1]) + 1 if bad.size else 0
+        if n - entry >= max(reps * p, need):
+            return entry, p
+    return None
+
+
+def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField | None = None) -> torch.Tensor:
+    r"""The mean-field greedy map g_π(x) = argmax_y K_π(x, y) (ties: smallest id), shape (V,).
+
+    Greedy decoding with a context whose statistics have settled at π is the
+    iteration of this map on the finite vocabulary; its cycles are the
+    attracting orbits behind repetition.  Independent of the temperature.
+    """
+    k = markov_kernel(model, freqs, 1.0, mean_field=mean_field)
+    return torch.argmax(k, dim=-1)
+
+
+def cycle_self_consistent(
+    model: torch.nn.Module, cycle: object, *, mean_field: MeanField | None = None
+) -> bool:
+    r"""Does a cycle reproduce itself under its own statistics?
+
+    With π_c the token frequencies of one period c_0..c_{p-1}, the cycle is
+    self-consistent when the mean-field greedy map at π_c follows it:
+    g_{π_c}(c_i) = c_{i+1 mod p} for every i.  Such a cycle is a fixed point of
+    greedy generation (an attracting orbit: once the context is dominated by it,
+    it continues); a cycle that fails this is held only by the leftover
+    statistics of the prompt and transient, and breaks as they wash out.
+
+    Parameters
+    ----------
+    cycle : int array, shape (p,), one period of the cycle
+    """
+    c = _tokens_np(cycle, "cycle")
+    if c.size == 0:
+        raise ValueError("cycle must contain at least one token")
+    v = _vocab_size(model)
+    return _follows(greedy_map(model, empirical_frequencies(c, v), mean_field=mean_field).cpu().numpy(), c)
+
+
+def _follows(g: np.ndarray, cycle: np.ndarray) -> bool:
+    return bool(np.all(g[cycle] == np.roll(cycle, -1)))
+
+
+def cycle_break_time(
+    model: torch.nn.Module,
+    prefix: object,
+    cycle: object,
+    t_max: int,
+    *,
+    t_min: int | None = None,
+    n_grid: int = 48,
+    mean_field: MeanField | None = None,
+) -> int | None:
+    r"""Mean-field prediction of when greedy decoding leaves a cycle held by leftover statistics.
+
+    A context made of ``prefix`` (prompt and transient) followed by n copies of
+    one period c of a cycle has token frequencies
+
+    .. math:: \pi(n) = \frac{T_0\,\hat\pi_{\text{prefix}} + n\,p\,\hat\pi_c}{T_0 + n p}
+              \;\to\; \hat\pi_c \quad (n \to \infty).
+
+    The cycle continues while the mean-field greedy map g_{π(n)} follows it
+    (:func:`greedy_map`).  This returns the first context length
+    t = T_0 + n p in [``t_min``, ``t_max``] at which it does not (to within one
+    period, by bisection between points of a geometric grid of ``n_grid``
+    lengths), or ``None`` when it follows the cycle at every grid point.  The
+    limit n = ∞ is :func:`cycle_self_consistent`.  Start at ``t_min`` = the
+    length up to which the cycle has been seen to hold: the mean field is least
+    accurate at short contexts.
+
+    Parameters
+    ----------
+    prefix : int array (T_0,), T_0 >= 0: the tokens before the first full period
+    cycle : int array (p,), one period
+    t_max : int, longest context considered
+    t_min : int, optional, shortest context considered (default T_0 + p)
+
+    Returns
+    -------
+    int or None
+    """
+    v = _vocab_size(model)
+    pre, c = _tokens_np(prefix, "prefix"), _tokens_np(cycle, "cycle")
+    if c.size == 0:
+        raise ValueError("cycle must contain at least one token")
+    t_max = check_positive_int(t_max, "t_max")
+    n_grid = check_positive_int(n_grid, "n_grid")
+    if (pre.size and pre.max() >= v) or c.max() >= v:
+        raise ValueError(f"prefix and cycle must be ids in 0..{v - 1}")
+    counts_pre = np.bincount(pre, minlength=v).astype(np.float64)  # (V,)
+    counts_c = np.bincount(c, minlength=v).astype(np.float64)  # (V,)
+
+    def follows(n: int) -> bool:
+        freqs = torch.as_tensor((counts_pre + n * counts_c) / (pre.size + n * c.size))  # (V,)
+        return _follows(greedy_map(model, freqs, mean_field=mean_field).cpu().numpy(), c)
+
+    if t_min is not None:
+        t_min = check_positive_int(t_min, "t_min")
+        if t_min > t_max:
+            raise ValueError(f"t_min={t_min} must not exceed t_max={t_max}")
+    n_max = (t_max - pre.size) // c.size
+    n_min = 1 if t_min is None else max(1, -(-(t_min - pre.size) // c.size))
+    if n_max < n_min:
+        return None
+    grid = np.unique(np.geomspace(n_min, n_max, n_grid).astype(int))
+    if not follows(int(grid[0])):
+        return int(pre.size + grid[0] * c.size)
+    prev = int(grid[0])
+    for n in grid:
+        if not follows(int(n)):
+            lo, hi = prev, int(n)  # follows at lo, fails at hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if follows(mid) else (lo, mid)
+            return int(pre.size + hi * c.size)
+        prev = int(n)
+    return None
+
+
+@dataclass
+class CycleRecord:
+    """What :func:`cycle_records` found in one greedy run (times are 0-based indices of the run).
+
+    ``final`` is (entry, period) of the cycle the run ends in (:func:`find_cycle` with
+    three periods covering the last quarter of the continuation), else None; ``entry`` is
+    that entry counted in steps after the prompt.  ``simple``: the final cycle visits
+    distinct tokens.  ``self_consistent``: :func:`cycle_self_consistent` of the final
+    cycle (None when not computed).  ``early``: the cycle present at index ``t_check``
+    (same rule on the prefix), ``observed_break``: the first index at which the run
+    leaves that cycle (None: it holds to the end), ``predicted_break``:
+    :func:`cycle_break_time` of it from t_check on (None: predicted to hold).
+    """
+
+    final: tuple[int, int] | None
+    entry: int | None = None
+    period: int | None = None
+    simple: bool | None = None
+    self_consistent: bool | None = None
+    t_check: int | None = None
+    early: tuple[int, int] | None = None
+    early_simple: bool | None = None
+    observed_break: int | None = None
+    predicted_break: int | None = None
+
+
+def _observed_break(seq: np.ndarray, entry: int, period: int) -> int | None:
+    """First index i >= entry + period with seq[i] != seq[i - period], or None."""
+    bad = np.flatnonzero(seq[entry + period:] != seq[entry:seq.size - period])
+    return int(entry + period + bad[0]) if bad.size else None
+
+
+def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, *, t_detect: int | None = None,
+                  self_consistency: bool = True, mean_field: MeanField | None = None) -> list[CycleRecord]:
+    r"""Find the cycles greedy runs end in and, optionally, test the mean field's predictions on them.
+
+    For each run (prompt of ``prompt_len`` tokens, then the continuation of length n):
+    the final cycle is :func:`find_cycle` with 3 periods covering at least n/4 tokens.
+    With a ``model`` and ``self_consistency``, :func:`cycle_self_consistent` is evaluated
+    on it.  With ``t_detect``, the cycle already present at t_check = prompt_len +
+    t_detect (3 periods covering t_detect/4) is followed to the end of the run and
+    compared with :func:`cycle_break_time`.
+
+    Parameters
+    ----------
+    model : the model that generated the runs (needed for self-consistency and breaks), or None
+    runs : int array (R, T)
+    prompt_len : int >= 0
+    t_detect : int, optional, 1 <= t_detect < T - prompt_len
+
+    Returns
+    -------
+    list of :class:`CycleRecord`, one per run
+    """
+    arr = _tokens_np(runs, "runs", ndim=(2,))
+    if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)) or prompt_len < 0:
+        raise ValueError(f"prompt_len must be a non-negative integer, got {prompt_len!r}")
+    n_cont = arr.shape[1] - int(prompt_len)
+    if n_cont < 4:
+        raise ValueError(f"runs must continue their prompt by at least 4 tokens, got shape {arr.shape} "
+                         f"with prompt_len={prompt_len}")
+    if t_detect is not None:
+        t_detect = check_positive_int(t_detect, "t_detect")
+        if t_detect >= n_cont:
+            raise ValueError(f"t_detect={t_detect} must be shorter than the continuation ({n_cont} tokens)")
+    if model is None and (self_consistency or t_detect is not None):
+        raise ValueError("model is needed for self_consistency or t_detect")
+    out = []
+    for s in arr:
+        final = find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))
+        rec = CycleRecord(final=final)
+        if final is not None:
+            e, p = final
+            cyc = s[e:e + p]
+            rec.entry, rec.period = max(0, e - int(prompt_len)), p
+            rec.simple = len(set(cyc.tolist())) == p
+            if self_consistency:
+                rec.self_consistent = cycle_self_consistent(model, cyc, mean_field=mean_field)
+        if t_detect is not None:
+            t_check = int(prompt_len) + t_detect
+            rec.t_check = t_check
+            rec.early = find_cycle(s[:t_check], min_repeats=3, min_length=max(1, t_detect // 4))
+            if rec.early is not None:
+                e, p = rec.early
+                rec.early_simple = len(set(s[e:e + p].tolist())) == p
+                rec.observed_break = _observed_break(s, e, p)
+                rec.predicted_break = cycle_break_time(model, s[:e], s[e:e + p], s.size, t_min=t_check,
+                                                       mean_field=mean_field)
+        out.append(rec)
+    return out
+
+
+def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
+    """Counts and shares over :func:`cycle_records` (NaN where a share has no cases).
+
+    Keys: n_runs, n_cycled, frac_cycled, frac_simple_all, frac_consistent, median_entry; with
+    early detection also n_early, n_held (held to the end), frac_simple_held, n_pred_hold
+    (predicted to hold), hold_precision (share of those that held), n_broke, n_later
+    (broke, predicted break after t_check), n_not_early (of those, broke no earlier than
+    predicted), n_at_check (predicted break at t_check) and n_at_check_held.
+    """
+    recs = list(records)
+    if not recs or not all(isinstance(r, CycleRecord) for r in recs):
+        raise ValueError("records must be a non-empty list of CycleRecord")
+
+    def share(xs: list[bool]) -> float:
+        return float(np.mean(xs)) if xs else float("nan")
+
+    cycled = [r for r in recs if r.final is not None]
+    early = [r for r in recs if r.early is not None]
+    held = [r for r in early if r.observed_break is None]
+    pred_hold = [r for r in early if r.predicted_break is None]
+    broke = [r for r in early if r.observed_break is not None]
+    later = [r for r in broke if r.predicted_break is not None and r.predicted_break > r.t_check]
+    at_check = [r for r in early if r.predicted_break == r.t_check]
+    return {
+        "n_runs": len(recs), "n_cycled": len(cycled), "frac_cycled": len(cycled) / len(recs),
+        "frac_simple_all": share([bool(r.simple) for r in cycled]),
+        "frac_consistent": share([bool(r.self_consistent) for r in cycled if r.self_consistent is not None]),
+        "median_entry": float(np.median([r.entry for r in cycled])) if cycled else float("nan"),
+        "n_early": len(early), "n_held": len(held),
+        "frac_simple_held": share([bool(r.early_simple) for r in held]),
+        "n_pred_hold": len(pred_hold), "hold_precision": share([r.observed_break is None for r in pred_hold]),
+        "n_broke": len(broke), "n_later": len(later),
+        "n_not_early": sum(r.observed_break >= r.predicted_break for r in later),
+        "n_at_check": len(at_check), "n_at_check_held": sum(r.observed_break is None for r in at_check),
+    }
