@@ -21,9 +21,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 
 #: Chapters whose closing sections do not cite claims yet (issue 8). The chapter owners add the
 #: citations; the lead removes a chapter from this set when its branch lands, and empties it at the end.
-PENDING = {
-    "08_depth_collapse", "09_repetition_markov", "10_trained_language_model",
-}
+PENDING: set[str] = set()
 
 #: Chapters with bold findings in paragraphs that cite no claim yet (same rule as PENDING).
 PENDING_BOLD: set[str] = set()
