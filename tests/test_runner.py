@@ -99,7 +99,12 @@ SLEEPER = ("import time\ntime.sleep(120)\n"
 def _start(project, *args: str) -> subprocess.Popen:
     """``covbook ARGS`` in its own session, as a terminal would run it (Ctrl-C = SIGINT to the whole group)."""
     return subprocess.Popen([*COVBOOK, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_terminal_sigint)
+
+
+def _terminal_sigint() -> None:
+    """SIGINT as a terminal's foreground job has it (a background job started by a shell ignores it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(pred, timeout: float = 120.0) -> None:

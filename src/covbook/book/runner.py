@@ -280,14 +280,25 @@ def clean_stale(paths: Paths) -> list[str]:
         pid_text = d.name[len(KERNEL_DIR_PREFIX):].split("-", 1)[0]
         if not pid_text.isdigit():
             continue  # not ours, or from an old covbook: leave it
-        try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
+        if not _pid_alive(int(pid_text)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(str(d))
-        except PermissionError:
-            pass
     return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; a zombie (dead, not yet reaped by its parent) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): trust kill(0)
+    return state != "Z"
 
 
 def plan_jobs(
