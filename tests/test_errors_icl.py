@@ -43,6 +43,13 @@ def _train(**kw):
     return icl.train_icl(model, **args)
 
 
+def _restarts(**kw):
+    args = dict(models=[icl.random_icl_transformer(2, 1, seed=s) for s in (0, 1)], seeds=[0, 1], n_examples=4,
+                steps=4, select_steps=2, batch=2)
+    args.update(kw)
+    return icl.train_icl_restarts(args.pop("models"), args.pop("seeds"), **args)
+
+
 # (label, call, the argument name the message must contain)
 BAD_CALLS = [
     # tasks
@@ -178,6 +185,12 @@ BAD_CALLS = [
     ("train noise", lambda: _train(noise=-1.0), "noise"),
     ("train device", lambda: _train(device="tpu"), "device"),
     ("train log_every", lambda: _train(log_every=0), "log_every"),
+    ("restarts models", lambda: _restarts(models=[torch.nn.Linear(2, 2)]), "models"),
+    ("restarts seeds", lambda: _restarts(seeds=[0, 1.5]), "seeds"),
+    ("restarts select_steps", lambda: _restarts(select_steps=0), "select_steps"),
+    ("restarts select_steps > steps", lambda: _restarts(select_steps=9), "select_steps"),
+    ("restarts lr", lambda: _restarts(lr=NAN), "lr"),
+    ("restarts final_lr_fraction", lambda: _restarts(final_lr_fraction=0.0), "final_lr_fraction"),
     ("bilinear_forms None", lambda: icl.bilinear_forms(None), "model"),
     ("alignment zeros", lambda: icl.construction_alignment(torch.zeros(3, 3), torch.zeros(3, 3)), "b"),
     ("alignment mismatched", lambda: icl.construction_alignment(torch.eye(3), torch.eye(4)), "v"),
@@ -225,7 +238,8 @@ def test_every_public_function_is_in_the_table():
              "construction_risk_curve": "risk_curve", "icl_prediction_paths": "paths",
              "stacked_gd_transformer": "stacked", "random_icl_transformer": "random",
              "causal_attention_matrix": "attention_matrix", "power_identity_predictions": "power_identity",
-             "empirical_gd_risk_mc": "risk_mc", "train_icl": "train", "construction_alignment": "alignment"}
+             "empirical_gd_risk_mc": "risk_mc", "train_icl": "train", "construction_alignment": "alignment",
+             "train_icl_restarts": "restarts", "RestartResult": None}
     missing = [n for n in icl.__all__ if short.get(n, n) is not None and short.get(n, n) not in exercised]
     assert not missing
 

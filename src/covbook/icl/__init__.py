@@ -50,7 +50,7 @@ from covbook.icl.tasks import (
     mixing_law,
     token_covariance,
 )
-from covbook.icl.training import TrainLog, train_icl
+from covbook.icl.training import RestartResult, TrainLog, train_icl, train_icl_restarts
 
 __all__ = [
     "X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
@@ -59,5 +59,6 @@ __all__ = [
     "stacked_gd_transformer", "random_icl_transformer", "causal_attention_matrix", "power_identity_predictions",
     "max_stable_step", "population_gd", "empirical_gd", "ols", "gd_one_step_risk", "gd_optimal_step",
     "gd_optimal_risk", "ols_risk", "averaging_risk", "empirical_gd_risk_mc", "TrainLog", "train_icl",
+    "RestartResult", "train_icl_restarts",
     "bilinear_forms", "construction_alignment",
 ]
