@@ -258,6 +258,7 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("gap positions decreasing", lambda: mk.markov_gap(_lm(), [0, 1, 2], [2, 1]), "positions"),
     ("gap positions str", lambda: mk.markov_gap(_lm(), [0, 1, 2], ["a"]), "positions"),
     ("fixed_point start", lambda: mk.fixed_point_residual(_lm(), [0, 1, 2], [2], start=5), "start"),
+    ("cached_mean_field not callable", lambda: mk.cached_mean_field(3), "mean_field"),
     ("fixed_point positions", lambda: mk.fixed_point_residual(_lm(), [0, 1, 2], [1], start=1), "positions"),
     ("shuffle n_perm 0", lambda: mk.shuffle_test(_lm(), [0, 1, 2], n_perm=0), "n_perm"),
     ("greedy_decode steps 0", lambda: mk.greedy_decode(_lm(), [0, 1], 0), "steps"),

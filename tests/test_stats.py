@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from covbook.stats import bootstrap_se, loglog_slope, mean_with_se, slope_with_se
+from covbook.stats import bootstrap_se, loglog_slope, mean_with_se, slope_with_group_se, slope_with_se
 
 
 def test_loglog_slope_exact_power_law():
@@ -31,6 +31,32 @@ def test_slope_with_se_recovers_minus_one():
     assert abs(slope + 1) < 4 * se and 0 < se < 0.1
 
 
+def test_slope_with_group_se_resamples_groups_not_rows():
+    # rows within a group share a group-specific slope: the spread between groups is what counts
+    rng = np.random.default_rng(5)
+    t = np.logspace(1, 3, 6)
+    n_groups, per = 12, 4
+    slopes = -0.5 + 0.2 * rng.standard_normal(n_groups)  # (G,)
+    rows = np.repeat(slopes, per)[:, None]  # (G·per, 1)
+    y = t ** rows * np.exp(0.01 * rng.standard_normal((n_groups * per, t.size)))
+    groups = np.repeat(np.arange(n_groups), per)
+    b, se, dof = slope_with_group_se(t, y, groups)
+    assert dof == n_groups - 1
+    assert abs(b + 0.5) < 4 * se
+    # close to the SE of a mean over the groups' slopes; rows resampled as if independent understate it
+    assert se == pytest.approx(slopes.std(ddof=1) / np.sqrt(n_groups), rel=0.5)
+    assert slope_with_se(t, y)[1] < 0.75 * se
+
+
+def test_slope_with_group_se_one_row_per_group_is_the_row_jackknife():
+    t = np.array([1.0, 10.0, 100.0])
+    y = np.array([[1.0, 0.3, 0.1], [2.0, 0.5, 0.2], [1.5, 0.6, 0.1]])
+    b, se, dof = slope_with_group_se(t, y, ["a", "b", "c"])
+    loo = [loglog_slope(t, y[np.arange(3) != i].mean(0))[0] for i in range(3)]
+    assert b == loglog_slope(t, y.mean(0))[0] and dof == 2
+    assert se == pytest.approx(np.sqrt(2 / 3 * np.sum((np.array(loo) - np.mean(loo)) ** 2)))
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -40,6 +66,9 @@ def test_slope_with_se_recovers_minus_one():
         (lambda: bootstrap_se([1.0], np.mean), "two"),
         (lambda: slope_with_se([1, 2], np.ones((3, 3))), "shape"),
         (lambda: mean_with_se([1.0]), "two"),
+        (lambda: slope_with_group_se([1, 2], np.ones((3, 3)), [0, 1, 2]), "shape"),
+        (lambda: slope_with_group_se([1, 2], np.ones((3, 2)), [0, 1]), "groups"),
+        (lambda: slope_with_group_se([1, 2], np.ones((3, 2)), [0, 0, 0]), "two distinct groups"),
     ],
 )
 def test_errors(call, match):

@@ -13,8 +13,8 @@ import numpy as np
 
 from covbook._validate import check_positive_int, check_seed
 
-__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "mean_with_se", "log_residual_weight",
-           "gain_and_angle"]
+__all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "slope_with_group_se", "mean_with_se",
+           "log_residual_weight", "gain_and_angle"]
 
 
 def _array(x: object, name: str) -> np.ndarray:
@@ -89,6 +89,54 @@ def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -
     slope, _ = loglog_slope(tt, e.mean(0))
     se = bootstrap_se(e, lambda rows: loglog_slope(tt, rows.mean(0))[0], n_boot=n_boot, seed=seed)
     return slope, se
+
+
+def slope_with_group_se(t: object, y: object, groups: object) -> tuple[float, float, int]:
+    r"""Log-log slope of the mean of ``y`` against t, with a jackknife SE over independent groups.
+
+    Rows of ``y`` that share a group (e.g. contexts or runs of one model, which share its
+    weights) are not independent replicates: resampling rows would understate the spread
+    between independent groups.  The slope :math:`\hat b` of :math:`\log \bar y(t)` on
+    :math:`\log t` (``y`` averaged over all rows) gets the delete-one-group jackknife SE
+
+    .. math:: \mathrm{SE}^2 = \frac{G-1}{G}\sum_{g=1}^{G} \bigl(\hat b_{(-g)} - \bar b_{(\cdot)}\bigr)^2,
+
+    with :math:`\hat b_{(-g)}` the slope without group g's rows.  With few groups use it with
+    a Student-t quantile of ``dof = G - 1`` degrees of freedom (``claims.within_se(...,
+    dof=dof)``), as for the SE of a mean over G replicates.
+
+    Parameters
+    ----------
+    t : shape (n_t,), positive
+    y : shape (n_rows, n_t), positive row means
+    groups : shape (n_rows,), a label per row (at least two distinct labels)
+
+    Returns
+    -------
+    (slope, se, dof) with dof = G - 1.
+
+    Examples
+    --------
+    >>> t = np.array([10.0, 100.0, 1000.0])
+    >>> y = np.array([t**-0.5, 2 * t**-0.5, 3 * t**-0.5, 4 * t**-0.5])  # every row slope −1/2
+    >>> b, se, dof = slope_with_group_se(t, y, [0, 0, 1, 1])
+    >>> round(b, 6), round(se, 6), dof
+    (-0.5, 0.0, 1)
+    """
+    tt, e = _array(t, "t"), _array(y, "y")
+    if e.ndim != 2 or e.shape[1] != tt.size:
+        raise ValueError(f"y must have shape (rows, {tt.size}), got {e.shape}")
+    g = np.asarray(groups)
+    if g.shape != (e.shape[0],):
+        raise ValueError(f"groups must have one label per row, shape ({e.shape[0]},), got {g.shape}")
+    labels = np.unique(g)
+    if labels.size < 2:
+        raise ValueError(f"a jackknife over groups needs at least two distinct groups, got {labels.size}")
+    slope, _ = loglog_slope(tt, e.mean(0))
+    loo = np.array([loglog_slope(tt, e[g != lab].mean(0))[0] for lab in labels])  # (G,)
+    n = labels.size
+    se = float(np.sqrt((n - 1) / n * ((loo - loo.mean()) ** 2).sum()))
+    return slope, se, int(n - 1)
 
 
 def log_residual_weight(logits: object) -> np.ndarray:

@@ -49,7 +49,14 @@ from covbook.markov.frequencies import (
     within_between_tv,
 )
 from covbook.markov.metrics import distinct_n, rep_l, repetition_metrics, seq_rep_n
-from covbook.markov.reduction import fixed_point_residual, markov_gap, markov_kernel, next_token_probs, shuffle_test
+from covbook.markov.reduction import (
+    cached_mean_field,
+    fixed_point_residual,
+    markov_gap,
+    markov_kernel,
+    next_token_probs,
+    shuffle_test,
+)
 
 __all__ = [
     "empirical_frequencies",
@@ -68,6 +75,7 @@ __all__ = [
     "asymptotic_covariance",
     "sample_markov_chain",
     "markov_kernel",
+    "cached_mean_field",
     "greedy_map",
     "cycle_self_consistent",
     "cycle_break_time",

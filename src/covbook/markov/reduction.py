@@ -45,12 +45,52 @@ from covbook.markov._checks import (
 from covbook.markov.frequencies import running_frequencies, tv_distance
 
 __all__ = [
+    "cached_mean_field",
     "markov_kernel",
     "next_token_probs",
     "markov_gap",
     "fixed_point_residual",
     "shuffle_test",
 ]
+
+
+def cached_mean_field(mean_field: MeanField | None = None) -> MeanField:
+    r"""A ``mean_field`` callable that remembers its results, for one model.
+
+    :func:`markov_gap` and :func:`fixed_point_residual` along the same tokens both need
+    the kernel :math:`K_{\hat\pi_t}` at the running frequencies :math:`\hat\pi_t`; passing
+    them one cache computes each mean-field state :math:`F_{\hat\pi_t}` once.  Results are
+    keyed by the exact frequencies (values, dtype, device), so they are identical to
+    uncached ones.  Use a fresh cache per model (the key does not include the model).
+
+    Parameters
+    ----------
+    mean_field : callable (model, freqs) -> (V, d_model), optional
+        The map to cache (default :func:`covbook.transformer.mean_field_discrete`).
+
+    Examples
+    --------
+    >>> from covbook.transformer import CausalTransformer
+    >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=2, seed=0)
+    >>> mf = cached_mean_field()
+    >>> x = torch.tensor([[0, 1, 2, 1, 0, 1]])
+    >>> g = markov_gap(m, x, [3, 6], mean_field=mf)
+    >>> r = fixed_point_residual(m, x, [3, 6], mean_field=mf)
+    >>> torch.equal(r, fixed_point_residual(m, x, [3, 6]))
+    True
+    """
+    inner = mean_field or _default_mean_field
+    if not callable(inner):
+        raise ValueError(f"mean_field must be a callable (model, freqs) -> states, got {type(mean_field).__name__}")
+    memo: dict[tuple[bytes, str, str], torch.Tensor] = {}
+
+    def cached(model: torch.nn.Module, freqs: torch.Tensor) -> torch.Tensor:
+        key = (freqs.detach().cpu().numpy().tobytes(), str(freqs.dtype), str(freqs.device))
+        if key not in memo:
+            memo[key] = inner(model, freqs)
+        return memo[key]
+
+    return cached
 
 
 def markov_kernel(
