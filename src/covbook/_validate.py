@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +39,17 @@ def as_tensor(
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     return t
+
+
+def as_array(x: object, name: str, what: str = "array-like of real numbers") -> np.ndarray:
+    """Convert ``x`` to a finite float64 numpy array, or raise saying ``name`` must be ``what``."""
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be {what}, got {type(x).__name__}") from err
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return a
 
 
 def check_square(m: torch.Tensor, name: str, size: int | None = None) -> None:
@@ -85,17 +96,33 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(name)
 
 
-def check_positive_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
+class ArgTypeError(TypeError, ValueError):
+    """An argument of the wrong type.
+
+    Both a ``TypeError`` (the type is wrong) and a ``ValueError`` (the house rule: bad
+    input raises ``ValueError`` naming the argument), so a caller may catch either.
+    """
+
+
+def _check_real(x: object, name: str, expected: str, ok: Callable[[float], bool]) -> float:
+    """Return ``x`` as a float, or raise naming ``name`` and ``expected`` unless ``ok(float(x))``.
+
+    Strings, bytes and bools are refused as the wrong type, although ``float`` accepts them.
+    """
     if isinstance(x, (str, bytes, bool)):
-        raise ValueError(f"{name} must be a positive finite number, got {type(x).__name__} {x!r}")
+        raise ArgTypeError(f"{name} must be {expected}, got {type(x).__name__} {x!r}")
     try:
         v = float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive finite number, got {x!r}") from err
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
+        raise ArgTypeError(f"{name} must be {expected}, got {type(x).__name__} {x!r}") from err
+    if not math.isfinite(v) or not ok(v):
+        raise ValueError(f"{name} must be {expected}, got {x!r}")
     return v
+
+
+def check_positive_float(x: object, name: str) -> float:
+    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
+    return _check_real(x, name, "a positive finite number", lambda v: v > 0)
 
 
 def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
@@ -118,23 +145,15 @@ def check_positive_int(n: object, name: str) -> int:
 def check_seed(seed: object, name: str = "seed") -> int:
     """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{name} must be a non-negative integer, got {type(seed).__name__} {seed!r}")
+        raise ArgTypeError(f"{name} must be a non-negative integer, got {type(seed).__name__} {seed!r}")
     if not 0 <= int(seed) < 2**63:
         raise ValueError(f"{name} must be a non-negative integer below 2**63, got {seed!r}")
     return int(seed)
 
 
 def check_nonnegative_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a finite number >= 0."""
-    if isinstance(x, (str, bytes, bool)):
-        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}")
-    try:
-        v = float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}") from err
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
-    return v
+    """Return ``x`` as a float, or raise unless it is a finite number >= 0 (not a string or bool)."""
+    return _check_real(x, name, "a finite number >= 0", lambda v: v >= 0)
 
 
 def check_generator(generator: object, name: str = "generator") -> torch.Generator:

@@ -65,7 +65,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
+from covbook._validate import as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
 from covbook.processes import GaussianIID, Process
 
 __all__ = [
@@ -98,12 +98,6 @@ def _check_bool(x: object, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
         raise ValueError(f"{name} must be a bool (True or False), got {x!r}")
     return bool(x)
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    return int(seed)
 
 
 def _memory_limit(dev: torch.device) -> int:
@@ -530,7 +524,7 @@ def readout_paths(
     dev = resolve_device(device)
     streams = check_positive_int(streams, "streams")
     cps = _checkpoints(checkpoints)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     query_is_key = _check_bool(query_is_key, "query_is_key")
     if dtype is None:
         dtype = torch.float32 if type(process) is GaussianIID else F64

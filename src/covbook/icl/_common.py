@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_vector, check_positive_float
+from covbook._validate import as_covariance, as_vector, check_nonnegative_float, check_positive_float
 
 
 def _check_eta(eta: object, name: str = "eta") -> float:
@@ -15,19 +12,8 @@ def _check_eta(eta: object, name: str = "eta") -> float:
 
 
 def _check_noise(noise: object) -> float:
-    try:
-        s = float(noise)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}") from err
-    if not math.isfinite(s) or s < 0:
-        raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}")
-    return s
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
+    """The label noise σ: a finite standard deviation >= 0."""
+    return check_nonnegative_float(noise, "noise")
 
 
 def _check_dtype(dtype: object, name: str = "dtype") -> torch.dtype:

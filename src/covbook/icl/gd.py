@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, check_positive_int
+from covbook._validate import as_array, as_covariance, as_tensor, check_positive_int
 from covbook.icl._common import _check_eta, _check_noise, _precondition
 from covbook.icl.tasks import make_regression_tasks
 
@@ -129,11 +129,8 @@ def ols(x: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
 
 
 def _n_d(n: object, d: int) -> tuple[np.ndarray, int]:
-    try:
-        nn_ = np.asarray(n, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"n must be a number (or array of numbers) >= 1, got {n!r}") from err
-    if not np.all(np.isfinite(nn_)) or np.any(nn_ < 1):
+    nn_ = as_array(n, "n", "a number (or array of numbers) >= 1")
+    if np.any(nn_ < 1):
         raise ValueError(f"n must be finite and >= 1, got {n!r}")
     return nn_, check_positive_int(d, "d")
 
@@ -152,12 +149,7 @@ def gd_one_step_risk(n: object, d: int, eta: object, noise: float = 0.0) -> np.n
     """
     nn_, d = _n_d(n, d)
     sigma = _check_noise(noise)
-    try:
-        e = np.asarray(eta, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"eta must be a finite step size (or array of them), got {eta!r}") from err
-    if not np.all(np.isfinite(e)):
-        raise ValueError(f"eta must be finite, got {eta!r}")
+    e = as_array(eta, "eta", "a finite step size (or array of them)")
     with np.errstate(over="ignore", invalid="ignore"):
         risk = e**2 * (1 + (d + 1) / nn_ + sigma**2 / nn_) - 2 * e + 1
     if not np.all(np.isfinite(risk)):

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int, resolve_device
+from covbook._validate import as_tensor, check_positive_int, check_seed, resolve_device
 from covbook.attention import OnlineSoftmax
-from covbook.icl._common import _check_eta, _check_seed, _precondition
+from covbook.icl._common import _check_eta, _precondition
 from covbook.icl.tasks import RegressionTokens
 
 __all__ = ["icl_prediction_paths"]
@@ -67,7 +67,7 @@ def icl_prediction_paths(
     if xq.shape[1] != d:
         raise ValueError(f"queries must have shape (m, {d}), got {tuple(xq.shape)}")
     a = e * xq @ _precondition(precondition, d).to(dev)  # (m, d): logit of x is a·x
-    gen = torch.Generator(device=dev).manual_seed(_check_seed(seed))
+    gen = torch.Generator(device=dev).manual_seed(check_seed(seed))
     draw = proc.sampler(gen, streams)
     m = xq.shape[0]
     soft = OnlineSoftmax((streams, m), 1, device=dev)  # the online log-sum-exp of covbook.attention
