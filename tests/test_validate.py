@@ -1,0 +1,59 @@
+"""Tests of covbook._validate: the one argument check per concept that every module shares."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from covbook._validate import (
+    ArgTypeError,
+    as_array,
+    check_nonnegative_float,
+    check_positive_float,
+    check_seed,
+)
+
+
+def test_a_wrong_type_is_both_a_type_error_and_a_value_error():
+    assert issubclass(ArgTypeError, TypeError) and issubclass(ArgTypeError, ValueError)
+    for call in (lambda: check_seed("a"), lambda: check_seed(1.5), lambda: check_nonnegative_float("1", "noise"),
+                 lambda: check_positive_float(True, "eta"), lambda: check_positive_float(None, "eta")):
+        with pytest.raises(ArgTypeError):
+            call()
+
+
+@pytest.mark.parametrize("seed", [0, 7, np.int64(3), 2**63 - 1])
+def test_check_seed_accepts_integers_in_range(seed):
+    out = check_seed(seed)
+    assert out == int(seed) and type(out) is int
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**63, ValueError), (True, TypeError),
+                                         ("a", TypeError), (None, TypeError)])
+def test_check_seed_names_the_argument(seed, error):
+    with pytest.raises(error, match="my_seed must be a non-negative integer"):
+        check_seed(seed, "my_seed")
+
+
+def test_real_checks_accept_numbers_and_refuse_bad_values():
+    assert check_nonnegative_float(0, "noise") == 0.0
+    assert check_nonnegative_float(np.float32(0.5), "noise") == 0.5
+    assert check_positive_float(2, "eta") == 2.0
+    with pytest.raises(ValueError, match="eta must be a positive finite number, got 0"):
+        check_positive_float(0, "eta")
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="noise must be a finite number >= 0"):
+            check_nonnegative_float(bad, "noise")
+
+
+def test_as_array_is_a_finite_float64_array():
+    a = as_array([1, 2], "t")
+    assert a.dtype == np.float64 and a.tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="t must be array-like of real numbers, got str"):
+        as_array("a", "t")
+    with pytest.raises(ValueError, match="eta must be a step size, got list"):
+        as_array([[1.0], [1.0, 2.0]], "eta", "a step size")
+    with pytest.raises(ValueError, match=r"t must be finite \(no NaN or inf\)"):
+        as_array([1.0, math.nan], "t")
