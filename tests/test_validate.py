@@ -11,7 +11,9 @@ from covbook._validate import (
     ArgTypeError,
     as_array,
     check_nonnegative_float,
+    check_nonnegative_int,
     check_positive_float,
+    check_positive_int,
     check_seed,
 )
 
@@ -35,6 +37,17 @@ def test_check_seed_accepts_integers_in_range(seed):
 def test_check_seed_names_the_argument(seed, error):
     with pytest.raises(error, match="my_seed must be a non-negative integer"):
         check_seed(seed, "my_seed")
+
+
+def test_integer_checks():
+    assert check_nonnegative_int(0, "steps") == 0 and check_positive_int(np.int32(4), "n") == 4
+    with pytest.raises(ValueError, match="steps must be a non-negative integer, got -1"):
+        check_nonnegative_int(-1, "steps")
+    with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
+        check_positive_int(0, "n")
+    for bad in (1.0, "1", True, None):
+        with pytest.raises(ArgTypeError, match="n must be a positive integer"):
+            check_positive_int(bad, "n")
 
 
 def test_real_checks_accept_numbers_and_refuse_bad_values():

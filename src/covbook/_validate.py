@@ -96,12 +96,46 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(name)
 
 
+def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
+    """A finite float64 vector of length ``size``; ``None`` gives the zero vector."""
+    if x is None:
+        return torch.zeros(size, dtype=torch.float64)
+    v = as_tensor(x, name, ndim=1)
+    if v.shape[0] != size:
+        raise ValueError(f"{name} must have shape ({size},), got {tuple(v.shape)}")
+    return v
+
+
 class ArgTypeError(TypeError, ValueError):
     """An argument of the wrong type.
 
     Both a ``TypeError`` (the type is wrong) and a ``ValueError`` (the house rule: bad
     input raises ``ValueError`` naming the argument), so a caller may catch either.
     """
+
+
+def _check_int(n: object, name: str, expected: str, ok: Callable[[int], bool]) -> int:
+    """Return ``n`` as an int, or raise naming ``name`` and ``expected`` unless it is an integer with ``ok(n)``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ArgTypeError(f"{name} must be {expected}, got {type(n).__name__} {n!r}")
+    if not ok(int(n)):
+        raise ValueError(f"{name} must be {expected}, got {n!r}")
+    return int(n)
+
+
+def check_positive_int(n: object, name: str) -> int:
+    """Return ``n`` as an int, or raise unless it is a positive integer."""
+    return _check_int(n, name, "a positive integer", lambda k: k > 0)
+
+
+def check_nonnegative_int(n: object, name: str) -> int:
+    """Return ``n`` as an int, or raise unless it is an integer >= 0."""
+    return _check_int(n, name, "a non-negative integer", lambda k: k >= 0)
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63) (what torch and numpy accept)."""
+    return _check_int(seed, name, "a non-negative integer below 2**63", lambda k: 0 <= k < 2**63)
 
 
 def _check_real(x: object, name: str, expected: str, ok: Callable[[float], bool]) -> float:
@@ -123,32 +157,6 @@ def _check_real(x: object, name: str, expected: str, ok: Callable[[float], bool]
 def check_positive_float(x: object, name: str) -> float:
     """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
     return _check_real(x, name, "a positive finite number", lambda v: v > 0)
-
-
-def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
-    """A finite float64 vector of length ``size``; ``None`` gives the zero vector."""
-    if x is None:
-        return torch.zeros(size, dtype=torch.float64)
-    v = as_tensor(x, name, ndim=1)
-    if v.shape[0] != size:
-        raise ValueError(f"{name} must have shape ({size},), got {tuple(v.shape)}")
-    return v
-
-
-def check_positive_int(n: object, name: str) -> int:
-    """Return ``n`` as an int, or raise unless it is a positive integer."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    return int(n)
-
-
-def check_seed(seed: object, name: str = "seed") -> int:
-    """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ArgTypeError(f"{name} must be a non-negative integer, got {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**63:
-        raise ValueError(f"{name} must be a non-negative integer below 2**63, got {seed!r}")
-    return int(seed)
 
 
 def check_nonnegative_float(x: object, name: str) -> float:
