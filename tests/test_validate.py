@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from covbook._validate import (
+    DEVICES,
     ArgTypeError,
     as_array,
     check_nonnegative_float,
@@ -70,3 +71,9 @@ def test_as_array_is_a_finite_float64_array():
         as_array([[1.0], [1.0, 2.0]], "eta", "a step size")
     with pytest.raises(ValueError, match=r"t must be finite \(no NaN or inf\)"):
         as_array([1.0, math.nan], "t")
+
+
+def test_the_science_and_the_pipeline_know_the_same_devices():
+    from covbook.book.config import DEVICES as PIPELINE_DEVICES  # the pipeline cannot import torch, so it keeps its own
+
+    assert DEVICES == PIPELINE_DEVICES
