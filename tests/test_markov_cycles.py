@@ -68,6 +68,12 @@ def test_find_cycle_errors():
         mk.find_cycle([0, -1, 0])
 
 
+def test_token_ids_must_be_finite():
+    # inf equals its rounding, and cast to int64 it became a large negative id (with a RuntimeWarning)
+    with pytest.raises(ValueError, match="integer token ids"):
+        mk.find_cycle([1.0, float("inf")])
+
+
 def test_find_cycle_min_length():
     seq = [0, 1, 2, 3, 4, 5, 5]
     assert mk.find_cycle(seq) == (5, 1)

@@ -24,7 +24,7 @@ def _tokens_np(tokens: object, name: str = "tokens", ndim: Sequence[int] = (1,))
         tokens = tokens.detach().cpu().numpy()
     arr = np.asarray(tokens)
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr) & (arr == np.round(arr))):
             raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if arr.ndim not in tuple(ndim):
