@@ -6,17 +6,22 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
+from covbook import icl, prior_work
 from covbook._validate import (
     DEVICES,
     ArgTypeError,
     as_array,
+    check_checkpoints,
     check_nonnegative_float,
     check_nonnegative_int,
     check_positive_float,
     check_positive_int,
     check_seed,
 )
+from covbook.attention import readout_path
+from covbook.processes import GaussianIID
 
 
 def test_a_wrong_type_is_both_a_type_error_and_a_value_error():
@@ -77,3 +82,25 @@ def test_the_science_and_the_pipeline_know_the_same_devices():
     from covbook.book.config import DEVICES as PIPELINE_DEVICES  # the pipeline cannot import torch, so it keeps its own
 
     assert DEVICES == PIPELINE_DEVICES
+
+
+def test_check_checkpoints_is_the_one_checkpoint_check():
+    assert check_checkpoints([1, 10, 100]) == [1, 10, 100]
+    assert check_checkpoints(np.array([5.0, 50.0])) == [5, 50]  # integer-valued floats
+    for bad, match in (([], "non-empty"), ([10, 5], "increasing"), ([0, 5], "increasing"), (["a"], "checkpoints"),
+                       ([1.5], "checkpoints must be integers"), ([True], "checkpoints"), (None, "checkpoints")):
+        with pytest.raises(ValueError, match=match):
+            check_checkpoints(bad)
+
+
+def test_every_streaming_path_uses_it():
+    # the streaming readout, the ICL prediction paths and the prior-work head paths refused 1.5 in three ways
+    # (one truncated it to 1); now all name the argument the same way
+    eye = torch.eye(2, dtype=torch.float64)
+    calls = [lambda: readout_path(GaussianIID(eye), eye, eye, eye, eye, [1.5]),
+             lambda: icl.icl_prediction_paths([1.0, 0.5], [[0.1, 0.2]], 0.5, [1.5])]
+    model = icl.stacked_gd_transformer(2, 0.5, 1)
+    calls.append(lambda: prior_work.head_paths(model, torch.ones(1, 2), torch.ones(1, 2), [1.5]))
+    for call in calls:
+        with pytest.raises(ValueError, match="checkpoints must be integers"):
+            call()

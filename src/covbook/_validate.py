@@ -138,6 +138,26 @@ def check_seed(seed: object, name: str = "seed") -> int:
     return _check_int(seed, name, "a non-negative integer below 2**63", lambda k: 0 <= k < 2**63)
 
 
+def check_checkpoints(checkpoints: object, name: str = "checkpoints") -> list[int]:
+    """Return ``checkpoints`` as a list of ints, or raise unless it is a non-empty strictly increasing
+    sequence of positive integers (integer-valued floats are accepted)."""
+    msg = f"{name} must be a non-empty strictly increasing sequence of positive integers"
+    try:
+        raw = np.asarray(checkpoints).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{msg}, got {checkpoints!r}") from err
+    if raw.size == 0:
+        raise ValueError(f"{msg} (non-empty), got {checkpoints!r}")
+    if raw.dtype == bool or not (np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.floating)):
+        raise ValueError(f"{msg}, got {checkpoints!r}")
+    if not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw)):
+        raise ValueError(f"{name} must be integers, got {checkpoints!r}")
+    cps = [int(c) for c in raw]
+    if cps[0] < 1 or any(b <= a for a, b in zip(cps, cps[1:], strict=False)):
+        raise ValueError(f"{msg} (increasing), got {cps[:5]}...")
+    return cps
+
+
 def _check_real(x: object, name: str, expected: str, ok: Callable[[float], bool]) -> float:
     """Return ``x`` as a float, or raise naming ``name`` and ``expected`` unless ``ok(float(x))``.
 
@@ -165,9 +185,9 @@ def check_nonnegative_float(x: object, name: str) -> float:
 
 
 def check_generator(generator: object, name: str = "generator") -> torch.Generator:
-    """Return ``generator``, or raise ``TypeError`` unless it is a ``torch.Generator``."""
+    """Return ``generator``, or raise :class:`ArgTypeError` unless it is a ``torch.Generator``."""
     if not isinstance(generator, torch.Generator):
-        raise TypeError(f"{name} must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
+        raise ArgTypeError(f"{name} must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
                         f"got {type(generator).__name__}")
     return generator
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int, check_seed, resolve_device
+from covbook._validate import as_tensor, check_checkpoints, check_positive_int, check_seed, resolve_device
 from covbook.attention import OnlineSoftmax
 from covbook.icl._common import _check_eta, _precondition
 from covbook.icl.tasks import RegressionTokens
@@ -56,13 +55,7 @@ def icl_prediction_paths(
     d = proc.dim - 1
     dev = resolve_device(device)
     streams, chunk = check_positive_int(streams, "streams"), check_positive_int(chunk, "chunk")
-    try:
-        arr = np.asarray(checkpoints)
-        cps = [int(c) for c in arr.reshape(-1)] if arr.dtype.kind in "iu" else []
-    except (TypeError, ValueError):
-        cps = []
-    if not cps or cps[0] < 1 or any(b <= a for a, b in zip(cps, cps[1:], strict=False)):
-        raise ValueError("checkpoints must be a non-empty strictly increasing sequence of positive integers")
+    cps = check_checkpoints(checkpoints)
     xq = as_tensor(queries, "queries", ndim=2, device=dev)  # (m, d)
     if xq.shape[1] != d:
         raise ValueError(f"queries must have shape (m, {d}), got {tuple(xq.shape)}")
