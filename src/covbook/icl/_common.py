@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from covbook._validate import as_covariance, as_vector, check_nonnegative_float, check_positive_float
@@ -12,8 +14,11 @@ def _check_eta(eta: object, name: str = "eta") -> float:
 
 
 def _check_noise(noise: object) -> float:
-    """The label noise σ: a finite standard deviation >= 0."""
-    return check_nonnegative_float(noise, "noise")
+    """The label noise σ: a finite standard deviation >= 0 whose variance σ² is finite in float64."""
+    s = check_nonnegative_float(noise, "noise")
+    if not math.isfinite(s * s):
+        raise ValueError(f"noise must be a standard deviation whose square is finite in float64, got {noise!r}")
+    return s
 
 
 def _check_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
