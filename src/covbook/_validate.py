@@ -1,7 +1,10 @@
 """Input validation shared by every covbook module.
 
-Bad input must fail early with a ``ValueError`` that says what was expected,
-never propagate as a NaN or a silently wrong answer.
+Bad input must fail early with a ``ValueError`` that names the argument and says
+what was expected, never propagate as a NaN or a silently wrong answer.  One check
+per concept (integers, seeds, real numbers, arrays, covariances, checkpoints,
+devices, generators); an argument of the wrong type raises :class:`ArgTypeError`,
+which is both a ``TypeError`` and a ``ValueError``.
 """
 
 from __future__ import annotations
