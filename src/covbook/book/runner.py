@@ -35,7 +35,7 @@ from pathlib import Path
 
 from covbook.book.cache import content_hash, is_cached, resolve_device, science_hash
 from covbook.book.config import (
-    Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
+    DEVICES, Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
 )
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
@@ -374,8 +374,8 @@ def run_notebooks(
     """
     from tqdm import tqdm
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"--jobs must be a positive integer, got {jobs}")
     plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
