@@ -179,6 +179,10 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
         cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
         proc = subprocess.run(cmd, cwd=paths.root)
+        if proc.returncode:
+            # Sphinx re-reads only changed pages, so a warning in an unchanged page would not come back on
+            # the next build and -W would pass: forget the environment so that the next build reads all pages
+            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
     if proc.returncode == 0:
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
     return 1 if proc.returncode else 0
