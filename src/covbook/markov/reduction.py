@@ -45,6 +45,7 @@ from covbook.markov._checks import (
     _vocab_size,
 )
 from covbook.markov.frequencies import running_frequencies, tv_distance
+from covbook.transformer.generation import tempered_softmax
 
 __all__ = [
     "markov_kernel",
@@ -90,7 +91,7 @@ def markov_kernel(
     with torch.no_grad():
         h = (mean_field or _default_mean_field)(model, pi.to(device=dev, dtype=dtype))  # (V, d)
         logits = model.logits_from_hidden(h).to(torch.float64)  # (V, V)
-    return torch.softmax(logits / tau, dim=-1)
+    return tempered_softmax(logits, tau)
 
 
 def _kernels_along(
@@ -122,7 +123,7 @@ def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float 
     dev, _ = _model_device_dtype(model)
     with torch.no_grad():
         logits = model(x.to(dev)).to(torch.float64)  # (B, T, V)
-    probs = torch.softmax(logits / tau, dim=-1)
+    probs = tempered_softmax(logits, tau)
     return probs[0] if single else probs
 
 
