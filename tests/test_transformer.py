@@ -22,7 +22,9 @@ from covbook.transformer import (
     mean_field,
     mean_field_discrete,
     mean_field_gaussian,
+    mean_field_logit_variances,
     python_reference_text,
+    tail_safe_logit_scale,
     train_language_model,
 )
 
@@ -326,6 +328,34 @@ def test_tail_exponent_is_the_largest_logit_variance_per_unit_whitened_query():
     assert 1.0 / (2.0 * float(s.max())) == pytest.approx(kappa, rel=1e-5)
     m2 = CausalTransformer(d_in=2, d_model=4, n_layers=1, logit_scale=1.4, seed=4)
     assert gaussian_tail_exponents(m2, cov)[0] == pytest.approx(kappa / 4, rel=1e-10)
+
+
+def test_logit_variances_are_the_gaussian_quadratic_forms_and_bound_by_kappa():
+    """Attention only, Gaussian tokens: s_l(x) = max_heads aᵀ M_lΣM_lᵀ a, a = Θ_KᵀΘ_Q M_l x, and
+    s_l(x) <= |z|²/(2κ_l) for the whitened query z."""
+    cov = torch.tensor([[1.0, 0.3], [0.3, 0.5]], dtype=torch.float64)
+    m = CausalTransformer(d_in=2, d_model=4, n_layers=2, n_heads=2, logit_scale=0.5, seed=5)
+    xq = torch.randn(7, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    s = mean_field_logit_variances(m, *gauss_hermite_rule(cov, 24), xq)  # (L, m)
+    assert s.shape == (2, 7)
+    ms = mean_field_gaussian(m, cov)
+    for layer in range(2):
+        c = ms[layer] @ cov @ ms[layer].T  # (d, d)
+        exact = torch.stack([(((xq @ ms[layer].T) @ (tk.T @ tq).T) @ c * ((xq @ ms[layer].T) @ (tk.T @ tq).T)).sum(1)
+                             for tq, tk, _ in m.head_matrices(layer)]).amax(0)  # (m,)
+        torch.testing.assert_close(s[layer], exact, rtol=1e-9, atol=1e-12)
+        z2 = (torch.linalg.solve(torch.linalg.cholesky(cov), xq.T) ** 2).sum(0)  # (m,) |z|²
+        assert bool((s[layer] <= z2 / (2 * gaussian_tail_exponents(m, cov)[layer]) + 1e-9).all())
+    kw = dict(d_in=2, d_model=4, n_layers=2, n_heads=2, seed=5)
+    best = tail_safe_logit_scale(cov, [0.05, 0.1, 0.2, 0.4, 0.8, 1.6], **kw)
+    assert min(gaussian_tail_exponents(CausalTransformer(logit_scale=best, **kw), cov)) >= 2
+    bigger = [s for s in [0.05, 0.1, 0.2, 0.4, 0.8, 1.6] if s > best]
+    assert all(min(gaussian_tail_exponents(CausalTransformer(logit_scale=s, **kw), cov)) < 2 for s in bigger)
+    with pytest.raises(ValueError, match="scales"):
+        tail_safe_logit_scale(cov, [], **kw)
+    with pytest.raises(ValueError, match="positional"):
+        mean_field_logit_variances(CausalTransformer(vocab_size=3, d_model=4, n_layers=1, pos="learned"),
+                                   torch.arange(3), torch.ones(3), torch.arange(3))
 
 
 # ---------------------------------------------------------------------------
