@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, covbook, make_notebook
+from helpers import ROOT, covbook, make_notebook, pipeline_project
 
 
 @pytest.fixture
@@ -39,16 +40,13 @@ def _fresh_claims_registry():
 
 
 @pytest.fixture(scope="session")
-def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""
-    root = tmp_path_factory.mktemp("covbook-smoke")
-    shutil.copy(ROOT / "_config.yml", root)
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    jobs = str(min(2, os.cpu_count() or 1))
-    proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
-    print(proc.stdout, proc.stderr)
-    return root
+def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""
+    with pipeline_project("smoke", tmp_path_factory) as root:
+        jobs = str(min(2, os.cpu_count() or 1))
+        proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
+        print(proc.stdout, proc.stderr)
+        yield root
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +43,58 @@ def covbook(cwd: Path, *args: str, check: bool = False) -> subprocess.CompletedP
     return proc
 
 
+@contextlib.contextmanager
+def pipeline_project(name: str, tmp_path_factory) -> Iterator[Path]:
+    """A copy of this project's notebooks and book sources in which ``make test`` runs the pipeline.
+
+    The copy lives in ``.covbook/test/NAME`` (ignored by git), so that `make test`
+    never replaces the quick-profile book a user built with `make book`, and a
+    second `make test` serves every notebook whose cache key is unchanged (see
+    :mod:`covbook.book.cache`: notebook source, parameters, science code,
+    versions, device) from that copy's ``book/generated``: the same rule as a
+    second `make book`.  The sources are copied afresh every session (with their
+    modification times, so Sphinx rebuilds only changed pages) and the outputs of
+    notebooks that no longer exist are removed.  The copy is held under a lock for
+    the session; a second `make test` running at the same time, ``COVBOOK_TEST_FRESH=1``,
+    or a tree that is not a git checkout gets a new temporary folder instead, in
+    which every notebook executes.
+    """
+    from filelock import FileLock, Timeout
+
+    home = ROOT / ".covbook" / "test"
+    lock = None
+    if not os.environ.get("COVBOOK_TEST_FRESH") and (ROOT / ".git").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(home / f"{name}.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            lock = None
+    if lock is None:
+        root = tmp_path_factory.mktemp(f"covbook-{name}")
+    else:
+        root = home / name
+        _replace_sources(root)
+    shutil.copy2(ROOT / "_config.yml", root)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"), dirs_exist_ok=True)
+    try:
+        yield root
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _replace_sources(root: Path) -> None:
+    """Remove everything in ``root`` but its outputs (and those of notebooks that are gone)."""
+    root.mkdir(parents=True, exist_ok=True)
+    outputs = {root / "book" / "generated", root / "_build", root / ".covbook"}
+    for item in [*root.glob("*"), *root.glob(".*"), *root.glob("book/*")]:
+        if item in outputs or item == root / "book" or any(o in item.parents for o in outputs):
+            continue
+        shutil.rmtree(item) if item.is_dir() else item.unlink()
+    names = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md")}
+    gen = root / "book" / "generated"
+    for out in [*gen.glob("runs/*.json"), *gen.glob("claims/*.json"), *gen.glob("[0-9][0-9]_*.ipynb")]:
+        if out.stem not in names:
+            out.unlink()

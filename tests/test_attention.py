@@ -18,6 +18,7 @@ from covbook.attention import (
 from covbook.processes import GaussianIID, Replay
 
 f64 = torch.float64
+NAN = float("nan")
 
 
 def rand(g, *shape):
@@ -135,9 +136,22 @@ def test_long_stream_runs_in_bounded_memory_and_converges():
         (dict(theta_k=torch.ones(3, 2)), "same number of rows"),
         (dict(queries=torch.ones(1, 3)), "queries"),
         (dict(queries=torch.ones(3, 1, 2), streams=2), "per-stream"),
+        (dict(checkpoints=["a"]), "checkpoints"),
+        (dict(checkpoints=[1.5]), "checkpoints must be integers"),
+        (dict(checkpoints=[float("nan")]), "checkpoints"),
+        (dict(checkpoints=[[True]]), "checkpoints"),
+        (dict(checkpoints=None), "checkpoints"),
+        (dict(seed="a"), "seed"),
+        (dict(seed=-1), "seed"),
+        (dict(seed=1.5), "seed"),
+        (dict(query_is_key="yes"), "query_is_key"),
+        (dict(dtype=torch.float16), "dtype"),
+        (dict(queries=torch.ones(0, 2)), "queries"),
+        (dict(queries=[[NAN, 1.0]]), "queries"),
+        (dict(streams=10**7, chunk=10**6, checkpoints=[10**6]), "GiB"),
     ],
 )
-def test_readout_paths_rejects_bad_input(kwargs, match):
+def test_readout_paths_bad_input_names_the_argument(kwargs, match):
     eye = torch.eye(2, dtype=f64)
     args = dict(process=GaussianIID(eye), queries=eye, theta_q=eye, theta_k=eye, theta_v=eye, checkpoints=[5])
     args.update(kwargs)
@@ -308,8 +322,6 @@ def test_causal_attention_matrix_rows_are_causal_softmax():
     assert torch.isfinite(huge).all() and torch.allclose(huge.sum(-1), torch.ones(2, 5, dtype=f64))
 
 
-NAN = float("nan")
-
 
 @pytest.mark.parametrize(
     "call, match",
@@ -334,32 +346,6 @@ def test_attention_bad_input_names_the_argument(call, match):
         return
     with pytest.raises(ValueError, match=match):
         call()
-
-
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(checkpoints=["a"]), "checkpoints"),
-        (dict(checkpoints=[1.5]), "checkpoints must be integers"),
-        (dict(checkpoints=[float("nan")]), "checkpoints"),
-        (dict(checkpoints=[[True]]), "checkpoints"),
-        (dict(checkpoints=None), "checkpoints"),
-        (dict(seed="a"), "seed"),
-        (dict(seed=-1), "seed"),
-        (dict(seed=1.5), "seed"),
-        (dict(query_is_key="yes"), "query_is_key"),
-        (dict(dtype=torch.float16), "dtype"),
-        (dict(queries=torch.ones(0, 2)), "queries"),
-        (dict(queries=[[NAN, 1.0]]), "queries"),
-        (dict(streams=10**7, chunk=10**6, checkpoints=[10**6]), "GiB"),
-    ],
-)
-def test_readout_path_bad_input_names_the_argument(kwargs, match):
-    eye = torch.eye(2, dtype=f64)
-    args = dict(process=GaussianIID(eye), queries=eye, theta_q=eye, theta_k=eye, theta_v=eye, checkpoints=[5])
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        readout_paths(**args)
 
 
 def test_float32_overflow_is_an_error_not_nan():

@@ -2,8 +2,9 @@
 
 For each page: no JavaScript console error; no request leaves the machine (the book is
 served from 127.0.0.1); MathJax typeset every formula with no error; every image loaded;
-every internal link and anchor resolves.  The search page finds "covariance".  One
-screenshot per chapter goes to ``_build/screenshots/`` for review.
+every internal link and anchor resolves; no code cell is wider than the text column.  The
+search page finds "covariance".  One screenshot per chapter goes to ``_build/screenshots/``
+for review.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install chromium
 chromium-driver``); without them the test is skipped with that instruction, unless
@@ -163,6 +164,10 @@ return {
   merrors: [...document.querySelectorAll("mjx-merror")].slice(0, 5).map(e => e.textContent.slice(0, 120)),
   broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.currentSrc || i.src),
   links: [...document.querySelectorAll("a[href]")].map(a => a.href),
+  // code cells wider than the text column (the notebooks are formatted at 88 columns to fit)
+  wide: [...document.querySelectorAll("div.cell_input div.highlight pre")]
+        .filter(p => p.scrollWidth > p.clientWidth + 1)
+        .map(p => p.textContent.split("\\n").reduce((a, b) => a.length >= b.length ? a : b).slice(0, 100)),
   resources: performance.getEntriesByType("resource").map(e => e.name)
              .concat(performance.getEntriesByType("navigation").map(e => e.name)),
 };
@@ -199,6 +204,7 @@ def _check_page(drv, base: str, html: Path, page: str) -> list[str]:
         problems += [f"formula not typeset: {t!r}" for t in info["untypeset"]]
     problems += [f"MathJax error: {t!r}" for t in info["merrors"]]
     problems += [f"image not loaded: {src}" for src in info["broken"]]
+    problems += [f"code cell wider than the text column (scrolls sideways): {line!r}" for line in info["wide"]]
     for link in sorted(set(info["links"])):
         if not link.startswith(base):
             continue

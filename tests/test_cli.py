@@ -301,12 +301,14 @@ def test_work_expressions_are_evaluated_safely():
 
 
 def test_estimates_say_how_they_were_made():
-    assert estimate(10.0, []) == (None, "no measured run on this device")
-    secs, how = estimate(1000.0, [(10.0, 5.0, "smoke"), (100.0, 14.0, "quick")])
-    assert secs == pytest.approx(4.0 + 0.1 * 1000) and "line through the smoke and quick runs" in how
-    secs, how = estimate(100.0, [(10.0, 5.0, "smoke")])
-    assert secs == pytest.approx(50.0) and "proportional" in how
-    assert estimate(10.0, [(10.0, 5.0, "smoke")]) == (5.0, "measured (smoke run)")
+    assert estimate(10.0, []) == (None, None, "no measured run on this device")
+    low, high, how = estimate(1000.0, [(10.0, 5.0, "smoke"), (100.0, 14.0, "quick")])
+    assert low == high == pytest.approx(4.0 + 0.1 * 1000) and "line through the smoke and quick runs" in how
+    # one run cannot separate start-up from work: between all start-up (5 s) and none (50 s)
+    low, high, how = estimate(100.0, [(10.0, 5.0, "smoke")])
+    assert (low, high) == pytest.approx((5.0, 50.0)) and "start-up unknown" in how
+    assert estimate(1.0, [(10.0, 5.0, "smoke")])[:2] == pytest.approx((0.5, 5.0))
+    assert estimate(10.0, [(10.0, 5.0, "smoke")]) == (5.0, 5.0, "measured (smoke run)")
 
 
 def test_plan_prints_work_estimates_and_runs_nothing(project):

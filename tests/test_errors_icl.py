@@ -163,6 +163,7 @@ BAD_CALLS = [
     ("gd_one_step_risk noise", lambda: icl.gd_one_step_risk(10, 2, 0.5, noise=-1), "noise"),
     ("gd_optimal_step n nan", lambda: icl.gd_optimal_step(NAN, 2), "n"),
     ("gd_optimal_risk noise", lambda: icl.gd_optimal_risk(5, 2, NAN), "noise"),
+    ("ols_risk noise 1e154", lambda: icl.ols_risk(1, 1, 1.3407807929942597e154), "noise"),  # σ² overflowed
     ("averaging_risk n", lambda: icl.averaging_risk(-2, 2), "n"),
     ("ols_risk n 'a'", lambda: icl.ols_risk("a", 2), "n"),
     ("ols_risk d", lambda: icl.ols_risk(5, 2.5), "d"),

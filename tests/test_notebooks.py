@@ -1,6 +1,6 @@
 """Every notebook at the smoke profile through the real runner, its claims checked, then the book built with -W.
 
-The project is copied to a temporary folder (fixtures ``smoke_project`` and ``smoke_book`` in
+The project is copied to `.covbook/test/smoke` (fixtures ``smoke_project`` and ``smoke_book`` in
 conftest.py, shared with the browser test) so that `make test` does not replace the
 quick-profile book a user built with `make book`.
 """

@@ -14,26 +14,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, covbook
+from helpers import ROOT, covbook, pipeline_project
 
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 
 
 @pytest.fixture(scope="session")
-def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("covbook-rehearsal")
-    shutil.copy(ROOT / "_config.yml", root)
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    jobs = str(min(2, os.cpu_count() or 1))
-    proc = covbook(root, "run", "--profile", "full", "--rehearse", "--device", "auto", "--jobs", jobs, "--no-progress")
-    print(proc.stdout, proc.stderr)
-    return root
+def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with pipeline_project("rehearsal", tmp_path_factory) as root:
+        jobs = str(min(2, os.cpu_count() or 1))
+        proc = covbook(root, "run", "--profile", "full", "--rehearse", "--device", "auto", "--jobs", jobs,
+                       "--no-progress")
+        print(proc.stdout, proc.stderr)
+        yield root
 
 
 @pytest.mark.notebooks

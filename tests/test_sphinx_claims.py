@@ -140,3 +140,11 @@ def test_book_build_resolves_claims(project):
     assert 'href="01_alpha.html#claim-01-x_is_x"' in (html / "reproduction.html").read_text()
     claims = json.loads((project / "book" / "generated" / "claims" / "01_alpha.json").read_text())
     assert claims[0]["kind"] == "identity"
+    # an unknown claim fails the -W build, and keeps failing on the next build with nothing changed
+    # (Sphinx re-reads only changed pages; covbook build forgets the environment after a failure)
+    (project / "book" / "intro.md").write_text("# Intro\n\n{claim}`no_such_claim`\n")
+    first = covbook(project, "build")
+    assert first.returncode == 1 and "no_such_claim" in first.stdout + first.stderr
+    assert not (project / "_build" / ".doctrees").exists()
+    again = covbook(project, "build")
+    assert again.returncode == 1 and "no_such_claim" in again.stdout + again.stderr

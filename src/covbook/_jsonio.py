@@ -2,7 +2,8 @@
 
 Every JSON file the pipeline writes (claims, run records, timings) goes through
 :func:`write_json_atomic`: a temporary file in the same folder, then a rename,
-so a reader never sees half a file.  :func:`read_json` raises
+so a reader never sees half a file (:func:`atomic_write` does the same for any
+writer, e.g. the model checkpoints of :mod:`covbook.transformer.training`).  :func:`read_json` raises
 :class:`DamagedFile`, naming the file, when what is on disk does not parse
 (a file truncated by a full disk or a hand edit).
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["DamagedFile", "write_json_atomic", "read_json"]
+__all__ = ["DamagedFile", "atomic_write", "write_json_atomic", "read_json"]
 
 
 class DamagedFile(ValueError):
@@ -26,18 +28,31 @@ class DamagedFile(ValueError):
         super().__init__(f"{self.path}: damaged ({reason})")
 
 
-def write_json_atomic(path: str | os.PathLike, data: object) -> None:
-    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+    """Create ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, then a rename.
+
+    On any error (also Ctrl-C) the temporary file is removed and ``path`` is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=True)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, data: object) -> None:
+    """Write JSON to ``path`` atomically (temporary file in the same folder, then rename)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, allow_nan=True)
+
+    atomic_write(path, write)
 
 
 def read_json(path: str | os.PathLike, expect: type | tuple[type, ...] | None = None) -> object:

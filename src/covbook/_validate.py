@@ -1,14 +1,17 @@
 """Input validation shared by every covbook module.
 
-Bad input must fail early with a ``ValueError`` that says what was expected,
-never propagate as a NaN or a silently wrong answer.
+Bad input must fail early with a ``ValueError`` that names the argument and says
+what was expected, never propagate as a NaN or a silently wrong answer.  One check
+per concept (integers, seeds, real numbers, arrays, covariances, checkpoints,
+devices, generators); an argument of the wrong type raises :class:`ArgTypeError`,
+which is both a ``TypeError`` and a ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +42,17 @@ def as_tensor(
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     return t
+
+
+def as_array(x: object, name: str, what: str = "array-like of real numbers") -> np.ndarray:
+    """Convert ``x`` to a finite float64 numpy array, or raise saying ``name`` must be ``what``."""
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be {what}, got {type(x).__name__}") from err
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return a
 
 
 def check_square(m: torch.Tensor, name: str, size: int | None = None) -> None:
@@ -85,19 +99,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(name)
 
 
-def check_positive_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
-    if isinstance(x, (str, bytes, bool)):
-        raise ValueError(f"{name} must be a positive finite number, got {type(x).__name__} {x!r}")
-    try:
-        v = float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive finite number, got {x!r}") from err
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
-    return v
-
-
 def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
     """A finite float64 vector of length ``size``; ``None`` gives the zero vector."""
     if x is None:
@@ -108,39 +109,88 @@ def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:
     return v
 
 
-def check_positive_int(n: object, name: str) -> int:
-    """Return ``n`` as an int, or raise unless it is a positive integer."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+class ArgTypeError(TypeError, ValueError):
+    """An argument of the wrong type.
+
+    Both a ``TypeError`` (the type is wrong) and a ``ValueError`` (the house rule: bad
+    input raises ``ValueError`` naming the argument), so a caller may catch either.
+    """
+
+
+def _check_int(n: object, name: str, expected: str, ok: Callable[[int], bool]) -> int:
+    """Return ``n`` as an int, or raise naming ``name`` and ``expected`` unless it is an integer with ``ok(n)``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ArgTypeError(f"{name} must be {expected}, got {type(n).__name__} {n!r}")
+    if not ok(int(n)):
+        raise ValueError(f"{name} must be {expected}, got {n!r}")
     return int(n)
 
 
+def check_positive_int(n: object, name: str) -> int:
+    """Return ``n`` as an int, or raise unless it is a positive integer."""
+    return _check_int(n, name, "a positive integer", lambda k: k > 0)
+
+
+def check_nonnegative_int(n: object, name: str) -> int:
+    """Return ``n`` as an int, or raise unless it is an integer >= 0."""
+    return _check_int(n, name, "a non-negative integer", lambda k: k >= 0)
+
+
 def check_seed(seed: object, name: str = "seed") -> int:
-    """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{name} must be a non-negative integer, got {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**63:
-        raise ValueError(f"{name} must be a non-negative integer below 2**63, got {seed!r}")
-    return int(seed)
+    """Return ``seed`` as an int, or raise unless it is an integer in [0, 2**63) (what torch and numpy accept)."""
+    return _check_int(seed, name, "a non-negative integer below 2**63", lambda k: 0 <= k < 2**63)
 
 
-def check_nonnegative_float(x: object, name: str) -> float:
-    """Return ``x`` as a float, or raise unless it is a finite number >= 0."""
+def check_checkpoints(checkpoints: object, name: str = "checkpoints") -> list[int]:
+    """Return ``checkpoints`` as a list of ints, or raise unless it is a non-empty strictly increasing
+    sequence of positive integers (integer-valued floats are accepted)."""
+    msg = f"{name} must be a non-empty strictly increasing sequence of positive integers"
+    try:
+        raw = np.asarray(checkpoints).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{msg}, got {checkpoints!r}") from err
+    if raw.size == 0:
+        raise ValueError(f"{msg} (non-empty), got {checkpoints!r}")
+    if raw.dtype == bool or not (np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.floating)):
+        raise ValueError(f"{msg}, got {checkpoints!r}")
+    if not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw)):
+        raise ValueError(f"{name} must be integers, got {checkpoints!r}")
+    cps = [int(c) for c in raw]
+    if cps[0] < 1 or any(b <= a for a, b in zip(cps, cps[1:], strict=False)):
+        raise ValueError(f"{msg} (increasing), got {cps[:5]}...")
+    return cps
+
+
+def _check_real(x: object, name: str, expected: str, ok: Callable[[float], bool]) -> float:
+    """Return ``x`` as a float, or raise naming ``name`` and ``expected`` unless ``ok(float(x))``.
+
+    Strings, bytes and bools are refused as the wrong type, although ``float`` accepts them.
+    """
     if isinstance(x, (str, bytes, bool)):
-        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}")
+        raise ArgTypeError(f"{name} must be {expected}, got {type(x).__name__} {x!r}")
     try:
         v = float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a finite number >= 0, got {type(x).__name__} {x!r}") from err
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+        raise ArgTypeError(f"{name} must be {expected}, got {type(x).__name__} {x!r}") from err
+    if not math.isfinite(v) or not ok(v):
+        raise ValueError(f"{name} must be {expected}, got {x!r}")
     return v
 
 
+def check_positive_float(x: object, name: str) -> float:
+    """Return ``x`` as a float, or raise unless it is a positive finite number (not a string or bool)."""
+    return _check_real(x, name, "a positive finite number", lambda v: v > 0)
+
+
+def check_nonnegative_float(x: object, name: str) -> float:
+    """Return ``x`` as a float, or raise unless it is a finite number >= 0 (not a string or bool)."""
+    return _check_real(x, name, "a finite number >= 0", lambda v: v >= 0)
+
+
 def check_generator(generator: object, name: str = "generator") -> torch.Generator:
-    """Return ``generator``, or raise ``TypeError`` unless it is a ``torch.Generator``."""
+    """Return ``generator``, or raise :class:`ArgTypeError` unless it is a ``torch.Generator``."""
     if not isinstance(generator, torch.Generator):
-        raise TypeError(f"{name} must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
+        raise ArgTypeError(f"{name} must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
                         f"got {type(generator).__name__}")
     return generator
 

@@ -65,7 +65,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
+from covbook._validate import (
+    as_tensor,
+    check_checkpoints,
+    check_positive_int,
+    check_seed,
+    psd_sqrt_factor,
+    resolve_device,
+)
 from covbook.processes import GaussianIID, Process
 
 __all__ = [
@@ -98,12 +105,6 @@ def _check_bool(x: object, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
         raise ValueError(f"{name} must be a bool (True or False), got {x!r}")
     return bool(x)
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    return int(seed)
 
 
 def _memory_limit(dev: torch.device) -> int:
@@ -353,24 +354,6 @@ def _softmax_mean(ref: torch.Tensor, den: torch.Tensor, num: torch.Tensor, extra
 # ----------------------------------------------------------------------------- streaming readout
 
 
-def _checkpoints(checkpoints: object) -> list[int]:
-    msg = "checkpoints must be a non-empty strictly increasing sequence of positive integers"
-    try:
-        raw = np.asarray(checkpoints).reshape(-1)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{msg}, got {checkpoints!r}") from err
-    if raw.size == 0:
-        raise ValueError(f"{msg} (non-empty), got {checkpoints!r}")
-    if raw.dtype == bool or not (np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.floating)):
-        raise ValueError(f"{msg}, got {checkpoints!r}")
-    if not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw)):
-        raise ValueError(f"checkpoints must be integers, got {checkpoints!r}")
-    cps = [int(c) for c in raw]
-    if cps[0] < 1 or any(b <= a for a, b in zip(cps, cps[1:])):
-        raise ValueError(f"{msg} (increasing), got {cps[:5]}...")
-    return cps
-
-
 def _weights(theta_q: object, theta_k: object, theta_v: object, d: int, dev: torch.device):
     tq = as_tensor(theta_q, "theta_q", ndim=2, device=dev)
     tk = as_tensor(theta_k, "theta_k", ndim=2, device=dev)
@@ -529,8 +512,8 @@ def readout_paths(
         raise ValueError(f"process must be a covbook.processes.Process, got {type(process).__name__}")
     dev = resolve_device(device)
     streams = check_positive_int(streams, "streams")
-    cps = _checkpoints(checkpoints)
-    seed = _check_seed(seed)
+    cps = check_checkpoints(checkpoints)
+    seed = check_seed(seed)
     query_is_key = _check_bool(query_is_key, "query_is_key")
     if dtype is None:
         dtype = torch.float32 if type(process) is GaussianIID else F64

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from covbook._validate import as_tensor, check_positive_float, check_positive_int, resolve_device
+from covbook._validate import as_tensor, check_checkpoints, check_positive_float, check_positive_int, resolve_device
 from covbook.icl import (
     X_LAWS,
     ICLTransformer,
@@ -227,9 +227,7 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     ww, qq = _tasks_arrays(w, xq, d)
     dev = resolve_device(device)
     chunk = check_positive_int(chunk, "chunk")
-    cps = [int(c) for c in np.asarray(checkpoints).reshape(-1)]
-    if not cps or cps[0] < 1 or any(q <= p for p, q in zip(cps, cps[1:], strict=False)):
-        raise ValueError("checkpoints must be a non-empty strictly increasing sequence of positive integers")
+    cps = check_checkpoints(checkpoints)
     ww, qq, b, v = ww.to(dev), qq.to(dev), b.to(dev), v.to(dev)
     nb = ww.shape[0]
     r = qq @ b[:d]  # (B, d+1)

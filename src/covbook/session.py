@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from covbook._validate import resolve_device
+from covbook._validate import check_seed, resolve_device
 from covbook.book.config import PROFILES
 
 __all__ = ["PROFILES", "setup"]
@@ -33,8 +33,7 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = check_seed(seed)
     dev = resolve_device(device)
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - notebooks may use the legacy global generator

@@ -11,20 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from covbook._validate import check_positive_int, check_seed
+from covbook._validate import as_array, check_positive_int, check_seed
 
 __all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "slope_with_checkpoint_se", "mean_with_se",
            "log_residual_weight", "gain_and_angle"]
-
-
-def _array(x: object, name: str) -> np.ndarray:
-    try:
-        a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be array-like of real numbers, got {type(x).__name__}") from err
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite")
-    return a
 
 
 def loglog_slope(t: object, y: object) -> tuple[float, float]:
@@ -36,7 +26,7 @@ def loglog_slope(t: object, y: object) -> tuple[float, float]:
     >>> round(b, 6), round(float(np.exp(c)), 6)
     (-1.0, 3.0)
     """
-    tt, yy = _array(t, "t"), _array(y, "y")
+    tt, yy = as_array(t, "t"), as_array(y, "y")
     if tt.shape != yy.shape or tt.ndim != 1 or tt.size < 2:
         raise ValueError(f"t and y must be 1-d arrays of equal length >= 2, got {tt.shape} and {yy.shape}")
     if np.any(tt <= 0) or np.any(yy <= 0):
@@ -53,7 +43,7 @@ def bootstrap_se(
     Rows are the independent replicates (streams, seeds); ``statistic`` maps
     an array of rows to a number.
     """
-    x = _array(samples, "samples")
+    x = as_array(samples, "samples")
     if x.ndim == 0 or x.shape[0] < 2:
         raise ValueError("bootstrap needs at least two independent replicates")
     if not callable(statistic):
@@ -68,7 +58,7 @@ def bootstrap_se(
 
 def mean_with_se(samples: object) -> tuple[float, float]:
     """Mean over replicates and its standard error s/sqrt(n)."""
-    x = _array(samples, "samples").reshape(-1)
+    x = as_array(samples, "samples").reshape(-1)
     if x.size < 2:
         raise ValueError("need at least two replicates for a standard error")
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
@@ -82,8 +72,8 @@ def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -
     t : shape (n_t,)
     sq_err : shape (n_replicates, n_t), squared errors of independent replicates.
     """
-    tt = _array(t, "t")
-    e = _array(sq_err, "sq_err")
+    tt = as_array(t, "t")
+    e = as_array(sq_err, "sq_err")
     if e.ndim != 2 or e.shape[1] != tt.size:
         raise ValueError(f"sq_err must have shape (replicates, {tt.size}), got {e.shape}")
     slope, _ = loglog_slope(tt, e.mean(0))
@@ -110,11 +100,11 @@ def slope_with_checkpoint_se(t: object, sq_err: object, n_boot: int = 400,
     >>> round(b, 6), round(se, 6), dof
     (-1.0, 0.0, 3)
     """
-    tt = _array(t, "t")
+    tt = as_array(t, "t")
     if tt.size < 3:
         raise ValueError(f"t must hold at least 3 checkpoints for a residual SE, got {tt.size}")
     slope, se_boot = slope_with_se(tt, sq_err, n_boot=n_boot, seed=seed)
-    x, y = np.log(tt), np.log(_array(sq_err, "sq_err").mean(0))
+    x, y = np.log(tt), np.log(as_array(sq_err, "sq_err").mean(0))
     resid = y - np.polyval(np.polyfit(x, y, 1), x)  # (n_t,)
     se_ols = np.sqrt((resid**2).sum() / (tt.size - 2) / ((x - x.mean()) ** 2).sum())
     return slope, float(np.hypot(se_boot, se_ols)), int(tt.size - 2)
@@ -136,7 +126,7 @@ def log_residual_weight(logits: object) -> np.ndarray:
     >>> bool(log_residual_weight([0.0, 800.0]) < -799)          # 1 − top weight = e^-800
     True
     """
-    x = _array(logits, "logits")
+    x = as_array(logits, "logits")
     if x.ndim == 0 or x.shape[-1] < 2:
         raise ValueError("logits must have at least two entries along the last axis")
     from scipy.special import logsumexp
@@ -165,7 +155,7 @@ def gain_and_angle(out: object, target: object) -> tuple[np.ndarray, np.ndarray]
     >>> float(np.round(gain_and_angle([[0.0, 1.0]], [[1.0, 0.0]])[1][0], 6))
     -90.0
     """
-    o, v = _array(out, "out"), _array(target, "target")
+    o, v = as_array(out, "out"), as_array(target, "target")
     if o.shape[-1] != 2 or v.shape[-1] != 2:
         raise ValueError(f"out and target must be planar (last dim 2), got {o.shape} and {v.shape}")
     norm2 = (v**2).sum(-1)

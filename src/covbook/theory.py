@@ -103,8 +103,6 @@ def scale_to_logit_variance(
     >>> round(float(logit_variance(tq, I, I, torch.tensor([3.0, 4.0]))), 12)
     1.0
     """
-    if isinstance(s, bool):
-        raise ValueError(f"target logit variance s must be a positive finite number, got {s!r}")
     s = check_positive_float(s, "target logit variance s")
     current = logit_variance(theta_q, theta_k, cov, q)
     top = float(current.max())

@@ -22,7 +22,7 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
-from covbook.book.config import Paths, UsageError
+from covbook.book.config import DEVICES, Paths, UsageError
 from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["PACKAGE", "science_hash", "environment", "resolve_device", "content_hash", "is_cached",
@@ -77,7 +77,7 @@ def resolve_device(device: str) -> str:
         if not _cuda_available():
             raise UsageError("--device cuda was requested but no CUDA GPU is available here; use --device auto or cpu")
         return "cuda"
-    raise UsageError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+    raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
 
 
 def content_hash(nb_path: Path, params: dict, science: str, device: str) -> str:

@@ -23,6 +23,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from covbook.book.config import DEVICES, PROFILES, Paths, UsageError, discover, project_root
@@ -30,24 +31,23 @@ from covbook.book.config import DEVICES, PROFILES, Paths, UsageError, discover, 
 __all__ = ["main", "parser"]
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
+def _integer(minimum: int, expected: str) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum``, else a usage error saying ``expected``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = minimum - 1
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return n
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from err
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return n
+_positive = _integer(1, "a positive integer")
+_seed = _integer(0, "a non-negative integer")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,6 +179,10 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
         cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
         proc = subprocess.run(cmd, cwd=paths.root)
+        if proc.returncode:
+            # Sphinx re-reads only changed pages, so a warning in an unchanged page would not come back on
+            # the next build and -W would pass: forget the environment so that the next build reads all pages
+            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
     if proc.returncode == 0:
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
     return 1 if proc.returncode else 0

@@ -7,8 +7,8 @@ calibrated on this device by measured runs: every successful ``covbook run``
 stores its run time with its parameters in ``.covbook/timings.json`` (the
 run records in ``book/generated/runs`` count too).  With two measured runs of
 different work, the estimate is the line ``a + b·work`` through the smallest
-and largest (``a`` is start-up: kernel, imports); with one, it is proportional
-to work (an overestimate when start-up dominates that run).  A notebook never
+and largest (``a`` is start-up: kernel, imports); with one, start-up and work
+cannot be told apart, and the estimate is the range between the two extremes.  A notebook never
 measured on the device gets no estimate, and the output says so.
 """
 
@@ -88,22 +88,30 @@ def _measurements(paths: Paths, name: str, device: str, expr: str, defaults: dic
     return sorted(found.values())
 
 
-def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, str]:
-    """Seconds for ``work`` from measured ``(work, seconds, label)`` points, and how it was obtained."""
+def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, float | None, str]:
+    """Seconds for ``work`` from measured ``(work, seconds, label)`` points: ``(low, high, how)``.
+
+    Two runs of different work give the line ``a + b·work`` through the smallest and
+    the largest (``low == high``).  One run of ``s`` seconds at work ``w`` cannot
+    separate start-up from work: the time is ``a + (s − a)·work/w`` for an unknown
+    start-up ``0 ≤ a ≤ s``, so the answer is the range between ``s`` and ``s·work/w``.
+    """
     if not points:
-        return None, "no measured run on this device"
+        return None, None, "no measured run on this device"
     for w, s, label in points:
         if w == work:
-            return s, f"measured ({label} run)"
+            return s, s, f"measured ({label} run)"
     lo, hi = points[0], points[-1]
     if hi[0] > lo[0] and hi[1] > lo[1]:
         b = (hi[1] - lo[1]) / (hi[0] - lo[0])
         a = max(0.0, lo[1] - b * lo[0])
-        return a + b * work, f"line through the {lo[2]} and {hi[2]} runs (start-up {a:.1f} s)"
+        return a + b * work, a + b * work, f"line through the {lo[2]} and {hi[2]} runs (start-up {a:.1f} s)"
     w, s, label = hi
     if w <= 0:
-        return None, f"the {label} run did no work"
-    return s * work / w, f"proportional to the {label} run ({s:.1f} s)"
+        return None, None, f"the {label} run did no work"
+    low, high = sorted((s, s * work / w))
+    return low, high, (f"one run ({label}, {s:.1f} s): start-up unknown, so between all start-up and none; "
+                       "measure a second profile to narrow it")
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -114,6 +122,12 @@ def _fmt_seconds(s: float | None) -> str:
     if s < 7200:
         return f"{s / 60:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+def _fmt_range(low: float | None, high: float | None) -> str:
+    if low is None or high is None or _fmt_seconds(low) == _fmt_seconds(high):
+        return _fmt_seconds(high)
+    return f"{_fmt_seconds(low)}–{_fmt_seconds(high)}"
 
 
 def print_plan(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int,
@@ -128,7 +142,7 @@ def print_plan(paths: Paths, names: list[str] | None, *, profile: str, device: s
     profiles = load_profiles(paths.profiles)
     mode = f"profile {profile}" + (" rehearsal (smoke lengths)" if rehearse else "")
     print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
-    rows, total, unknown = [], 0.0, []
+    rows, low_total, high_total, unknown = [], 0.0, 0.0, []
     for job in jobs:
         spec = profiles.get(job.name, {}).get("work")
         if not spec:
@@ -136,21 +150,22 @@ def print_plan(paths: Paths, names: list[str] | None, *, profile: str, device: s
             unknown.append(job.name)
             continue
         work = work_of(spec["expr"], {**job.defaults, **job.params})
-        secs, how = estimate(work, _measurements(paths, job.name, dev, spec["expr"], job.defaults))
-        if secs is None:
+        low, high, how = estimate(work, _measurements(paths, job.name, dev, spec["expr"], job.defaults))
+        if low is None or high is None:
             unknown.append(job.name)
         else:
-            total += secs
-        rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_seconds(secs), how))
+            low_total += low
+            high_total += high
+        rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_range(low, high), how))
     w0 = max(len(r[0]) for r in rows) if rows else 8
     w1 = max(len(r[1]) for r in rows) if rows else 8
     for name, work, secs, how in rows:
         print(f"  {name:<{w0}}  {work:<{w1}}  {secs:>7}  {how}")
-    print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_seconds(total):>7}"
+    print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_range(low_total, high_total):>7}"
           + (f"  + {len(unknown)} notebook(s) without an estimate: {', '.join(unknown)}" if unknown else ""))
     print(f"How: the work is each notebook's `work:` expression in {Path('notebooks') / 'profiles.yml'} on the "
           f"profile's parameters; the time is calibrated on measured runs on {dev} ({Path('.covbook') / 'timings.json'}"
           ", written by every `covbook run`): a line a + b*work through two runs of different work, or "
-          "proportional to one run. Run `covbook run --profile smoke --device "
+          "a range between all start-up and none from one run. Run `covbook run --profile smoke --device "
           f"{dev}` (and quick) on this machine to calibrate.")
     return 0

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from covbook.book.cache import content_hash, is_cached, resolve_device, science_hash
 from covbook.book.config import (
-    Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
+    DEVICES, Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
 )
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
@@ -220,7 +220,8 @@ def execute_one(job: dict) -> dict:
         pid_file.unlink(missing_ok=True)
         shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
-    device_used = _device_name(str(params.get("device", "auto")))
+    # the device the run resolved (cpu | cuda) names it without importing torch (2 s) on a CPU
+    device_used = _device_name(str(job.get("device") or params.get("device", "auto")))
     meta = {"notebook": name, "parameters": params, "hash": job["digest"], "seconds": seconds,
             "device_used": device_used, "rehearsal": bool(job.get("rehearse")),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -374,8 +375,8 @@ def run_notebooks(
     """
     from tqdm import tqdm
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"--jobs must be a positive integer, got {jobs}")
     plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
@@ -410,7 +411,8 @@ def run_notebooks(
                 job_file = rundir / f"{job.name}.job.json"
                 write_json_atomic(job_file, {"root": str(paths.root), "name": job.name, "params": job.params,
                                              "digest": job.digest, "threads": threads, "rundir": str(rundir),
-                                             "rehearse": rehearse, "parent": os.getpid()})
+                                             "rehearse": rehearse, "parent": os.getpid(),
+                                             "device": job.device})
                 log = open(rundir / f"{job.name}.log", "wb")  # noqa: SIM115 - closed when the worker ends
                 proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -43,7 +43,11 @@ def unique_scripts(scripts: list) -> list:
     return out
 
 
+STATIC = Path(__file__).resolve().parent / "static"
+
+
 def _configure(app, config) -> None:
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
     context = dict(config.html_context or {})
     context.setdefault("default_mode", "light")  # pydata-sphinx-theme reads it from html_context
     config.html_context = context
@@ -76,6 +80,7 @@ def _write_index(app, exception: Exception | None) -> None:
 
 def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _configure, priority=600)
+    app.add_css_file("covbook.css")
     app.connect("html-page-context", _dedupe, priority=900)
     app.connect("build-finished", _write_index, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_vector, check_positive_float
+from covbook._validate import as_covariance, as_vector, check_nonnegative_float, check_positive_float
 
 
 def _check_eta(eta: object, name: str = "eta") -> float:
@@ -15,19 +14,11 @@ def _check_eta(eta: object, name: str = "eta") -> float:
 
 
 def _check_noise(noise: object) -> float:
-    try:
-        s = float(noise)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}") from err
-    if not math.isfinite(s) or s < 0:
-        raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}")
+    """The label noise σ: a finite standard deviation >= 0 whose variance σ² is finite in float64."""
+    s = check_nonnegative_float(noise, "noise")
+    if not math.isfinite(s * s):
+        raise ValueError(f"noise must be a standard deviation whose square is finite in float64, got {noise!r}")
     return s
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
 
 
 def _check_dtype(dtype: object, name: str = "dtype") -> torch.dtype:

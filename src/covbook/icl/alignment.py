@@ -45,7 +45,8 @@ def construction_alignment(b: torch.Tensor, v: torch.Tensor) -> dict[str, float]
     if v.shape != b.shape:
         raise ValueError(f"v must have the shape of b, {tuple(b.shape)}, got {tuple(v.shape)}")
     bxx, bxy = b[:d, :d], b[:d, d]
-    if float(bxx.norm()) == 0.0 or float(v[d].norm()) == 0.0:
+    # both norms of B's rows: with subnormal entries one may underflow to 0 while the other does not
+    if float(bxx.norm()) == 0.0 or float(b[:d].norm()) == 0.0 or float(v[d].norm()) == 0.0:
         raise ValueError("b must have a non-zero x-block and v a non-zero label row: the alignment of a zero "
                          "form is undefined")
     cos = float(torch.trace(bxx).abs() / (bxx.norm() * math.sqrt(d)))

@@ -7,12 +7,17 @@ x ~ N(0, I_d), w ~ N(0, I_d), y = wᵀx + σε, R = E(x_qᵀ(ŵ − w))²/d.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, check_positive_int
+from covbook._validate import (
+    as_array,
+    as_covariance,
+    as_tensor,
+    check_nonnegative_float,
+    check_nonnegative_int,
+    check_positive_int,
+)
 from covbook.icl._common import _check_eta, _check_noise, _precondition
 from covbook.icl.tasks import make_regression_tasks
 
@@ -66,8 +71,7 @@ def population_gd(cov_x: object, w: object, eta: float, steps: int, *, precondit
     c = as_covariance(cov_x, "cov_x")
     d = c.shape[0]
     e = _check_eta(eta)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    steps = check_nonnegative_int(steps, "steps")
     ww = as_tensor(w, "w", ndim=(1, 2))
     if ww.shape[-1] != d:
         raise ValueError(f"w must have last dim {d}, got shape {tuple(ww.shape)}")
@@ -118,22 +122,14 @@ def ols(x: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
     if xx.shape[1] == 0 or xx.shape[2] == 0:
         raise ValueError(f"x must hold at least one example of at least one coordinate per task, got shape "
                          f"{tuple(xx.shape)}")
-    try:
-        lam = float(ridge)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"ridge must be a finite number >= 0, got {ridge!r}") from err
-    if not math.isfinite(lam) or lam < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge!r}")
+    lam = check_nonnegative_float(ridge, "ridge")
     gram = xx.transpose(1, 2) @ xx + lam * torch.eye(xx.shape[2], dtype=xx.dtype, device=xx.device)  # (B, d, d)
     return (torch.linalg.pinv(gram, hermitian=True) @ (xx.transpose(1, 2) @ yy[..., None]))[..., 0]
 
 
 def _n_d(n: object, d: int) -> tuple[np.ndarray, int]:
-    try:
-        nn_ = np.asarray(n, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"n must be a number (or array of numbers) >= 1, got {n!r}") from err
-    if not np.all(np.isfinite(nn_)) or np.any(nn_ < 1):
+    nn_ = as_array(n, "n", "a number (or array of numbers) >= 1")
+    if np.any(nn_ < 1):
         raise ValueError(f"n must be finite and >= 1, got {n!r}")
     return nn_, check_positive_int(d, "d")
 
@@ -152,12 +148,7 @@ def gd_one_step_risk(n: object, d: int, eta: object, noise: float = 0.0) -> np.n
     """
     nn_, d = _n_d(n, d)
     sigma = _check_noise(noise)
-    try:
-        e = np.asarray(eta, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"eta must be a finite step size (or array of them), got {eta!r}") from err
-    if not np.all(np.isfinite(e)):
-        raise ValueError(f"eta must be finite, got {eta!r}")
+    e = as_array(eta, "eta", "a finite step size (or array of them)")
     with np.errstate(over="ignore", invalid="ignore"):
         risk = e**2 * (1 + (d + 1) / nn_ + sigma**2 / nn_) - 2 * e + 1
     if not np.all(np.isfinite(risk)):

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from covbook._validate import check_positive_int
+from covbook._validate import check_positive_int, check_seed
 from covbook.attention import causal_attention_matrix, softmax_attention
-from covbook.icl._common import _check_dtype, _check_eta, _check_seed
+from covbook.icl._common import _check_dtype, _check_eta
 from covbook.icl.construction import construct_gd_head
 from covbook.icl.tasks import RegressionTasks, _check_tasks, make_regression_tasks  # noqa: F401  (doctest)
 
@@ -110,7 +110,7 @@ def random_icl_transformer(d: int, layers: int, *, init_scale: float = 0.1, seed
     d, layers = check_positive_int(d, "d"), check_positive_int(layers, "layers")
     s = _check_eta(init_scale, "init_scale")
     dtype = _check_dtype(dtype)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_seed(seed))
     thetas = [tuple(s * torch.randn(d + 1, d + 1, generator=gen, dtype=torch.float64) for _ in range(3))
               for _ in range(layers)]
     return ICLTransformer(d, thetas, trainable=True).to(dtype)

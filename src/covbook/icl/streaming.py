@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_int, resolve_device
+from covbook._validate import as_tensor, check_checkpoints, check_positive_int, check_seed, resolve_device
 from covbook.attention import OnlineSoftmax
-from covbook.icl._common import _check_eta, _check_seed, _precondition
+from covbook.icl._common import _check_eta, _precondition
 from covbook.icl.tasks import RegressionTokens
 
 __all__ = ["icl_prediction_paths"]
@@ -56,18 +55,12 @@ def icl_prediction_paths(
     d = proc.dim - 1
     dev = resolve_device(device)
     streams, chunk = check_positive_int(streams, "streams"), check_positive_int(chunk, "chunk")
-    try:
-        arr = np.asarray(checkpoints)
-        cps = [int(c) for c in arr.reshape(-1)] if arr.dtype.kind in "iu" else []
-    except (TypeError, ValueError):
-        cps = []
-    if not cps or cps[0] < 1 or any(b <= a for a, b in zip(cps, cps[1:], strict=False)):
-        raise ValueError("checkpoints must be a non-empty strictly increasing sequence of positive integers")
+    cps = check_checkpoints(checkpoints)
     xq = as_tensor(queries, "queries", ndim=2, device=dev)  # (m, d)
     if xq.shape[1] != d:
         raise ValueError(f"queries must have shape (m, {d}), got {tuple(xq.shape)}")
     a = e * xq @ _precondition(precondition, d).to(dev)  # (m, d): logit of x is a·x
-    gen = torch.Generator(device=dev).manual_seed(_check_seed(seed))
+    gen = torch.Generator(device=dev).manual_seed(check_seed(seed))
     draw = proc.sampler(gen, streams)
     m = xq.shape[0]
     soft = OnlineSoftmax((streams, m), 1, device=dev)  # the online log-sum-exp of covbook.attention

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from covbook._validate import as_covariance, as_tensor, check_positive_int, psd_sqrt_factor, resolve_device
-from covbook.icl._common import _check_dtype, _check_noise, _check_seed, _cov_x, _mean_x
+from covbook._validate import as_covariance, as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
+from covbook.icl._common import _check_dtype, _check_noise, _cov_x, _mean_x
 from covbook.processes import DiscreteMixing, ExponentialMixing, IIDProcess, MixingLaw
 from covbook.theory import elliptical_gain as _theory_gain
 
@@ -219,7 +219,7 @@ def make_regression_tasks(
     cov, mu = _cov_x(cov_x, d), _mean_x(mean_x, d)
     dev = resolve_device(device)
     dtype = _check_dtype(dtype)
-    gen = torch.Generator(device=dev).manual_seed(_check_seed(seed))
+    gen = torch.Generator(device=dev).manual_seed(check_seed(seed))
     if w is None:
         ww = torch.randn(b, d, generator=gen, dtype=torch.float64, device=dev)  # (B, d)
     else:

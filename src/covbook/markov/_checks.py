@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from covbook._validate import as_tensor, check_positive_float
+from covbook._validate import as_tensor, check_positive_float, check_positive_int
 
 MeanField = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 
@@ -24,7 +24,7 @@ def _tokens_np(tokens: object, name: str = "tokens", ndim: Sequence[int] = (1,))
         tokens = tokens.detach().cpu().numpy()
     arr = np.asarray(tokens)
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr) & (arr == np.round(arr))):
             raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if arr.ndim not in tuple(ndim):
@@ -32,6 +32,17 @@ def _tokens_np(tokens: object, name: str = "tokens", ndim: Sequence[int] = (1,))
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be non-negative token ids, got min {arr.min()}")
     return arr
+
+
+def _vocab_tokens(tokens: object, vocab_size: object, name: str = "tokens") -> tuple[np.ndarray, int]:
+    """Token ids of shape (..., T) with T >= 1, each in 0..V-1, and V = ``vocab_size``."""
+    v = check_positive_int(vocab_size, "vocab_size")
+    arr = _tokens_np(tokens, name, ndim=range(1, 8))
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{name} must contain at least one token")
+    if arr.max() >= v:
+        raise ValueError(f"{name} must be ids in 0..{v - 1}, got {arr.max()}")
+    return arr, v
 
 
 def _tokens_torch(tokens: object, vocab_size: int | None, name: str = "tokens") -> tuple[torch.Tensor, bool]:

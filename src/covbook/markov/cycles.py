@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from covbook._validate import check_positive_int
+from covbook._validate import check_nonnegative_int, check_positive_int
 from covbook.markov._checks import MeanField, _tokens_np, _vocab_size
 from covbook.markov.frequencies import empirical_frequencies
 from covbook.markov.reduction import markov_kernel
@@ -254,8 +254,7 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
     list of :class:`CycleRecord`, one per run
     """
     arr = _tokens_np(runs, "runs", ndim=(2,))
-    if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)) or prompt_len < 0:
-        raise ValueError(f"prompt_len must be a non-negative integer, got {prompt_len!r}")
+    prompt_len = check_nonnegative_int(prompt_len, "prompt_len")
     n_cont = arr.shape[1] - int(prompt_len)
     if n_cont < 4:
         raise ValueError(f"runs must continue their prompt by at least 4 tokens, got shape {arr.shape} "

@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from covbook._validate import check_positive_int
-from covbook.markov._checks import _check_size, _distribution, _tokens_np
+from covbook.markov._checks import _check_size, _distribution, _tokens_np, _vocab_tokens
 
 __all__ = [
     "empirical_frequencies",
@@ -44,12 +43,7 @@ def empirical_frequencies(tokens: object, vocab_size: int) -> torch.Tensor:
     >>> empirical_frequencies([0, 2, 2, 1], 3)
     tensor([0.2500, 0.2500, 0.5000], dtype=torch.float64)
     """
-    v = check_positive_int(vocab_size, "vocab_size")
-    arr = _tokens_np(tokens, ndim=range(1, 8))
-    if arr.shape[-1] == 0:
-        raise ValueError("tokens must contain at least one token")
-    if arr.max() >= v:
-        raise ValueError(f"tokens must be ids in 0..{v - 1}, got {arr.max()}")
+    arr, v = _vocab_tokens(tokens, vocab_size)
     rows = arr.reshape(-1, arr.shape[-1])  # (R, T)
     _check_size(rows.shape[0] * v, f"frequencies of {rows.shape[0]} sequences over {v} tokens")
     counts = np.zeros((rows.shape[0], v))  # (R, V)
@@ -70,12 +64,7 @@ def running_frequencies(tokens: object, vocab_size: int) -> torch.Tensor:
     tensor([[0.0000, 1.0000],
             [0.5000, 0.5000]], dtype=torch.float64)
     """
-    v = check_positive_int(vocab_size, "vocab_size")
-    arr = _tokens_np(tokens, ndim=range(1, 8))
-    if arr.shape[-1] == 0:
-        raise ValueError("tokens must contain at least one token")
-    if arr.max() >= v:
-        raise ValueError(f"tokens must be ids in 0..{v - 1}, got {arr.max()}")
+    arr, v = _vocab_tokens(tokens, vocab_size)
     _check_size(2 * arr.size * v, f"running frequencies of {arr.size} tokens over {v} tokens")
     onehot = np.zeros((*arr.shape, v))  # (..., T, V)
     np.put_along_axis(onehot, arr[..., None], 1.0, axis=-1)

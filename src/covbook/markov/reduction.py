@@ -28,6 +28,8 @@ Generative Transformers. ICML 2024.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -43,6 +45,7 @@ from covbook.markov._checks import (
     _vocab_size,
 )
 from covbook.markov.frequencies import running_frequencies, tv_distance
+from covbook.transformer.generation import tempered_softmax
 
 __all__ = [
     "markov_kernel",
@@ -88,7 +91,20 @@ def markov_kernel(
     with torch.no_grad():
         h = (mean_field or _default_mean_field)(model, pi.to(device=dev, dtype=dtype))  # (V, d)
         logits = model.logits_from_hidden(h).to(torch.float64)  # (V, V)
-    return torch.softmax(logits / tau, dim=-1)
+    return tempered_softmax(logits, tau)
+
+
+def _kernels_along(
+    model: torch.nn.Module, x: torch.Tensor, pos: list[int], temperature: object, mean_field: MeanField | None
+) -> Iterator[tuple[int, int, int, torch.Tensor]]:
+    """(b, j, t, K_{π̂_t}) for every sequence b of ``x`` (B, T) and context length t = pos[j].
+
+    π̂_t are the running frequencies of sequence b; the kernel (V, V) is on the CPU.
+    """
+    freqs = running_frequencies(x.cpu(), _vocab_size(model))  # (B, T, V)
+    for b in range(x.shape[0]):
+        for j, t in enumerate(pos):
+            yield b, j, t, markov_kernel(model, freqs[b, t - 1], temperature, mean_field=mean_field).cpu()
 
 
 def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float = 1.0) -> torch.Tensor:
@@ -107,7 +123,7 @@ def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float 
     dev, _ = _model_device_dtype(model)
     with torch.no_grad():
         logits = model(x.to(dev)).to(torch.float64)  # (B, T, V)
-    probs = torch.softmax(logits / tau, dim=-1)
+    probs = tempered_softmax(logits, tau)
     return probs[0] if single else probs
 
 
@@ -138,16 +154,12 @@ def markov_gap(
     -------
     tensor, shape (n_pos,) or (B, n_pos), float64
     """
-    v = _vocab_size(model)
-    x, single = _tokens_torch(tokens, v)
+    x, single = _tokens_torch(tokens, _vocab_size(model))
     pos = _positions(positions, x.shape[1])
-    probs = next_token_probs(model, x, temperature)  # (B, T, V)
-    freqs = running_frequencies(x.cpu(), v)  # (B, T, V)
+    probs = next_token_probs(model, x, temperature).cpu()  # (B, T, V)
     gap = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
-    for b in range(x.shape[0]):
-        for j, t in enumerate(pos):
-            row = markov_kernel(model, freqs[b, t - 1], temperature, mean_field=mean_field)[x[b, t - 1]]  # (V,)
-            gap[b, j] = tv_distance(probs[b, t - 1].cpu(), row.cpu())
+    for b, j, t, k in _kernels_along(model, x, pos, temperature, mean_field):
+        gap[b, j] = tv_distance(probs[b, t - 1], k[int(x[b, t - 1])])  # TV to the kernel row of x_t
     return gap[0] if single else gap
 
 
@@ -192,14 +204,11 @@ def fixed_point_residual(
     if pos[0] <= start:
         raise ValueError(f"positions must exceed start={start}, got {pos[0]}")
     tau = _temperature(temperature)
-    freqs = running_frequencies(x.cpu(), v)  # (B, T, V)
     occ = running_frequencies(x[:, int(start):].cpu(), v)  # (B, T - start, V)
     out = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
-    for b in range(x.shape[0]):
-        for j, t in enumerate(pos):
-            k = markov_kernel(model, freqs[b, t - 1], tau, mean_field=mean_field).cpu()  # (V, V)
-            nu = occ[b, t - 1 - int(start)]  # (V,)
-            out[b, j] = tv_distance(nu @ k, nu)
+    for b, j, t, k in _kernels_along(model, x, pos, tau, mean_field):
+        nu = occ[b, t - 1 - int(start)]  # (V,)
+        out[b, j] = tv_distance(nu @ k, nu)
     return out[0] if single else out
 
 

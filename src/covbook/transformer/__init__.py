@@ -14,7 +14,8 @@ chapters 08-10).  One concept per module:
 * :mod:`~covbook.transformer.quadrature` -- Gaussian quadrature rules used as context laws.
 * :mod:`~covbook.transformer.generation` -- :func:`generate`, the one implementation of greedy
   decoding and temperature sampling.
-* :mod:`~covbook.transformer.text` -- :class:`CharTokenizer`, :func:`python_reference_text`.
+* :mod:`~covbook.transformer.text` -- :class:`CharTokenizer`, :func:`python_reference_text`,
+  :func:`spaced_windows`.
 * :mod:`~covbook.transformer.training` -- :func:`train_language_model`, :func:`evaluate_loss`,
   and the checkpoint key and reader (:func:`checkpoint_fingerprint`, :func:`load_checkpoint`).
 """
@@ -32,7 +33,7 @@ from covbook.transformer.mean_field import (
 )
 from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
 from covbook.transformer.quadrature import gauss_hermite_rule, gaussian_polar_rule
-from covbook.transformer.text import CharTokenizer, python_reference_text
+from covbook.transformer.text import CharTokenizer, python_reference_text, spaced_windows
 from covbook.transformer.training import (
     TrainResult,
     checkpoint_fingerprint,
@@ -60,6 +61,7 @@ __all__ = [
     "generate",
     "CharTokenizer",
     "python_reference_text",
+    "spaced_windows",
     "TrainResult",
     "train_language_model",
     "training_arguments",

@@ -29,6 +29,20 @@ def _check_prompt(model: torch.nn.Module, prompt: object, vocab_size: int) -> to
     return prompt.long()
 
 
+def tempered_softmax(logits: torch.Tensor, tau: float) -> torch.Tensor:
+    r"""The next-token law at temperature τ > 0: softmax(ℓ/τ) over the last axis.
+
+    Computed as softmax((ℓ − max ℓ)/τ), which is the same law (softmax is shift-invariant)
+    but stays finite at a tiny τ, where ℓ/τ itself overflows to ±inf and inf − inf is NaN;
+    the maximal logits stay at 0 even where τ rounds to 0 in the logits' precision.
+
+    >>> tempered_softmax(torch.tensor([0.0, 1.0, 1.0]), 1e-310).tolist()
+    [0.0, 0.5, 0.5]
+    """
+    shifted = logits - logits.amax(-1, keepdim=True)  # (..., V), <= 0
+    return torch.softmax(torch.where(shifted == 0, shifted, shifted / tau), dim=-1)
+
+
 def generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, *, temperature: float = 1.0,
              generator: torch.Generator | None = None,
              return_probs: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +99,7 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, *, temper
                 nxt = logits.argmax(-1)  # (B,)
                 p = torch.nn.functional.one_hot(nxt, vocab).to(logits.dtype)  # (B, V)
             else:
-                p = torch.softmax(logits / tau, dim=-1)  # (B, V)
+                p = tempered_softmax(logits, tau)  # (B, V)
                 nxt = torch.multinomial(p, 1, generator=generator)[:, 0]  # (B,)
             seq.append(nxt[:, None])
             probs.append(p)

@@ -17,7 +17,6 @@ import math
 import os
 import pickle
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from covbook._jsonio import atomic_write
 from covbook._validate import check_nonnegative_float, check_positive_float, check_positive_int, check_seed
 from covbook.transformer.model import CausalTransformer
 
@@ -177,15 +177,7 @@ def load_checkpoint(path: str | os.PathLike, *, fingerprint: str | None = None,
 
 
 def _atomic_save(obj: object, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def train_language_model(

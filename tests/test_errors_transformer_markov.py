@@ -171,6 +171,12 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("decode floats", lambda: tr.CharTokenizer("ab").decode([0.5]), "ids"),
     ("reference max_chars 0", lambda: tr.python_reference_text(0), "max_chars"),
     ("reference max_chars str", lambda: tr.python_reference_text("10"), "max_chars"),
+    ("windows n_tokens 0", lambda: tr.spaced_windows(0, 2, 1), "n_tokens"),
+    ("windows n_windows float", lambda: tr.spaced_windows(100, 2.5, 10), "n_windows"),
+    ("windows n_windows 0", lambda: tr.spaced_windows(100, 0, 10), "n_windows"),
+    ("windows length negative", lambda: tr.spaced_windows(100, 2, -1), "length"),
+    ("windows length beyond the text", lambda: tr.spaced_windows(10, 2, 11), "length"),
+    ("windows generator not a Generator", lambda: tr.spaced_windows(100, 2, 10, generator=0), "generator"),
     # ---- training
     ("train not a model", lambda: tr.train_language_model(None, _toks(), **TRAIN), "model"),
     ("train continuous", lambda: tr.train_language_model(_cont(), _toks(), **TRAIN), "vocab_size"),

@@ -1,0 +1,159 @@
+"""Tests of covbook.markov.cycles: cycle detection on constructed orbits, the greedy map's self-consistent cycles,
+break times of cycles held by leftover statistics, and the per-run bookkeeping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covbook import markov as mk
+
+# _one_layer, _two_layer, _one_thread: the fixtures one_layer, two_layer and (autouse) one_thread
+from markov_models import LookupModel, _one_layer, _one_thread, _two_layer, lookup_mean_field, tiny_mean_field  # noqa: F401
+
+
+def test_find_cycle_hand_cases():
+    assert mk.find_cycle([3, 3, 3, 3]) == (0, 1)
+    assert mk.find_cycle([0, 1, 0, 1, 0, 1]) == (0, 2)
+    assert mk.find_cycle([4, 2, 0, 1, 0, 1, 0]) == (2, 2)  # ends mid-period
+    assert mk.find_cycle([0, 1, 2, 3, 4]) is None
+    assert mk.find_cycle([1, 2, 1]) is None  # one period and a bit is not evidence
+    assert mk.find_cycle([1, 2, 1], min_repeats=2) is None
+    assert mk.find_cycle([7, 1, 2, 1, 2, 1, 2], min_repeats=3) == (1, 2)
+    assert mk.find_cycle([7, 1, 2, 1, 2], min_repeats=3) is None
+    # smallest period wins: period 2 also explains a constant tail, period 1 is returned
+    assert mk.find_cycle([0, 1, 5, 5, 5, 5]) == (2, 1)
+
+
+def _orbit(f: list[int], x0: int, n: int) -> list[int]:
+    out = [x0]
+    for _ in range(n - 1):
+        out.append(f[out[-1]])
+    return out
+
+
+def _rho(f: list[int], x0: int) -> tuple[int, int]:
+    seen: dict[int, int] = {}
+    x, i = x0, 0
+    while x not in seen:
+        seen[x] = i
+        x, i = f[x], i + 1
+    return seen[x], i - seen[x]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.lists(st.integers(0, n - 1), min_size=n, max_size=n),
+                                                     st.integers(0, n - 1))))
+def test_find_cycle_recovers_orbits_of_maps(case):
+    f, x0 = case
+    mu, lam = _rho(f, x0)
+    orbit = _orbit(f, x0, mu + 3 * lam)
+    assert mk.find_cycle(orbit) == (mu, lam)
+    assert mk.find_cycle(orbit, min_repeats=3) == (mu, lam)
+
+
+def test_find_cycle_errors():
+    with pytest.raises(ValueError, match="min_repeats"):
+        mk.find_cycle([0, 0, 0], min_repeats=1)
+    with pytest.raises(ValueError, match="integer token"):
+        mk.find_cycle([0.5, 1.0])
+    with pytest.raises(ValueError, match="1 dims"):
+        mk.find_cycle([[0, 1]])
+    with pytest.raises(ValueError, match="non-negative"):
+        mk.find_cycle([0, -1, 0])
+
+
+def test_token_ids_must_be_finite():
+    # inf equals its rounding, and cast to int64 it became a large negative id (with a RuntimeWarning)
+    with pytest.raises(ValueError, match="integer token ids"):
+        mk.find_cycle([1.0, float("inf")])
+
+
+def test_find_cycle_min_length():
+    seq = [0, 1, 2, 3, 4, 5, 5]
+    assert mk.find_cycle(seq) == (5, 1)
+    assert mk.find_cycle(seq, min_length=3) is None
+    assert mk.find_cycle([9] + [1, 2] * 4, min_length=8) == (1, 2)
+    with pytest.raises(ValueError, match="min_length"):
+        mk.find_cycle(seq, min_length=0)
+
+
+def test_cycle_self_consistency_on_a_designed_map():
+    f = [1, 2, 0, 0]  # the bare map: 0→1→2→0, 3→0
+    m = LookupModel(f, c=1.5)
+    assert mk.cycle_self_consistent(m, [0, 1, 2], mean_field=lookup_mean_field)
+    assert mk.cycle_self_consistent(m, [1, 2, 0], mean_field=lookup_mean_field)
+    # the fixed point 3 holds itself by its own statistics although f(3) = 0
+    assert mk.cycle_self_consistent(m, [3], mean_field=lookup_mean_field)
+    # 0→1→0 is not an orbit of g at its statistics (1 goes to 2): it would break
+    assert not mk.cycle_self_consistent(m, [0, 1], mean_field=lookup_mean_field)
+    assert mk.greedy_map(m, mk.empirical_frequencies([0, 1], 4), mean_field=lookup_mean_field).tolist() == [1, 2, 0, 0]
+    # with c = 2 row 1 ties between 0, 1, 2 and the tie goes to the smallest id: 1→0 closes the 2-cycle
+    tie = LookupModel(f, c=2.0)
+    assert mk.greedy_map(tie, mk.empirical_frequencies([0, 1], 4), mean_field=lookup_mean_field)[1] == 0
+    assert mk.cycle_self_consistent(tie, [0, 1], mean_field=lookup_mean_field)
+
+
+def test_cycle_self_consistent_rejects_an_empty_cycle(one_layer):
+    with pytest.raises(ValueError, match="cycle"):
+        mk.cycle_self_consistent(one_layer, [], mean_field=tiny_mean_field)
+
+
+def test_cycle_break_time_of_a_cycle_held_by_leftover_statistics():
+    # F_π(x) = e_1 + 2 π(2) e_0: token 0 repeats while the prefix's token 2 keeps 2π(2) >= 1
+    # (a tie goes to 0); after k = 10 copies of token 2 and n copies of 0, π(2) = 10/(10+n):
+    # it holds up to n = 10 and breaks at n = 11, i.e. at context length 21
+    a = torch.zeros(3, 3, dtype=torch.float64)
+    a[0, 2] = 1.0
+    m = LookupModel([1, 1, 1], c=2.0, a=a)
+    prefix = [2] * 10
+    assert mk.cycle_break_time(m, prefix, [0], 100, mean_field=lookup_mean_field) == 21
+    assert mk.cycle_break_time(m, prefix, [0], 100, t_min=15, mean_field=lookup_mean_field) == 21
+    assert mk.cycle_break_time(m, prefix, [0], 20, mean_field=lookup_mean_field) is None
+    assert mk.cycle_break_time(m, prefix, [0], 100, t_min=30, mean_field=lookup_mean_field) == 30
+    assert not mk.cycle_self_consistent(m, [0], mean_field=lookup_mean_field)
+    # a self-consistent cycle never breaks
+    m2 = LookupModel([1, 2, 0], c=1.5)
+    assert mk.cycle_break_time(m2, [2, 2], [0, 1, 2], 10_000, mean_field=lookup_mean_field) is None
+    with pytest.raises(ValueError, match="ids in"):
+        mk.cycle_break_time(m, [5], [0], 100, mean_field=lookup_mean_field)
+    with pytest.raises(ValueError, match="at least one"):
+        mk.cycle_break_time(m, [2], [], 100, mean_field=lookup_mean_field)
+
+
+def test_cycle_break_time_rejects_t_min_above_t_max(two_layer):
+    with pytest.raises(ValueError, match="t_min"):
+        mk.cycle_break_time(two_layer, [0], [1, 2], 10, t_min=20)
+
+
+def test_cycle_records_on_constructed_runs(one_layer):
+    prompt = [0, 1]
+    runs = np.array([prompt + [2, 3] * 10, prompt + [0, 1, 2, 3, 0, 2, 1, 3, 0, 3, 2, 1, 1, 2, 0, 3, 3, 0, 2, 1]])
+    recs = mk.cycle_records(None, runs, 2, self_consistency=False)
+    assert recs[0].final == (2, 2) and recs[0].entry == 0 and recs[0].period == 2 and recs[0].simple
+    assert recs[1].final is None
+    summ = mk.cycle_summary(recs)
+    assert summ["n_runs"] == 2 and summ["n_cycled"] == 1 and summ["frac_cycled"] == 0.5
+    assert math.isnan(summ["frac_consistent"])
+    with pytest.raises(ValueError, match="model is needed"):
+        mk.cycle_records(None, runs, 2)
+    with pytest.raises(ValueError, match="t_detect"):
+        mk.cycle_records(one_layer, runs, 2, t_detect=100)
+
+
+def test_cycle_records_detects_breaks(two_layer):
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, two_layer.vocab_size, (4, 6), generator=g)
+    runs = mk.greedy_decode(two_layer, prompts, 60)
+    recs = mk.cycle_records(two_layer, runs, 6, t_detect=30, mean_field=tiny_mean_field)
+    for r, s in zip(recs, runs.numpy(), strict=True):
+        assert r.t_check == 36
+        if r.early is not None and r.observed_break is not None:
+            e, p = r.early
+            assert s[r.observed_break] != s[r.observed_break - p]
+            assert np.all(s[e + p:r.observed_break] == s[e:r.observed_break - p])
