@@ -223,6 +223,8 @@ BAD_CALLS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("mean_with_se inf", lambda: stats.mean_with_se([1.0, math.inf]), ValueError, "samples must be finite"),
     ("slope_with_se shape", lambda: stats.slope_with_se([1, 2], [[1.0, 2.0, 3.0]]), ValueError,
      "sq_err must have shape"),
+    ("slope_with_checkpoint_se few", lambda: stats.slope_with_checkpoint_se([1, 2], [[1.0, 0.5], [2.0, 1.0]]),
+     ValueError, "at least 3"),
     ("slope_with_se seed<0", lambda: stats.slope_with_se([1, 10], [[1.0, 0.1], [2.0, 0.2]], seed=-3), ValueError,
      "seed must be a non-negative"),
 ]

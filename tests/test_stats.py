@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from covbook.stats import bootstrap_se, loglog_slope, mean_with_se, slope_with_group_se, slope_with_se
+from covbook.stats import (
+    bootstrap_se,
+    loglog_slope,
+    mean_with_se,
+    slope_with_checkpoint_se,
+    slope_with_group_se,
+    slope_with_se,
+)
 
 
 def test_loglog_slope_exact_power_law():
@@ -103,3 +110,19 @@ def test_gain_and_angle():
         gain_and_angle(np.ones((2, 3)), np.ones((2, 3)))
     with pytest.raises(ValueError, match="non-zero"):
         gain_and_angle(np.ones((1, 2)), np.zeros((1, 2)))
+
+
+def test_checkpoint_se_counts_a_shared_per_checkpoint_effect():
+    """A factor shared by all replicates but independent across checkpoints: the bootstrap over
+    replicates misses it, the residual part of the checkpoint SE sees it (least-squares SE)."""
+    rng = np.random.default_rng(0)
+    t = np.logspace(1, 3, 15)
+    shared = np.exp(0.3 * rng.standard_normal(t.size))  # (n_t,)
+    sq = shared / t * np.exp(0.01 * rng.standard_normal((40, t.size)))  # (R, n_t)
+    b, se, dof = slope_with_checkpoint_se(t, sq)
+    _, se_boot = slope_with_se(t, sq)
+    ols = np.polyfit(np.log(t), np.log(sq.mean(0)), 1, cov=True)[1][0, 0] ** 0.5
+    assert dof == 13 and se_boot < 0.2 * se
+    assert se == pytest.approx(np.hypot(se_boot, ols), rel=1e-9)
+    with pytest.raises(ValueError, match="at least 3"):
+        slope_with_checkpoint_se([1.0, 2.0], np.ones((3, 2)))

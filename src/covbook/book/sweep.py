@@ -203,6 +203,11 @@ def _read_json(paths: Paths) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _chance_flags(data: dict) -> float:
+    """Expected number of evidence claims a sweep flags when every claim is right: Σ 1 − (1 − α)^n."""
+    return sum(1 - (1 - LEVEL) ** r["n"] for e in data.values() for r in e["claims"] if r["kind"] == "evidence")
+
+
 def _num(x: float | None) -> str:
     return "—" if x is None else fmt(x)
 
@@ -240,7 +245,9 @@ def write_calibration_page(paths: Paths) -> Path:
                   f"{len(flagged)} flagged.** Seeds at which some claim failed or some notebook did not run: "
                   f"{len(bad)} of {len(seeds)}" + (f" ({', '.join(map(str, bad))})" if bad else "") + ". "
                   f"A correct book with these {len(ev)} evidence claims fails some claim by chance at about "
-                  f"{100 * familywise(len(ev)):.2g} % of seeds.", ""]
+                  f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
+                  f"{_chance_flags(data):.2g} of its evidence claims by chance alone (each evidence claim "
+                  "fails at least once among its seeds with probability 1 − (1 − α)^seeds).", ""]
         for name, e in data.items():
             seeds = e["seeds"]
             seed_text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else \

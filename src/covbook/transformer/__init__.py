@@ -8,7 +8,8 @@ chapters 08-10).  One concept per module:
   :func:`hidden_states_at`.
 * :mod:`~covbook.transformer.mean_field` -- the mean-field maps F_l of a NoPE transformer
   (:func:`mean_field`, :func:`mean_field_discrete`, :func:`mean_field_gaussian`,
-  :func:`gaussian_tail_exponents`) and their derivative in the context law
+  :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`, :func:`tail_safe_logit_scale`)
+  and their derivative in the context law
   (:func:`mean_field_jacobian`, :func:`collapse_constant`).
 * :mod:`~covbook.transformer.quadrature` -- Gaussian quadrature rules used as context laws.
 * :mod:`~covbook.transformer.generation` -- :func:`generate`, the one implementation of greedy
@@ -27,6 +28,8 @@ from covbook.transformer.mean_field import (
     mean_field_discrete,
     mean_field_gaussian,
     mean_field_jacobian,
+    mean_field_logit_variances,
+    tail_safe_logit_scale,
 )
 from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
 from covbook.transformer.quadrature import gauss_hermite_rule, gaussian_polar_rule
@@ -50,6 +53,8 @@ __all__ = [
     "mean_field_gaussian",
     "gaussian_tail_exponents",
     "mean_field_jacobian",
+    "mean_field_logit_variances",
+    "tail_safe_logit_scale",
     "collapse_constant",
     "gauss_hermite_rule",
     "gaussian_polar_rule",

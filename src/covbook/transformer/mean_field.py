@@ -16,15 +16,17 @@ M_{l+1} = M_l + Σ_heads Θ_V M_l Σ M_lᵀ Θ_Kᵀ Θ_Q M_l: a covariance reado
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
-from covbook._validate import as_covariance, psd_sqrt_factor
+from covbook._validate import as_covariance, check_positive_float, psd_sqrt_factor
 from covbook.attention import softmax_attention
 from covbook.transformer.model import CausalTransformer
 
 __all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
-           "mean_field_jacobian", "collapse_constant"]
+           "mean_field_logit_variances", "tail_safe_logit_scale", "mean_field_jacobian",
+           "collapse_constant"]
 
 
 def _check_model(model: object) -> CausalTransformer:
@@ -94,8 +96,12 @@ def mean_field(model: CausalTransformer, support: object, weights: object, queri
 
 
 def _mean_field_states(model: CausalTransformer, support: object, weights: object,
-                       queries: object) -> torch.Tensor:
-    """The recursion of :func:`mean_field`, differentiable in ``weights`` (no ``no_grad``)."""
+                       queries: object, logit_variances: list | None = None) -> torch.Tensor:
+    """The recursion of :func:`mean_field`, differentiable in ``weights`` (no ``no_grad``).
+
+    With a list ``logit_variances``, appends per layer the (H, m) variances under μ of the
+    queries' logits against the support (see :func:`mean_field_logit_variances`).
+    """
     _check_model(model)
     if model.pos is not None:
         raise ValueError(f"the mean-field map needs a model without positional encoding, got pos={model.pos!r}")
@@ -113,10 +119,49 @@ def _mean_field_states(model: CausalTransformer, support: object, weights: objec
         ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (H, m+N', 1)
         k_aug = torch.cat([k, logw.expand(k.shape[0], -1)[..., None]], dim=-1)  # (H, N', dh+1)
         out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (H, m+N', dh)
+        if logit_variances is not None:
+            logits = q[:, :m] @ k.transpose(-1, -2)  # (H, m, N')
+            mean = (logits * w[keep]).sum(-1, keepdim=True)  # (H, m, 1)
+            logit_variances.append((((logits - mean) ** 2) * w[keep]).sum(-1))  # (H, m)
         h = b.token_mlp(h + b.merge(out))  # (m + N', d)
         hq, hs = h[:m], h[m:]
         layers.append(hq)
     return torch.stack(layers)  # (L+1, m, d)
+
+
+def mean_field_logit_variances(model: CausalTransformer, support: object, weights: object,
+                               queries: object) -> torch.Tensor:
+    r"""Variance of the mean-field attention logits of each query, per layer (largest over heads).
+
+    At layer l a query x attends to context tokens X ~ μ = Σ_i w_i δ_{support_i} with logits
+    ℓ_l(x, X) = (Θ_Q F̃_l(x))ᵀ Θ_K F̃_l(X) (scaled as in the model), and
+
+    .. math:: s_l(x) = \max_{\text{heads}} \mathrm{Var}_{X\sim\mu}\, \ell_l(x, X).
+
+    For Gaussian logits the 1/t constant of the readout grows like e^{s} and the delta-method
+    regime needs t ≫ e^{2s} (:func:`covbook.theory.delta_method_reach`, book chapters 01, 03
+    and 08); for an attention-only model on Gaussian tokens s_l(x) = xᵀB_l x of
+    :func:`gaussian_tail_exponents`.
+
+    Parameters
+    ----------
+    model, support, weights, queries : as in :func:`mean_field`
+
+    Returns
+    -------
+    tensor, shape (L, m): s_0, ..., s_{L-1} at the queries.
+
+    Examples
+    --------
+    >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=2, seed=0)
+    >>> s = mean_field_logit_variances(m, torch.arange(3), torch.tensor([1.0, 0.0, 0.0]), torch.arange(3))
+    >>> tuple(s.shape), float(s.abs().max())   # one support token: the logits do not vary
+    ((2, 3), 0.0)
+    """
+    variances: list[torch.Tensor] = []
+    with torch.no_grad():
+        _mean_field_states(model, support, weights, queries, logit_variances=variances)
+    return torch.stack([v.amax(0) for v in variances])  # (L, m)
 
 
 def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor:
@@ -209,6 +254,34 @@ def gaussian_tail_exponents(model: CausalTransformer, cov: object) -> list[float
             kappas.append(math.inf if lam <= 0 else 1.0 / (2.0 * lam))
     return kappas
 
+
+
+def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float = 2.0,
+                          **model_kwargs: object) -> float:
+    r"""The largest logit scale in ``scales`` whose model has every tail exponent κ_l ≥ ``kappa_min``.
+
+    Builds ``CausalTransformer(logit_scale=s, **model_kwargs)`` (attention only, continuous
+    tokens) for each s and keeps those with min_l κ_l ≥ ``kappa_min``
+    (:func:`gaussian_tail_exponents`); the smallest scale if none qualifies.  With κ_l ≥ 2 a
+    whitened Gaussian query z has logit variance s_l(x) ≤ |z|²/4 at every layer, so the tilted
+    laws of the mean field stay within a few standard deviations of the context law (book
+    chapter 08).
+
+    Examples
+    --------
+    >>> tail_safe_logit_scale(torch.eye(2), [0.1, 100.0], d_in=2, d_model=4, n_layers=2, seed=0)
+    0.1
+    """
+    try:
+        grid = [float(s) for s in scales]  # type: ignore[union-attr]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"scales must be a sequence of positive numbers, got {scales!r}") from err
+    if not grid or not all(math.isfinite(s) and s > 0 for s in grid):
+        raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {scales!r}")
+    kappa_min = check_positive_float(kappa_min, "kappa_min")
+    ok = [s for s in grid
+          if min(gaussian_tail_exponents(CausalTransformer(logit_scale=float(s), **model_kwargs), cov)) >= kappa_min]
+    return max(ok) if ok else min(grid)
 
 
 def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor:
