@@ -92,3 +92,20 @@ def test_sweep_on_the_fixture_project(project):
     # a second sweep is served from each seed's cache
     again = covbook(project, "sweep", "--seeds", "0-2", "01", "--no-progress")
     assert again.stdout.count("1 ok, 0 failed") == 3
+
+
+def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
+    """One-sided claims and claims with a Student-t quantile record their SE: SD/SE divides by it, not tol / Z."""
+    from covbook import claims
+
+    c = claims.at_least_se("c", "a bound", 2.0, 1.0, 0.25, basis="test", dof=4, show=False, glue_value=False)
+    assert c.extra["se"] == 0.25 and c.extra["quantile"] == pytest.approx(claims.quantile(4))
+    proj = fake_project(tmp_path, {"01_alpha": [claim("c", "01_alpha")]})
+    paths = Paths(proj)
+    for seed in (0, 1):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        row = {**claim("c", "01_alpha", measured=1.0 + seed), "tolerance": None, "upper": None,
+               "extra": {"se": 0.25, "quantile": claims.quantile(4)}}
+        fake_run(gen, "01_alpha", [row], seed=seed)
+    rows = calibrate(paths, "smoke", [0, 1], ["01_alpha"])["01_alpha"]["claims"]
+    assert rows[0]["sd_over_se"] == pytest.approx((2 ** 0.5 / 2) / 0.25)  # SD of (1, 2) over the SE 0.25

@@ -317,7 +317,7 @@ def within_se(
     """
     s, e, k = _se(se), _extra(extra), quantile(dof)
     return record(id, statement, measured, expected, tolerance=k * s + e, kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
+                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
 
 
 def at_least_se(
@@ -327,7 +327,7 @@ def at_least_se(
     r"""Evidence claim :math:`\text{measured} \ge \text{bound} - Z\,\mathrm{se} - \text{extra}`."""
     s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
     return record(id, statement, measured, interval=(b - k * s - e, None), kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
+                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
 
 
 def at_most_se(
@@ -337,7 +337,7 @@ def at_most_se(
     r"""Evidence claim :math:`\text{measured} \le \text{bound} + Z\,\mathrm{se} + \text{extra}`."""
     s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
     return record(id, statement, measured, interval=(None, b + k * s + e), kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), **kw)  # type: ignore[arg-type]
+                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
 
 
 def reset() -> None:
