@@ -138,7 +138,8 @@ def run_sweep(
         entry["failed_seeds"] = failed.get(name, [])
     old = _read_json(paths)
     merged = {**old.get("notebooks", {}), **data}
-    write_json_atomic(paths.root / CALIBRATION_JSON, {"level": LEVEL, "flag_p": FLAG_P, "notebooks": merged})
+    write_json_atomic(paths.root / CALIBRATION_JSON,
+                      {"level": LEVEL, "flag_p": FLAG_P, "notebooks": dict(sorted(merged.items()))})
     write_calibration_page(paths)
     return data
 
@@ -252,7 +253,7 @@ def write_calibration_page(paths: Paths) -> Path:
                   f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
                   f"{_chance_flags(data):.2g} of its evidence claims by chance alone (each evidence claim "
                   "fails at least once among its seeds with probability 1 − (1 − α)^seeds).", ""]
-        for name, e in data.items():
+        for name, e in sorted(data.items()):  # chapter order
             seeds = e["seeds"]
             seed_text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else \
                 ", ".join(map(str, seeds))
