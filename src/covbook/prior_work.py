@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from covbook._validate import as_tensor, check_checkpoints, check_positive_float, check_positive_int, resolve_device
+from covbook.attention import OnlineSoftmax
 from covbook.icl import (
     X_LAWS,
     ICLTransformer,
@@ -219,8 +220,8 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     Task b has the vector w[b] and the query x_q[b]; its context grows by chunks whose inputs
     are ``make_regression_tasks(B, n_chunk, d, x_law=x_law, cov_x=cov_x, seed=seed + j).x``
     (chunk j), labels wᵀx.  At each checkpoint N the output is exactly the model's on the
-    causal layout (z_1, …, z_N, z_q) — the query attends to itself too — computed with an
-    online log-sum-exp in float64.
+    causal layout (z_1, …, z_N, z_q) — the query attends to itself too — computed with
+    :class:`covbook.attention.OnlineSoftmax` (float64 sums).
     """
     b, v = _forms(model)
     d = model.d
@@ -235,9 +236,8 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     val = v[d, :d] + v[d, d] * ww  # (B, d): value's label coordinate = valᵀx
     self_logit = (r[:, :d] * qq).sum(-1)  # (B,): z_qᵀ B z_q
     self_val = (v[d, :d] * qq).sum(-1)  # (B,)
-    mx = self_logit.clone()
-    den = torch.ones(nb, dtype=torch.float64, device=dev)
-    num = self_val.clone()
+    acc = OnlineSoftmax((nb, 1), 1, device=dev)  # one query per task
+    acc.update(self_logit[:, None, None], self_val[:, None, None])  # the query attends to itself
     out = torch.empty(nb, len(cps), dtype=torch.float64)
     seen, j = 0, 0
     for k, t in enumerate(cps):
@@ -245,14 +245,10 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
             n = min(chunk, t - seen)
             x = make_regression_tasks(nb, n, d, x_law=x_law, cov_x=cov_x, seed=seed + j, device=dev).x  # (B, n, d)
             logits = (x * a[:, None]).sum(-1)  # (B, n)
-            new = torch.maximum(mx, logits.amax(1))
-            wts = torch.exp(logits - new[:, None])  # (B, n)
-            scale = torch.exp(mx - new)
-            den = den * scale + wts.sum(1)
-            num = num * scale + (wts * (x * val[:, None]).sum(-1)).sum(1)
-            mx = new
+            values = (x * val[:, None]).sum(-1)  # (B, n)
+            acc.update(logits[:, None, :], values[..., None])  # (B, 1, n), (B, n, 1)
             seen, j = seen + n, j + 1
-        out[:, k] = (-num / den).cpu()
+        out[:, k] = -acc.mean()[:, 0, 0].cpu()
     return out
 
 
