@@ -221,6 +221,7 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("frequencies id too large", lambda: mk.empirical_frequencies([0, 3], 2), "tokens"),
     ("frequencies negative", lambda: mk.empirical_frequencies([0, -1], 2), "tokens"),
     ("frequencies floats", lambda: mk.empirical_frequencies([0.5, 1], 2), "tokens"),
+    ("frequencies id beyond int64", lambda: mk.empirical_frequencies([0.0, 1e300], 2), "below 2**62"),
     ("frequencies empty", lambda: mk.empirical_frequencies([], 2), "tokens"),
     ("frequencies huge vocab", lambda: mk.empirical_frequencies(np.zeros((1000, 2), dtype=int), 10**9), "GiB"),
     ("running huge vocab", lambda: mk.running_frequencies([0, 1, 2], 10**9), "GiB"),

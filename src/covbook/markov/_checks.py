@@ -26,6 +26,8 @@ def _tokens_np(tokens: object, name: str = "tokens", ndim: Sequence[int] = (1,))
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr) & (arr == np.round(arr))):
             raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+        if np.any(np.abs(arr) >= 2**62):  # would not survive the cast to int64
+            raise ValueError(f"{name} must hold token ids below 2**62, got {np.abs(arr).max():g}")
     arr = arr.astype(np.int64)
     if arr.ndim not in tuple(ndim):
         raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dims, got shape {arr.shape}")
