@@ -109,3 +109,13 @@ def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
         fake_run(gen, "01_alpha", [row], seed=seed)
     rows = calibrate(paths, "smoke", [0, 1], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["sd_over_se"] == pytest.approx((2 ** 0.5 / 2) / 0.25)  # SD of (1, 2) over the SE 0.25
+
+
+def test_chance_flags_follow_the_flag_rule():
+    from covbook.book.sweep import _flag_chance
+
+    # with 10 seeds one failure is flagged: the chance is that of at least one failure
+    assert _flag_chance(10) == pytest.approx(1 - (1 - LEVEL) ** 10)
+    # with many seeds one failure is not flagged: the chance is that of the smallest flagged count
+    k = next(k for k in range(1, 201) if binomial_tail(k, 200) < 0.01)
+    assert k > 1 and _flag_chance(200) == pytest.approx(binomial_tail(k, 200))
