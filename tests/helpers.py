@@ -88,11 +88,10 @@ def pipeline_project(name: str, tmp_path_factory) -> Iterator[Path]:
 def _replace_sources(root: Path) -> None:
     """Remove everything in ``root`` but its outputs (and those of notebooks that are gone)."""
     root.mkdir(parents=True, exist_ok=True)
-    outputs = {root / "book" / "generated", root / "_build", root / ".covbook"}
-    for item in [*root.glob("*"), *root.glob(".*"), *root.glob("book/*")]:
-        if item in outputs or item == root / "book" or any(o in item.parents for o in outputs):
-            continue
-        shutil.rmtree(item) if item.is_dir() else item.unlink()
+    keep = {root / "book", root / "book" / "generated", root / "_build", root / ".covbook"}
+    for item in [*root.iterdir(), *root.glob("book/*")]:  # iterdir lists dot files too
+        if item not in keep:
+            shutil.rmtree(item) if item.is_dir() else item.unlink()
     names = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md")}
     gen = root / "book" / "generated"
     for out in [*gen.glob("runs/*.json"), *gen.glob("claims/*.json"), *gen.glob("[0-9][0-9]_*.ipynb")]:
