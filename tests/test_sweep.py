@@ -134,3 +134,16 @@ def test_chance_of_at_least_k_flags_is_the_poisson_binomial_tail():
         want = sum(comb(5, j) * p**j * (1 - p) ** (5 - j) for j in range(k, 6))
         assert _chance_of_at_least(data, k) == pytest.approx(want, rel=1e-12, abs=1e-300)
     assert _chance_of_at_least(data, 0) == 1.0 and _chance_of_at_least(data, 6) == 0.0
+
+
+def test_sd_over_se_of_a_prediction_that_moves_with_the_seed_is_that_of_the_residuals(tmp_path):
+    """measured − predicted is the same at every seed: no spread, though the measured values differ."""
+    proj = fake_project(tmp_path, {"01_alpha": [claim("c", "01_alpha")]})
+    paths = Paths(proj)
+    for seed in (0, 1, 2):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        row = {**claim("c", "01_alpha", measured=10.0 * seed + 0.1), "expected": 10.0 * seed,
+               "extra": {"se": 0.25}}
+        fake_run(gen, "01_alpha", [row], seed=seed)
+    rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
+    assert rows[0]["sd"] == pytest.approx(10.0) and rows[0]["sd_over_se"] == pytest.approx(0.0, abs=1e-12)
