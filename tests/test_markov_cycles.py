@@ -234,12 +234,13 @@ def test_cycle_summary_splits_predictions_by_margin_and_gap():
                               gap_after=gap_after)
 
     recs = [rec(0.5, 0.1, None, 0.05), rec(0.3, 0.1, None, 0.2), rec(0.15, 0.1, 12), rec(0.2, 0.1, None),
-            rec(-0.1, 0.1, 14), rec(0.4, 0.0, None, 0.0)]
+            rec(-0.1, 0.1, 14), rec(0.4, 0.0, None, 0.0), rec(0.5, 0.2, None, 0.22)]
     s = mk.cycle_summary(recs)
     # margin > 2 gap: 0.5, 0.3, 0.4 (gap 0: any positive margin); the tie 0.2 = 2 x 0.1 is undecided
-    assert s["n_pred_hold"] == 3 and s["hold_precision"] == 1.0
+    assert s["n_pred_hold"] == 4 and s["hold_precision"] == 1.0
     assert s["n_undecided"] == 2 and s["n_undecided_held"] == 1
-    assert s["n_gap_grew"] == 1
+    # the gap grew after detection in two predictions; in one of them (0.3 vs 2 x 0.2) it reached half the margin
+    assert s["n_gap_grew"] == 2 and s["n_gap_reached_margin"] == 1
     broken = mk.cycle_summary([rec(0.5, 0.1, 11)])
     assert broken["n_pred_hold"] == 1 and broken["hold_precision"] == 0.0
     nothing = mk.cycle_summary([rec(0.1, 0.1, None)])

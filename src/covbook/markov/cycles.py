@@ -427,7 +427,8 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
     distance from the kernel at detection), hold_precision (share of those that held),
     n_undecided (0 < margin <= 2 gap: the greedy map follows the cycle, by too little to
     tell), n_undecided_held (of those, held), n_gap_grew (predicted to hold, and the gap
-    along the run after detection exceeded the gap at detection), n_broke, n_later
+    along the run after detection exceeded the gap at detection), n_gap_reached_margin (of
+    those, the gap after detection reached half the margin), n_broke, n_later
     (broke, predicted break after t_check), n_not_early (of those, broke no earlier than
     predicted), n_at_check (predicted break at t_check) and n_at_check_held.
 
@@ -452,6 +453,7 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
     pred_hold = [r for r in early if r.margin > 2 * r.gap]
     undecided = [r for r in early if 0 < r.margin <= 2 * r.gap]
     grew = [r for r in pred_hold if r.gap_after is not None and r.gap_after > r.gap]
+    reached = [r for r in grew if 2 * r.gap_after >= r.margin]
     broke = [r for r in early if r.observed_break is not None]
     later = [r for r in broke if r.predicted_break is not None and r.predicted_break > r.t_check]
     at_check = [r for r in early if r.predicted_break == r.t_check]
@@ -464,7 +466,7 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
         "frac_simple_held": share([bool(r.early_simple) for r in held]),
         "n_pred_hold": len(pred_hold), "hold_precision": share([r.observed_break is None for r in pred_hold]),
         "n_undecided": len(undecided), "n_undecided_held": sum(r.observed_break is None for r in undecided),
-        "n_gap_grew": len(grew),
+        "n_gap_grew": len(grew), "n_gap_reached_margin": len(reached),
         "n_broke": len(broke), "n_later": len(later),
         "n_not_early": sum(r.observed_break >= r.predicted_break for r in later),
         "n_at_check": len(at_check), "n_at_check_held": sum(r.observed_break is None for r in at_check),
