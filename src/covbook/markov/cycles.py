@@ -28,7 +28,7 @@ import torch
 from covbook._validate import check_nonnegative_int, check_positive_int
 from covbook.markov._checks import MeanField, _tokens_np, _vocab_size
 from covbook.markov.frequencies import empirical_frequencies, running_frequencies
-from covbook.markov.reduction import markov_gap, markov_kernel
+from covbook.markov.reduction import cached_mean_field, markov_gap, markov_kernel
 
 __all__ = [
     "find_cycle",
@@ -387,6 +387,9 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
             raise ValueError(f"t_detect={t_detect} must be shorter than the continuation ({n_cont} tokens)")
     if model is None and (self_consistency or t_detect is not None):
         raise ValueError("model is needed for self_consistency or t_detect")
+    if t_detect is not None:
+        # the margin and the gap after detection need the kernel at the same running frequencies
+        mean_field = cached_mean_field(mean_field)
     out = []
     for s in arr:
         final = find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))
