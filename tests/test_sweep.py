@@ -119,3 +119,18 @@ def test_chance_flags_follow_the_flag_rule():
     # with many seeds one failure is not flagged: the chance is that of the smallest flagged count
     k = next(k for k in range(1, 201) if binomial_tail(k, 200) < 0.01)
     assert k > 1 and _flag_chance(200) == pytest.approx(binomial_tail(k, 200))
+
+
+def test_chance_of_at_least_k_flags_is_the_poisson_binomial_tail():
+    """Equal flag chances p: the count is Binomial(N, p); k = 0 is certain, k > N impossible."""
+    from math import comb
+
+    from covbook.book.sweep import _chance_of_at_least, _flag_chance
+
+    rows = [{"kind": "evidence", "n": 10}] * 5 + [{"kind": "sanity", "n": 10}]
+    data = {"01_alpha": {"claims": rows}}
+    p = _flag_chance(10)
+    for k in range(7):
+        want = sum(comb(5, j) * p**j * (1 - p) ** (5 - j) for j in range(k, 6))
+        assert _chance_of_at_least(data, k) == pytest.approx(want, rel=1e-12, abs=1e-300)
+    assert _chance_of_at_least(data, 0) == 1.0 and _chance_of_at_least(data, 6) == 0.0

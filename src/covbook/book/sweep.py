@@ -218,6 +218,18 @@ def _chance_flags(data: dict) -> float:
     return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] == "evidence")
 
 
+def _chance_of_at_least(data: dict, k: int) -> float:
+    """P(at least ``k`` evidence claims flagged) in a correct book: the claims' flags are independent
+    Bernoulli(:func:`_flag_chance`) draws, so their count is Poisson-binomial (computed exactly)."""
+    dist = [1.0]  # dist[j] = P(j flags among the claims so far)
+    for e in data.values():
+        for r in e["claims"]:
+            if r["kind"] == "evidence":
+                p = _flag_chance(r["n"])
+                dist = [a * (1 - p) + b * p for a, b in zip([*dist, 0.0], [0.0, *dist], strict=True)]
+    return float(min(1.0, max(0.0, sum(dist[k:]))))
+
+
 def _num(x: float | None) -> str:
     return "—" if x is None else fmt(x)
 
@@ -248,6 +260,7 @@ def write_calibration_page(paths: Paths) -> Path:
         rows = [r for e in data.values() for r in e["claims"]]
         flagged = [r for r in rows if r["flagged"]]
         ev = [r for r in rows if r["kind"] == "evidence"]
+        ev_flagged = [r for r in ev if r["flagged"]]
         seeds = sorted({s for e in data.values() for s in e["seeds"]})
         bad = sorted({s for e in data.values() for r in e["claims"] for s in r.get("fail_seeds", [])}
                      | {s for e in data.values() for s in e.get("failed_seeds", [])})
@@ -257,7 +270,9 @@ def write_calibration_page(paths: Paths) -> Path:
                   f"A correct book with these {len(ev)} evidence claims fails some claim by chance at about "
                   f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
                   f"{_chance_flags(data):.2g} of its evidence claims by chance alone (with 20 seeds or fewer a "
-                  "correct claim is flagged with probability 1 − (1 − α)^seeds).", ""]
+                  "correct claim is flagged with probability 1 − (1 − α)^seeds). "
+                  f"{len(ev_flagged)} evidence claim(s) are flagged here; a correct book flags that many or more "
+                  f"with probability {_chance_of_at_least(data, len(ev_flagged)):.2g}.", ""]
         for name, e in sorted(data.items()):  # chapter order
             seeds = e["seeds"]
             seed_text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else \

@@ -11,6 +11,9 @@ chapters 08-10).  One concept per module:
   :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`, :func:`tail_safe_logit_scale`)
   and their derivative in the context law
   (:func:`mean_field_jacobian`, :func:`collapse_constant`).
+* :mod:`~covbook.transformer.attention_sinks` -- early-position attention sinks, a pre-asymptotic
+  regime of the depth collapse (:func:`early_attention_ratio`) and the largest logit scale
+  without them (:func:`sink_free_logit_scale`).
 * :mod:`~covbook.transformer.quadrature` -- Gaussian quadrature rules used as context laws.
 * :mod:`~covbook.transformer.generation` -- :func:`generate`, the one implementation of greedy
   decoding and temperature sampling.
@@ -20,6 +23,7 @@ chapters 08-10).  One concept per module:
   and the checkpoint key and reader (:func:`checkpoint_fingerprint`, :func:`load_checkpoint`).
 """
 
+from covbook.transformer.attention_sinks import early_attention_ratio, sink_free_logit_scale
 from covbook.transformer.generation import generate
 from covbook.transformer.mean_field import (
     collapse_constant,
@@ -56,6 +60,8 @@ __all__ = [
     "mean_field_logit_variances",
     "tail_safe_logit_scale",
     "collapse_constant",
+    "early_attention_ratio",
+    "sink_free_logit_scale",
     "gauss_hermite_rule",
     "gaussian_polar_rule",
     "generate",

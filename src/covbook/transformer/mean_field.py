@@ -256,6 +256,17 @@ def gaussian_tail_exponents(model: CausalTransformer, cov: object) -> list[float
 
 
 
+def _logit_scale_grid(scales: object) -> list[float]:
+    """A non-empty list of positive finite logit scales, or ValueError naming ``scales``."""
+    try:
+        grid = [float(s) for s in scales]  # type: ignore[union-attr]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"scales must be a sequence of positive numbers, got {scales!r}") from err
+    if not grid or not all(math.isfinite(s) and s > 0 for s in grid):
+        raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {scales!r}")
+    return grid
+
+
 def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float = 2.0,
                           **model_kwargs: object) -> float:
     r"""The largest logit scale in ``scales`` whose model has every tail exponent κ_l ≥ ``kappa_min``.
@@ -272,12 +283,7 @@ def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float
     >>> tail_safe_logit_scale(torch.eye(2), [0.1, 100.0], d_in=2, d_model=4, n_layers=2, seed=0)
     0.1
     """
-    try:
-        grid = [float(s) for s in scales]  # type: ignore[union-attr]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"scales must be a sequence of positive numbers, got {scales!r}") from err
-    if not grid or not all(math.isfinite(s) and s > 0 for s in grid):
-        raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {scales!r}")
+    grid = _logit_scale_grid(scales)
     kappa_min = check_positive_float(kappa_min, "kappa_min")
     ok = [s for s in grid
           if min(gaussian_tail_exponents(CausalTransformer(logit_scale=float(s), **model_kwargs), cov)) >= kappa_min]
@@ -287,7 +293,7 @@ def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float
 def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor:
     r"""Derivative of the terminal mean-field states F_L(x; π) in the context law π, on the simplex.
 
-    .. math:: J_x[:, v] = rac{d}{dh}\Big|_{h=0} F_Ligl(x;\ \pi + h\,(e_v - \pi)igr),
+    .. math:: J_x[:, v] = \frac{d}{dh}\Big|_{h=0} F_L\bigl(x;\ \pi + h\,(e_v - \pi)\bigr),
 
     one (d_model, V) matrix per token x, by central differences with step h = 1e-5 in float64
     (error O(h²) times the third derivative, far below any sampling error it is compared with).
@@ -322,8 +328,8 @@ def collapse_constant(model: CausalTransformer, freqs: object, covariance: objec
     A one-layer NoPE model computes h^(1)_t = F_1(x_t; π̂_t) exactly (book chapter 09), so
     by the delta method, when √t(π̂_t − π) → N(0, Σ) and x_t ~ π,
 
-    .. math:: t\,\mathbb Eigl|h^{(1)}_t - F_1(x_t;\pi)igr|^2 	o
-              C = \sum_x \pi(x)\, \mathrm{tr}igl(J_x \Sigma J_x^	opigr),
+    .. math:: t\,\mathbb E\bigl|h^{(1)}_t - F_1(x_t;\pi)\bigr|^2 \to
+              C = \sum_x \pi(x)\, \mathrm{tr}\bigl(J_x \Sigma J_x^\top\bigr),
 
     J_x from :func:`mean_field_jacobian`.  For iid tokens Σ = diag π − ππᵀ; for a stationary
     ergodic Markov chain Σ is its asymptotic covariance
