@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from covbook import markov as mk
 
 # _one_layer, _two_layer, _one_thread: the fixtures one_layer, two_layer and (autouse) one_thread
-from markov_models import LookupModel, _one_layer, _one_thread, _two_layer, lookup_mean_field, tiny_mean_field  # noqa: F401
+from markov_models import (  # noqa: F401
+    LookupModel,
+    _one_layer,
+    _one_thread,
+    _two_layer,
+    iid_tokens,
+    lookup_mean_field,
+    tiny_mean_field,
+)
 
 
 def test_find_cycle_hand_cases():
@@ -157,3 +165,117 @@ def test_cycle_records_detects_breaks(two_layer):
             e, p = r.early
             assert s[r.observed_break] != s[r.observed_break - p]
             assert np.all(s[e + p:r.observed_break] == s[e:r.observed_break - p])
+
+
+def test_cycle_margin_closed_forms():
+    # F_π(x) = e_{f(x)} + 1.5 π with f the 3-cycle 0→1→2→0: after one whole period π̂ is uniform and the
+    # kernel's choice f(x) leads the two others by (e - 1)/(e + 2)
+    m3 = LookupModel([1, 2, 0], c=1.5)
+    e = math.e
+    uniform = mk.cycle_margin(m3, [], [0, 1, 2], 4, t_min=3, mean_field=lookup_mean_field)
+    assert uniform == pytest.approx((e - 1) / (e + 2))
+    # held by leftover statistics: every row has logits (2π(2), 1, 0); ten 2s then 0s, so at context
+    # length t the next 0 leads by m_t = (e^{20/t} - e)/(e^{20/t} + e + 1), falling in t
+    a = torch.zeros(3, 3, dtype=torch.float64)
+    a[0, 2] = 1.0
+    m = LookupModel([1, 1, 1], c=2.0, a=a)
+    prefix = [2] * 10
+
+    def m_t(t: int) -> float:
+        return (math.exp(20 / t) - e) / (math.exp(20 / t) + e + 1)
+
+    assert mk.cycle_margin(m, prefix, [0], 15, mean_field=lookup_mean_field) == pytest.approx(m_t(14))
+    assert mk.cycle_margin(m, prefix, [0], 21, mean_field=lookup_mean_field) == pytest.approx(0.0, abs=1e-12)  # tie
+    assert mk.cycle_margin(m, prefix, [0], 101, t_min=50, mean_field=lookup_mean_field) == pytest.approx(m_t(100))
+    # t_min = 10: the context is ten 2s and the next token is the cycle's first 0
+    assert mk.cycle_margin(m, prefix, [0], 11, t_min=10, mean_field=lookup_mean_field) == pytest.approx(m_t(10))
+    # positive margin up to length 20 exactly where the grid of cycle_break_time finds no break
+    assert mk.cycle_break_time(m, prefix, [0], 20, mean_field=lookup_mean_field) is None
+    assert mk.cycle_margin(m, prefix, [0], 20, mean_field=lookup_mean_field) > 0
+    # a self-consistent cycle keeps a positive margin however long it runs
+    assert mk.cycle_margin(m3, [2, 2], [0, 1, 2], 400, mean_field=lookup_mean_field) > 0
+
+
+def test_cycle_margin_rejects_bad_input():
+    m = LookupModel([1, 2, 0], c=1.5)
+    with pytest.raises(ValueError, match="t_min"):
+        mk.cycle_margin(m, [0], [1, 2], 10, t_min=10, mean_field=lookup_mean_field)
+    with pytest.raises(ValueError, match="t_max"):
+        mk.cycle_margin(m, [0], [1, 2], 0, mean_field=lookup_mean_field)
+    with pytest.raises(ValueError, match="cycle"):
+        mk.cycle_margin(m, [0], [], 10, mean_field=lookup_mean_field)
+    with pytest.raises(ValueError, match="ids in"):
+        mk.cycle_margin(m, [0], [1, 7], 10, mean_field=lookup_mean_field)
+
+
+def test_detection_gap_is_the_last_period_of_the_markov_gap(one_layer, two_layer):
+    x = iid_tokens(1, 40, seed=3)[0]
+    # depth one: the reduction is exact, so the model is at the kernel
+    assert mk.detection_gap(one_layer, x, 4, mean_field=tiny_mean_field) < 1e-12
+    gaps = mk.markov_gap(two_layer, x, mean_field=tiny_mean_field)  # (40,)
+    assert mk.detection_gap(two_layer, x, 3, mean_field=tiny_mean_field) == pytest.approx(float(gaps[-3:].max()))
+    assert mk.detection_gap(two_layer, x, 40, mean_field=tiny_mean_field) == pytest.approx(float(gaps.max()))
+    # only the prefix is read: tokens after it do not change the gap
+    assert mk.detection_gap(two_layer, x[:25], 2, mean_field=tiny_mean_field) == pytest.approx(float(gaps[23:25].max()))
+
+
+def test_detection_gap_rejects_bad_input(two_layer):
+    with pytest.raises(ValueError, match="period"):
+        mk.detection_gap(two_layer, [0, 1, 2], 4, mean_field=tiny_mean_field)
+    with pytest.raises(ValueError, match="period"):
+        mk.detection_gap(two_layer, [0, 1, 2], 0, mean_field=tiny_mean_field)
+    with pytest.raises(ValueError, match="at least one"):
+        mk.detection_gap(two_layer, [], 1, mean_field=tiny_mean_field)
+
+
+def test_cycle_summary_splits_predictions_by_margin_and_gap():
+    def rec(margin: float, gap: float, broke: int | None, gap_after: float | None = None) -> mk.CycleRecord:
+        return mk.CycleRecord(final=None, t_check=10, early=(0, 1), observed_break=broke, margin=margin, gap=gap,
+                              gap_after=gap_after)
+
+    recs = [rec(0.5, 0.1, None, 0.05), rec(0.3, 0.1, None, 0.2), rec(0.15, 0.1, 12), rec(0.2, 0.1, None),
+            rec(-0.1, 0.1, 14), rec(0.4, 0.0, None, 0.0), rec(0.5, 0.2, None, 0.22)]
+    s = mk.cycle_summary(recs)
+    # margin > 2 gap: 0.5, 0.3, 0.4 (gap 0: any positive margin); the tie 0.2 = 2 x 0.1 is undecided
+    assert s["n_pred_hold"] == 4 and s["hold_precision"] == 1.0
+    assert s["n_undecided"] == 2 and s["n_undecided_held"] == 1
+    # the gap grew after detection in two predictions; in one of them (0.3 vs 2 x 0.2) it reached half the margin
+    assert s["n_gap_grew"] == 2 and s["n_gap_reached_margin"] == 1
+    broken = mk.cycle_summary([rec(0.5, 0.1, 11)])
+    assert broken["n_pred_hold"] == 1 and broken["hold_precision"] == 0.0
+    nothing = mk.cycle_summary([rec(0.1, 0.1, None)])
+    assert nothing["n_pred_hold"] == 0 and math.isnan(nothing["hold_precision"])
+    with pytest.raises(ValueError, match="records"):
+        mk.cycle_summary([mk.CycleRecord(final=None, t_check=10, early=(0, 1))])
+
+
+def test_cycle_records_one_layer_margin_predictions_are_exact(one_layer):
+    # depth one: greedy decoding iterates the kernel's greedy map exactly (gap 0), so every early cycle with
+    # a positive margin over the rest of the run holds to the end, and one with a negative margin breaks
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, one_layer.vocab_size, (12, 5), generator=g)
+    runs = mk.greedy_decode(one_layer, prompts, 60)
+    recs = mk.cycle_records(one_layer, runs, 5, t_detect=24, mean_field=tiny_mean_field)
+    early = [r for r in recs if r.early is not None]
+    assert early
+    for r in early:
+        assert r.gap < 1e-12
+        if r.margin > 1e-9:
+            assert r.observed_break is None and r.gap_after < 1e-12
+        elif r.margin < -1e-9:
+            assert r.observed_break is not None
+
+
+def test_cycle_records_margin_and_gap_match_their_functions(two_layer):
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, two_layer.vocab_size, (4, 6), generator=g)
+    runs = mk.greedy_decode(two_layer, prompts, 60).numpy()
+    recs = mk.cycle_records(two_layer, runs, 6, t_detect=30, mean_field=tiny_mean_field)
+    for r, s in zip(recs, runs, strict=True):
+        if r.early is None:
+            continue
+        e, p = r.early
+        assert r.margin == pytest.approx(mk.cycle_margin(two_layer, s[:e], s[e:e + p], s.size, t_min=36,
+                                                         mean_field=tiny_mean_field))
+        assert r.gap == pytest.approx(mk.detection_gap(two_layer, s[:36], p, mean_field=tiny_mean_field))
+        assert (r.gap_after is None) == (r.margin <= 0)

@@ -15,7 +15,7 @@ frequencies π = π̂_t.  One concept per module:
 * :mod:`~covbook.markov.reduction`: the kernel K_π, the Markov gap, the fixed-point
   residual, the shuffle test;
 * :mod:`~covbook.markov.cycles`: cycle detection, the mean-field greedy map, cycle
-  break times and bookkeeping;
+  break times, greedy margins, the gap at detection and bookkeeping;
 * :mod:`~covbook.markov.decoding`: greedy decoding and temperature sampling.
 
 Every public name is re-exported here, so ``from covbook.markov import find_cycle``
@@ -33,9 +33,11 @@ from covbook.markov.chain import asymptotic_covariance, entropy_rate, sample_mar
 from covbook.markov.cycles import (
     CycleRecord,
     cycle_break_time,
+    cycle_margin,
     cycle_records,
     cycle_self_consistent,
     cycle_summary,
+    detection_gap,
     find_cycle,
     greedy_map,
 )
@@ -79,6 +81,8 @@ __all__ = [
     "greedy_map",
     "cycle_self_consistent",
     "cycle_break_time",
+    "cycle_margin",
+    "detection_gap",
     "CycleRecord",
     "cycle_records",
     "cycle_summary",

@@ -6,8 +6,15 @@ greedy map g_π(x) = argmax_y K_π(x, y) on the finite vocabulary, so its cycles
 the attracting orbits behind repetition.  This module finds a periodic tail in a
 sequence (:func:`find_cycle`), checks whether a cycle reproduces itself under its own
 statistics (:func:`cycle_self_consistent`), predicts when the orbit of the greedy map
-at the prompt's statistics breaks (:func:`cycle_break_time`), and keeps the per-run
-bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cycle_summary`).
+at the prompt's statistics breaks (:func:`cycle_break_time`), measures by how much the
+kernel's greedy choice leads along a continued cycle (:func:`cycle_margin`) and how far
+the model is from the kernel when the cycle is detected (:func:`detection_gap`), and keeps
+the per-run bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cycle_summary`).
+
+A greedy prediction from the kernel is trusted only where its margin beats the model's
+distance from the kernel: if TV(p, k) <= δ then (p_y - p_z) - (k_y - k_z) <= ||p - k||_1 = 2δ
+for any two tokens y, z, so the kernel's argmax is the model's wherever it leads every
+other token by more than 2δ.
 """
 
 from __future__ import annotations
@@ -20,14 +27,16 @@ import torch
 
 from covbook._validate import check_nonnegative_int, check_positive_int
 from covbook.markov._checks import MeanField, _tokens_np, _vocab_size
-from covbook.markov.frequencies import empirical_frequencies
-from covbook.markov.reduction import markov_kernel
+from covbook.markov.frequencies import empirical_frequencies, running_frequencies
+from covbook.markov.reduction import cached_mean_field, markov_gap, markov_kernel
 
 __all__ = [
     "find_cycle",
     "greedy_map",
     "cycle_self_consistent",
     "cycle_break_time",
+    "cycle_margin",
+    "detection_gap",
     "CycleRecord",
     "cycle_records",
     "cycle_summary",
@@ -199,6 +208,110 @@ def cycle_break_time(
     return None
 
 
+def _continued(prefix: np.ndarray, cycle: np.ndarray, length: int) -> np.ndarray:
+    """``prefix`` followed by ``cycle`` repeated, ``length`` tokens in all, shape (length,)."""
+    reps = -(-max(length - prefix.size, 0) // cycle.size)
+    return np.concatenate([prefix, np.tile(cycle, reps)])[:length]
+
+
+def cycle_margin(
+    model: torch.nn.Module,
+    prefix: object,
+    cycle: object,
+    t_max: int,
+    *,
+    t_min: int | None = None,
+    mean_field: MeanField | None = None,
+) -> float:
+    r"""Smallest lead of the kernel's greedy choice along a cycle continued up to ``t_max`` tokens.
+
+    Let x be ``prefix`` followed by copies of one period c of the cycle, x_1..x_{t_max},
+    and π̂_t its running frequencies.  At every context length t in
+    [``t_min``, ``t_max`` - 1] the run keeps the cycle if its next token is x_{t+1};
+    the mean-field kernel (:func:`markov_kernel`, temperature 1) chooses it with the margin
+
+    .. math:: m_t = K_{\hat\pi_t}(x_t, x_{t+1}) - \max_{y \ne x_{t+1}} K_{\hat\pi_t}(x_t, y),
+              \qquad m = \min_{t_{\min} \le t < t_{\max}} m_t .
+
+    m > 0 says the greedy map g_{π̂_t} follows the cycle at every one of these lengths
+    (m = 0: a tie somewhere).  Unlike :func:`cycle_break_time` this evaluates every
+    context length, each at its own statistics, not a grid of whole periods.  If the
+    model's next-token law is within total variation δ_t of the kernel row at each t
+    (the Markov gap, :func:`markov_gap`) and m_t > 2 δ_t, greedy decoding keeps the cycle.
+
+    Parameters
+    ----------
+    prefix : int array (T_0,), T_0 >= 0: the tokens before the first full period
+    cycle : int array (p,), one period, p >= 1
+    t_max : int, length of the continued run, > ``t_min``
+    t_min : int, optional, first context length considered (default T_0 + p)
+    mean_field : callable (model, freqs) -> (V, d_model), optional
+
+    Returns
+    -------
+    float in [-1, 1]
+
+    Raises
+    ------
+    ValueError
+        On an empty cycle, ids outside the vocabulary, or t_min >= t_max.
+    """
+    v = _vocab_size(model)
+    pre, c = _tokens_np(prefix, "prefix"), _tokens_np(cycle, "cycle")
+    if c.size == 0:
+        raise ValueError("cycle must contain at least one token")
+    if (pre.size and pre.max() >= v) or c.max() >= v:
+        raise ValueError(f"prefix and cycle must be ids in 0..{v - 1}")
+    t_max = check_positive_int(t_max, "t_max")
+    t_min = pre.size + c.size if t_min is None else check_positive_int(t_min, "t_min")
+    if t_min >= t_max:
+        raise ValueError(f"t_min={t_min} must be below t_max={t_max} (at least one next token to predict)")
+    x = _continued(pre, c, t_max)  # (t_max,)
+    freqs = running_frequencies(torch.as_tensor(x), v)  # (t_max, V)
+    worst = np.inf
+    for t in range(t_min, t_max):  # context x_1..x_t, next token x_{t+1} = x[t]
+        row = markov_kernel(model, freqs[t - 1], 1.0, mean_field=mean_field)[int(x[t - 1])]  # (V,)
+        row = row.cpu().double().numpy().copy()
+        lead = row[x[t]]
+        row[x[t]] = -np.inf
+        worst = min(worst, float(lead - row.max()))
+    return worst
+
+
+def detection_gap(
+    model: torch.nn.Module, tokens: object, period: int, *, mean_field: MeanField | None = None
+) -> float:
+    r"""The Markov gap over the last period of a run's prefix: how far the model is from the kernel at detection.
+
+    With ``tokens`` = x_1..x_T the run *up to* the detection step (nothing later is
+    read) and p = ``period``,
+
+    .. math:: \delta = \max_{T - p < t \le T}
+              \mathrm{TV}\bigl(p(\cdot \mid x_{1:t}),\ K_{\hat\pi_t}(x_t, \cdot)\bigr),
+
+    the largest :func:`markov_gap` over the last p context lengths, one at each token of
+    the cycle the run is in.  It is 0 for a one-layer model (the reduction is exact).
+
+    Parameters
+    ----------
+    tokens : int array (T,), the run's prefix
+    period : int, 1 <= period <= T
+    mean_field : callable (model, freqs) -> (V, d_model), optional
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    x = _tokens_np(tokens, "tokens")
+    p = check_positive_int(period, "period")
+    if x.size == 0:
+        raise ValueError("tokens must contain at least one token")
+    if p > x.size:
+        raise ValueError(f"period={p} must not exceed the number of tokens ({x.size})")
+    pos = list(range(x.size - p + 1, x.size + 1))
+    return float(markov_gap(model, torch.as_tensor(x), pos, mean_field=mean_field).max())
+
+
 @dataclass
 class CycleRecord:
     """What :func:`cycle_records` found in one greedy run (times are 0-based indices of the run).
@@ -210,7 +323,12 @@ class CycleRecord:
     cycle (None when not computed).  ``early``: the cycle present at index ``t_check``
     (same rule on the prefix), ``observed_break``: the first index at which the run
     leaves that cycle (None: it holds to the end), ``predicted_break``:
-    :func:`cycle_break_time` of it from t_check on (None: predicted to hold).
+    :func:`cycle_break_time` of it from t_check on (None: no break on its grid).
+    ``margin``: :func:`cycle_margin` of the early cycle continued from t_check to the end
+    of the run; ``gap``: :func:`detection_gap` of the run up to t_check (the bound the
+    margin must beat twice over, read from the prefix only); ``gap_after``: the largest
+    :func:`markov_gap` along the run itself from t_check up to its break or its end (a
+    check of that bound after the fact, computed when margin > 0; never used to predict).
     """
 
     final: tuple[int, int] | None
@@ -223,6 +341,9 @@ class CycleRecord:
     early_simple: bool | None = None
     observed_break: int | None = None
     predicted_break: int | None = None
+    margin: float | None = None
+    gap: float | None = None
+    gap_after: float | None = None
 
 
 def _observed_break(seq: np.ndarray, entry: int, period: int) -> int | None:
@@ -240,7 +361,8 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
     With a ``model`` and ``self_consistency``, :func:`cycle_self_consistent` is evaluated
     on it.  With ``t_detect``, the cycle already present at t_check = prompt_len +
     t_detect (3 periods covering t_detect/4) is followed to the end of the run and
-    compared with :func:`cycle_break_time`.
+    compared with :func:`cycle_break_time`, with its :func:`cycle_margin` from t_check on,
+    the :func:`detection_gap` at t_check and the gap observed along the run afterwards.
 
     Parameters
     ----------
@@ -265,6 +387,9 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
             raise ValueError(f"t_detect={t_detect} must be shorter than the continuation ({n_cont} tokens)")
     if model is None and (self_consistency or t_detect is not None):
         raise ValueError("model is needed for self_consistency or t_detect")
+    if t_detect is not None:
+        # the margin and the gap after detection need the kernel at the same running frequencies
+        mean_field = cached_mean_field(mean_field)
     out = []
     for s in arr:
         final = find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))
@@ -286,18 +411,35 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
                 rec.observed_break = _observed_break(s, e, p)
                 rec.predicted_break = cycle_break_time(model, s[:e], s[e:e + p], s.size, t_min=t_check,
                                                        mean_field=mean_field)
+                rec.margin = cycle_margin(model, s[:e], s[e:e + p], s.size, t_min=t_check, mean_field=mean_field)
+                rec.gap = detection_gap(model, s[:t_check], p, mean_field=mean_field)
+                if rec.margin > 0:
+                    last = s.size - 1 if rec.observed_break is None else rec.observed_break
+                    rec.gap_after = float(markov_gap(model, torch.as_tensor(s[:last]), list(range(t_check, last + 1)),
+                                                     mean_field=mean_field).max())
         out.append(rec)
     return out
 
 
 def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
-    """Counts and shares over :func:`cycle_records` (NaN where a share has no cases).
+    r"""Counts and shares over :func:`cycle_records` (NaN where a share has no cases).
 
     Keys: n_runs, n_cycled, frac_cycled, frac_simple_all, frac_consistent, median_entry; with
     early detection also n_early, n_held (held to the end), frac_simple_held, n_pred_hold
-    (predicted to hold), hold_precision (share of those that held), n_broke, n_later
+    (predicted to hold: margin > 2 gap, the kernel's greedy choice beats the model's
+    distance from the kernel at detection), hold_precision (share of those that held),
+    n_undecided (0 < margin <= 2 gap: the greedy map follows the cycle, by too little to
+    tell), n_undecided_held (of those, held), n_gap_grew (predicted to hold, and the gap
+    along the run after detection exceeded the gap at detection), n_gap_reached_margin (of
+    those, the gap after detection reached half the margin), n_broke, n_later
     (broke, predicted break after t_check), n_not_early (of those, broke no earlier than
     predicted), n_at_check (predicted break at t_check) and n_at_check_held.
+
+    .. math:: \text{predicted to hold} \iff m > 2\delta, \qquad
+              \text{undecided} \iff 0 < m \le 2\delta,
+
+    m = :func:`cycle_margin`, δ = :func:`detection_gap` (records from :func:`cycle_records`
+    with ``t_detect``).
     """
     recs = list(records)
     if not recs or not all(isinstance(r, CycleRecord) for r in recs):
@@ -309,7 +451,12 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
     cycled = [r for r in recs if r.final is not None]
     early = [r for r in recs if r.early is not None]
     held = [r for r in early if r.observed_break is None]
-    pred_hold = [r for r in early if r.predicted_break is None]
+    if any(r.margin is None or r.gap is None for r in early):
+        raise ValueError("records must come from cycle_records with t_detect (an early cycle lacks its margin or gap)")
+    pred_hold = [r for r in early if r.margin > 2 * r.gap]
+    undecided = [r for r in early if 0 < r.margin <= 2 * r.gap]
+    grew = [r for r in pred_hold if r.gap_after is not None and r.gap_after > r.gap]
+    reached = [r for r in grew if 2 * r.gap_after >= r.margin]
     broke = [r for r in early if r.observed_break is not None]
     later = [r for r in broke if r.predicted_break is not None and r.predicted_break > r.t_check]
     at_check = [r for r in early if r.predicted_break == r.t_check]
@@ -321,6 +468,8 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
         "n_early": len(early), "n_held": len(held),
         "frac_simple_held": share([bool(r.early_simple) for r in held]),
         "n_pred_hold": len(pred_hold), "hold_precision": share([r.observed_break is None for r in pred_hold]),
+        "n_undecided": len(undecided), "n_undecided_held": sum(r.observed_break is None for r in undecided),
+        "n_gap_grew": len(grew), "n_gap_reached_margin": len(reached),
         "n_broke": len(broke), "n_later": len(later),
         "n_not_early": sum(r.observed_break >= r.predicted_break for r in later),
         "n_at_check": len(at_check), "n_at_check_held": sum(r.observed_break is None for r in at_check),
