@@ -83,3 +83,14 @@ def test_no_docstring_points_outside_the_repository() -> None:
         text = path.read_text(encoding="utf-8")
         for name in ("DESIGN.md", "THEOREMS.md", "../shared"):
             assert name not in text, f"{path.relative_to(ROOT)} refers to {name}, which is not in the repository"
+
+
+def test_sources_hold_no_control_characters():
+    """A docstring written through an escaping tool once held a form feed and a backspace for ``\\f`` and
+    ``\\b`` (its maths rendered as 'rac' and 'igl'): source text is printable, newlines aside."""
+    bad = []
+    for path in [*SRC.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "notebooks").glob("*.md")]:
+        text = path.read_text(encoding="utf-8")
+        if any(ord(c) < 32 and c != "\n" for c in text):
+            bad.append(str(path.relative_to(ROOT)))
+    assert not bad, f"control characters in {bad}"

@@ -144,8 +144,8 @@ def _softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None
     if bool(torch.isfinite(logits.amax(-1)).all()):  # no NaN, no +inf, a finite max in every row
         return torch.softmax(logits, dim=-1)
     # overflow: rescale by powers of two, then work with the gaps to the row max
-    sq = 2.0 ** math.ceil(math.log2(max(float(q.abs().max()), 1e-300)))
-    sk = 2.0 ** math.ceil(math.log2(max(float(k.abs().max()), 1e-300)))
+    sq = 2.0 ** math.ceil(math.log2(max(float(q.detach().abs().max()), 1e-300)))
+    sk = 2.0 ** math.ceil(math.log2(max(float(k.detach().abs().max()), 1e-300)))
     small = (q / sq) @ (k / sk).transpose(-1, -2)  # (..., m, t), |entries| <= d_k
     if mask is not None:
         small = small.masked_fill(mask, float("-inf"))
