@@ -147,3 +147,14 @@ def test_sd_over_se_of_a_prediction_that_moves_with_the_seed_is_that_of_the_resi
         fake_run(gen, "01_alpha", [row], seed=seed)
     rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["sd"] == pytest.approx(10.0) and rows[0]["sd_over_se"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_flag_count_sentence_compares_the_observed_flags_with_chance():
+    from covbook.book.sweep import _chance_of_at_least, _flag_count_sentence
+
+    data = {"01_alpha": {"claims": [{"kind": "evidence", "n": 10}] * 100}}
+    none = 1 - _chance_of_at_least(data, 1)
+    want = f"None is flagged here; a correct book flags none with probability {none:.2g}."
+    assert _flag_count_sentence(data, 0) == want
+    two = _flag_count_sentence(data, 2)
+    assert two.startswith("2 evidence claim(s) are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two

@@ -238,6 +238,15 @@ def _chance_of_at_least(data: dict, k: int) -> float:
     return float(min(1.0, max(0.0, sum(dist[k:]))))
 
 
+def _flag_count_sentence(data: dict, k: int) -> str:
+    """How the observed number ``k`` of flagged evidence claims compares with chance."""
+    none = 1.0 - _chance_of_at_least(data, 1)
+    if k == 0:
+        return f"None is flagged here; a correct book flags none with probability {none:.2g}."
+    return (f"{k} evidence claim(s) are flagged here; a correct book flags none with probability {none:.2g} "
+            f"and {k} or more with probability {_chance_of_at_least(data, k):.2g}.")
+
+
 def _num(x: float | None) -> str:
     return "—" if x is None else fmt(x)
 
@@ -284,8 +293,7 @@ def write_calibration_page(paths: Paths) -> Path:
                   f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
                   f"{_chance_flags(data):.2g} of its evidence claims by chance alone (with 20 seeds or fewer a "
                   "correct claim is flagged with probability 1 − (1 − α)^seeds). "
-                  f"{len(ev_flagged)} evidence claim(s) are flagged here; a correct book flags that many or more "
-                  f"with probability {_chance_of_at_least(data, len(ev_flagged)):.2g}.", ""]
+                  + _flag_count_sentence(data, len(ev_flagged)), ""]
         for name, e in sorted(data.items()):  # chapter order
             seeds = e["seeds"]
             seed_text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else \
