@@ -8,6 +8,7 @@ import math
 import torch
 
 from covbook.transformer import CausalTransformer, early_attention_ratio, sink_free_logit_scale
+from covbook.transformer.model import _rotary
 
 
 def _chi_reference(model: CausalTransformer, x: torch.Tensor, k: int) -> torch.Tensor:
@@ -21,8 +22,11 @@ def _chi_reference(model: CausalTransformer, x: torch.Tensor, k: int) -> torch.T
             best = 0.0
             for hd in range(b.n_heads):
                 wq, wk = b.w_q[hd].detach() * b.scale, b.w_k[hd].detach()  # (dh, d)
-                h = hs[l][r].detach()  # (T, d)
-                logits = torch.stack([(wq @ h[-1]) @ (wk @ h[s]) for s in range(T)])  # (T,)
+                h = b.ln_attn(hs[l][r]).detach()  # (T, d)
+                q, keys = h @ wq.T, h @ wk.T  # (T, dh)
+                if b.rotary:
+                    q, keys = _rotary(q, torch.arange(T)), _rotary(keys, torch.arange(T))
+                logits = torch.stack([q[-1] @ keys[s] for s in range(T)])  # (T,)
                 best = max(best, float(torch.softmax(logits, 0)[:k].sum()))
             per_ctx.append(best)
         out.append(sum(per_ctx) / len(per_ctx) * T / k)
@@ -30,9 +34,11 @@ def _chi_reference(model: CausalTransformer, x: torch.Tensor, k: int) -> torch.T
 
 
 def test_early_attention_ratio_matches_a_loop_over_heads_and_positions():
-    m = CausalTransformer(vocab_size=6, d_model=8, n_layers=3, n_heads=2, logit_scale=1.5, seed=3)
     x = torch.randint(0, 6, (3, 40), generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(early_attention_ratio(m, x, k=5), _chi_reference(m, x, 5), rtol=1e-10, atol=1e-12)
+    for kw in ({}, {"layer_norm": True, "mlp": True}, {"pos": "rotary"}):
+        m = CausalTransformer(vocab_size=6, d_model=8, n_layers=3, n_heads=2, logit_scale=1.5, seed=3, **kw)
+        torch.testing.assert_close(early_attention_ratio(m, x, k=5), _chi_reference(m, x, 5), rtol=1e-10,
+                                   atol=1e-12, msg=str(kw))
 
 
 def test_identical_tokens_give_uniform_attention_at_any_scale():

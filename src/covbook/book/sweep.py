@@ -227,8 +227,9 @@ def _chance_flags(data: dict) -> float:
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
-    """P(at least ``k`` evidence claims flagged) in a correct book: the claims' flags are independent
-    Bernoulli(:func:`_flag_chance`) draws, so their count is Poisson-binomial (computed exactly)."""
+    """P(at least ``k`` evidence claims flagged) in a correct book, treating the claims' flags as independent
+    Bernoulli(:func:`_flag_chance`) draws, so that their count is Poisson-binomial (computed exactly).  Claims of
+    one notebook share each seed's run, so this is an approximation."""
     dist = [1.0]  # dist[j] = P(j flags among the claims so far)
     for e in data.values():
         for r in e["claims"]:
@@ -241,10 +242,11 @@ def _chance_of_at_least(data: dict, k: int) -> float:
 def _flag_count_sentence(data: dict, k: int) -> str:
     """How the observed number ``k`` of flagged evidence claims compares with chance."""
     none = 1.0 - _chance_of_at_least(data, 1)
-    if k == 0:
-        return f"None is flagged here; a correct book flags none with probability {none:.2g}."
-    return (f"{k} evidence claim(s) are flagged here; a correct book flags none with probability {none:.2g} "
-            f"and {k} or more with probability {_chance_of_at_least(data, k):.2g}.")
+    first = ("No evidence claim is flagged here" if k == 0 else
+             "1 evidence claim is flagged here" if k == 1 else f"{k} evidence claims are flagged here")
+    tail = "" if k == 0 else f" and {k} or more with probability {_chance_of_at_least(data, k):.2g}"
+    return (f"{first}; treating the claims as independent (those of one notebook share a run), a correct book "
+            f"flags none with probability {none:.2g}{tail}.")
 
 
 def _num(x: float | None) -> str:
@@ -265,10 +267,11 @@ def write_calibration_page(paths: Paths) -> Path:
         "is biased or too narrow: its window, prediction or tolerance basis is fixed, not the seed. The "
         "measured values' mean and standard deviation (SD) across seeds show how much each number moves. "
         "The column SD/SE compares that spread with the standard error the claim recorded: for a claim "
-        "with a numeric prediction it is the SD across seeds of the standardized residual (measured − "
-        "predicted)/SE, so a prediction that changes with the seed (a model drawn per seed) does not "
-        "count as spread; otherwise the SD of the measured values over their mean SE (for an older claim "
-        "file, tolerance ÷ Z). Well above 1, the claim's standard error understates the seed-to-seed "
+        "with a numeric prediction and a standard error recorded at every seed it is the SD across seeds "
+        "of the standardized residual (measured − predicted)/SE, so a prediction that changes with the "
+        "seed (a model drawn per seed) does not count as spread; otherwise the SD of the measured values "
+        "over their mean SE (for an older claim file, tolerance ÷ Z). With a Student-t window over ν "
+        "replicates a calibrated claim's SD/SE is about √(ν/(ν − 2)), above 1. Well above 1, the claim's standard error understates the seed-to-seed "
         "variation; for a bound or a window the claim's truth may itself move with the seed (a model "
         "trained per seed), and the column then mixes that movement with the noise. It is a diagnostic: "
         "the flag is the pass count.",
@@ -289,7 +292,8 @@ def write_calibration_page(paths: Paths) -> Path:
         lines += [f"**{len(rows)} claims ({len(ev)} evidence) over {len(data)} notebook(s); "
                   f"{len(flagged)} flagged.** Seeds at which some claim failed or some notebook did not run: "
                   f"{len(bad)} of {len(seeds)}" + (f" ({', '.join(map(str, bad))})" if bad else "") + ". "
-                  f"A correct book with these {len(ev)} evidence claims fails some claim by chance at about "
+                  f"Treating the claims as independent, a correct book with these {len(ev)} evidence claims "
+                  "fails some claim by chance at about "
                   f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
                   f"{_chance_flags(data):.2g} of its evidence claims by chance alone (with 20 seeds or fewer a "
                   "correct claim is flagged with probability 1 − (1 − α)^seeds). "

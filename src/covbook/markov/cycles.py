@@ -12,7 +12,7 @@ the model is from the kernel when the cycle is detected (:func:`detection_gap`),
 the per-run bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cycle_summary`).
 
 A greedy prediction from the kernel is trusted only where its margin beats the model's
-distance from the kernel: if TV(p, k) <= δ then (p_y - p_z) - (k_y - k_z) <= ||p - k||_1 = 2δ
+distance from the kernel: if TV(p, k) <= δ then |(p_y - p_z) - (k_y - k_z)| <= ||p - k||_1 <= 2δ
 for any two tokens y, z, so the kernel's argmax is the model's wherever it leads every
 other token by more than 2δ.
 """

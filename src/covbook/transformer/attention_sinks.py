@@ -3,11 +3,13 @@ r"""Early-position attention sinks: a pre-asymptotic regime of the depth collaps
 The depth-collapse theorem (paper Section 5) says that a NoPE transformer's state h^(L)_t
 approaches the mean field F_L(x_t) at rate 1/t.  Its proof treats every context position
 alike, but the first positions are different: at s = 1 a head can attend only to its own
-token, so h^(l)_1 is multiplied by the same residual map at every layer and, without layer
-norm, grows with depth.  Its key then wins the softmax against every later query, and such a
-*sink* keeps a share of the attention that falls more slowly than its fair share 1/t until
-t exceeds the sink's weight.  Attention sinks on the first tokens were found in trained
-language models by Xiao et al. (2024); here they are a transient of random models.
+token, so h^(l+1)_1 = (I + Σ_heads Θ_V) h^(l)_1: each layer's value map acts on the first
+state alone, not on an average of many states, and without layer norm its norm can grow
+faster with depth than that of later states.  Its key can then dominate the softmax for the
+later queries aligned with it, and such a *sink* keeps a share of the attention that falls
+more slowly than its fair share 1/t until t exceeds the sink's weight.  Attention sinks on
+the first tokens of trained language models were named and studied by Xiao et al. (2024);
+there they are learned, here they are a transient of random models.
 
 The measure is the early-attention ratio of layer l,
 
@@ -15,9 +17,9 @@ The measure is the early-attention ratio of layer l,
           \sum_{s=1}^{k} \mathrm{softmax}_s\bigl(\ell_l(h_t, h_s)\bigr),
 
 the attention mass of the last query on the first k positions, relative to the share k/t
-that keys of the context law get on average.  χ stays near 1 where the proof's averaging
-holds; where it grows with t the layer is pre-asymptotic and its gap to the mean field falls
-more slowly than 1/t at those lengths.
+that keys of the context law get on average (l = 1, ..., L counts the layers from the first).
+χ is 1 for uniform attention and of order 1 where the proof's averaging holds; where it grows
+with t, a sink holds more than its share at those lengths.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
 
     Returns
     -------
-    tensor, shape (L,): χ_0, ..., χ_{L-1}.
+    tensor, shape (L,): χ_1, ..., χ_L, from the first layer to the last.
 
     Examples
     --------
@@ -62,8 +64,8 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
     if not isinstance(model, CausalTransformer):
         raise TypeError(f"model must be a CausalTransformer, got {type(model).__name__}")
     k = check_positive_int(k, "k")
-    if not isinstance(contexts, torch.Tensor) or contexts.ndim not in (2, 3):
-        raise ValueError("contexts must be a tensor of shape (R, T) or (R, T, d_in), got "
+    if not isinstance(contexts, torch.Tensor) or contexts.ndim not in (2, 3) or contexts.shape[0] == 0:
+        raise ValueError("contexts must be a non-empty tensor of shape (R, T) or (R, T, d_in), got "
                          f"{type(contexts).__name__} {tuple(getattr(contexts, 'shape', ()))}")
     T = contexts.shape[1]
     if T <= k:
@@ -71,7 +73,10 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
     positions = torch.arange(T, device=model.device)  # (T,)
     out = []
     with torch.no_grad():
-        _, hs = model(contexts.to(model.device), return_hidden=True)  # L+1 of (R, T, d)
+        try:
+            _, hs = model(contexts.to(model.device), return_hidden=True)  # L+1 of (R, T, d)
+        except ValueError as err:
+            raise ValueError(f"contexts do not fit the model: {err}") from err
         for l, b in enumerate(model.blocks):
             q, kk, _ = b.heads(b.ln_attn(hs[l]))  # (R, H, T, dh)
             if b.rotary:
@@ -88,8 +93,9 @@ def sink_free_logit_scale(scales: Sequence[float], contexts: torch.Tensor, *, k:
     For each s (largest first) builds ``CausalTransformer(logit_scale=s, **model_kwargs)`` and
     returns the first s with max_l χ_l ≤ ``chi_max`` (:func:`early_attention_ratio` at the
     contexts' last position), with that max; or the smallest scale and its max χ when none
-    qualifies (the caller sees χ > ``chi_max``).  Use pilot contexts drawn apart from the
-    measured ones, as long as the longest context measured: a sink's share is largest there.
+    qualifies (the caller sees χ > ``chi_max``).  The models are built on the contexts'
+    device.  Use pilot contexts drawn apart from the measured ones, as long as the longest
+    context measured: while a sink lasts χ grows with t, so it is largest there.
 
     Parameters
     ----------
@@ -111,10 +117,14 @@ def sink_free_logit_scale(scales: Sequence[float], contexts: torch.Tensor, *, k:
     """
     grid = sorted(_logit_scale_grid(scales), reverse=True)
     chi_max = check_positive_float(chi_max, "chi_max")
+    if "logit_scale" in model_kwargs:
+        raise ValueError("model_kwargs must not set logit_scale: the scales come from `scales`")
+    if not isinstance(contexts, torch.Tensor):
+        raise ValueError(f"contexts must be a tensor of shape (R, T) or (R, T, d_in), got {type(contexts).__name__}")
     chi = float("nan")
     for s in grid:
-        chi = float(early_attention_ratio(CausalTransformer(logit_scale=s, **model_kwargs),  # type: ignore[arg-type]
-                                          contexts, k).max())
+        model = CausalTransformer(logit_scale=s, **model_kwargs).to(contexts.device)  # type: ignore[arg-type]
+        chi = float(early_attention_ratio(model, contexts, k).max())
         if chi <= chi_max:
             return s, chi
     return grid[-1], chi
