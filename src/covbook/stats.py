@@ -104,8 +104,10 @@ def slope_with_checkpoint_se(t: object, sq_err: object, n_boot: int = 400,
     if tt.size < 3:
         raise ValueError(f"t must hold at least 3 checkpoints for a residual SE, got {tt.size}")
     slope, se_boot = slope_with_se(tt, sq_err, n_boot=n_boot, seed=seed)
-    x, y = np.log(tt), np.log(as_array(sq_err, "sq_err").mean(0))
-    resid = y - np.polyval(np.polyfit(x, y, 1), x)  # (n_t,)
+    mean = as_array(sq_err, "sq_err").mean(0)  # (n_t,)
+    _, intercept = loglog_slope(tt, mean)
+    x = np.log(tt)
+    resid = np.log(mean) - (slope * x + intercept)  # (n_t,) about the fitted line
     se_ols = np.sqrt((resid**2).sum() / (tt.size - 2) / ((x - x.mean()) ** 2).sum())
     return slope, float(np.hypot(se_boot, se_ols)), int(tt.size - 2)
 
