@@ -29,7 +29,7 @@ def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pipeline_project("rehearsal", tmp_path_factory) as root:
         jobs = str(min(2, os.cpu_count() or 1))
         proc = covbook(root, "run", "--profile", "full", "--rehearse", "--device", "auto", "--jobs", jobs,
-                       "--no-progress")
+                       "--no-progress", timed="rehearsal (full shapes)")
         print(proc.stdout, proc.stderr)
         yield root
 
