@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covbook._validate import psd_sqrt_factor
 import covbook.attention as attention_module
+from covbook._validate import psd_sqrt_factor
 from covbook.attention import (
     BLOCK,
     FLOAT32_RTOL,
