@@ -196,8 +196,8 @@ def main() -> None:
         print(f"covbook readout_path     : {rate / 1e6:6.2f} M tokens/s   (10^8 tokens: {1e8 / rate:6.1f} s)")
         print(f"plain float32 loop       : {args.t / r['plain'] / 1e6:6.2f} M tokens/s   "
               f"(10^8 tokens: {1e8 * r['plain'] / args.t:6.1f} s)")
-        print(f"ratio plain / covbook    : {ratio:6.2f}   (target >= 1.5 at d = 16, m = 64; best-of-{args.repeats} ratio "
-              f"{r['plain_best'] / r['covbook_best']:.2f})")
+        print(f"ratio plain / covbook    : {ratio:6.2f}   (target >= 1.5 at d = 16, m = 64; "
+              f"best-of-{args.repeats} ratio {r['plain_best'] / r['covbook_best']:.2f})")
         print(f"best of {args.repeats} covbook     : {args.t / r['covbook_best'] / 1e6:6.2f} M tokens/s   "
               f"(10^8 tokens: {1e8 * r['covbook_best'] / args.t:6.1f} s; the least-loaded pass)")
         share = r["sampler"] / r["covbook"]
