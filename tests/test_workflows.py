@@ -66,13 +66,13 @@ def test_book_workflow_publishes_what_the_buttons_open() -> None:
 def test_workflows_cache_the_executed_notebooks(name: str, path: str) -> None:
     """CI restores what the pipeline's own cache keys can vouch for, so an unchanged notebook is not executed."""
     wf = _load(name)
-    (step,) = [s for s in _steps(wf) if "actions/cache" in s.get("uses", "") and path in s["with"]["path"]]
+    ((steps, step),) = [(job["steps"], s) for job in wf["jobs"].values() for s in job.get("steps", [])
+                        if "actions/cache" in s.get("uses", "") and path in s["with"]["path"]]
     key = step["with"]["key"]
     assert all(f in key for f in ("notebooks/**", "src/covbook/**", "pyproject.toml")), key
     assert step["with"]["restore-keys"] and key.startswith(step["with"]["restore-keys"])
-    steps = _steps(wf)
-    make = next(i for i, s in enumerate(steps) if "make " in s.get("run", "") or ".ci/run" in s.get("run", ""))
-    assert steps.index(step) < make
+    runs = [i for i, s in enumerate(steps) if "make book" in s.get("run", "") or ".ci/run" in s.get("run", "")]
+    assert runs and steps.index(step) < runs[0]  # restored before the job executes notebooks
     if name == "ci.yml":  # every page is read again under -W on CI
         assert "!.covbook/test/*/_build" in step["with"]["path"]
     else:  # the weekly build catches breakage from new releases: it starts from nothing
