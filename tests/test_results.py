@@ -63,7 +63,7 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
     ])
     page = render(results, [_claim("c1"), _claim("c2"), _claim("c4", False, measured=2.5)], {"thm-01-a"},
                   ran={"01_a"}, profiles=["smoke"])
-    assert "1 holds, 1 holds with a correction, 0 fails, 1 not tested" in page  # the paper's statements only
+    assert "1 holds, 1 holds with a correction, 0 compatible only, 0 fails, 1 not tested" in page  # statements only
     assert "{prf:ref}`thm-01-a`" in page and "{prf:ref}`thm-gone`" not in page  # no dangling reference
     assert "holds \\| here" in page  # a pipe does not break the table
     assert "✗&nbsp;`c4`&nbsp;(2.5)" in page and "✗&nbsp;fails" in page
@@ -72,6 +72,23 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
     assert "`02_b:c3` is not in the run (its chapter was not run)" in page
     assert "theorem label `thm-gone`" in page
     assert "*Correction:* a correction" in page
+    assert "| status | | statement |" in page and "| ✓&nbsp;holds | T1 |" in page  # the verdict first
+
+
+def test_a_key_claim_without_power_makes_a_statement_compatible_only() -> None:
+    s = Statement("T", "x", "01_a", ("c",))
+    weak = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible",
+                 alternatives=[{"name": "no decay", "value": 1.0, "excluded": False}], powered=False)
+    assert status(s, {("01_a", "c"): weak}) == "compatible only"
+    page = render(Results([s]), [weak], set())
+    assert "≈&nbsp;`c`&nbsp;(1)" in page and "≈&nbsp;compatible only" in page
+
+
+def test_the_page_names_each_chapters_profile_and_seed_and_warns_when_mixed() -> None:
+    runs = {"01_a": {"status": "ok", "parameters": {"profile": "quick", "seed": 0}},
+            "02_b": {"status": "ok", "parameters": {"profile": "smoke", "seed": 4}}}
+    page = render(Results([Statement("T", "x", "01_a", ("c1",))]), [_claim("c1")], set(), runs=runs)
+    assert "1 at `quick`, seed 0; 2 at `smoke`, seed 4" in page and "mixed profiles or seeds" in page
 
 
 def test_claim_role_rendering() -> None:
@@ -98,14 +115,11 @@ def test_the_books_data_file_is_consistent() -> None:
             assert nb in chapters, f"{s.id}: unknown chapter {nb}"
 
 
-def test_key_claims_are_in_the_claims_manifest() -> None:
-    """Every key claim is one the chapters record (the committed manifest of claim ids)."""
-    from covbook.book.checks import read_manifest
-    from covbook.book.config import Paths
+def test_key_claims_are_declared_in_the_rules() -> None:
+    """Every key claim is one the chapters declare (their rules files list the claim ids)."""
+    from covbook.rules import load_rules
 
-    manifest = read_manifest(Paths(ROOT))
-    if manifest is None:
-        pytest.skip("notebooks/claims_manifest.yml not committed yet (covbook check --update-manifest)")
+    manifest = {f.stem: list(load_rules(f)) for f in (ROOT / "notebooks" / "rules").glob("*.yml")}
     missing = [f"{s.id}: {nb}:{cid}" for s in load_statements(ROOT / "book" / "results.yml").statements
                for nb, cid in s.claim_keys() if cid not in manifest.get(nb, [])]
     assert not missing, f"book/results.yml names claims the chapters do not record: {missing}"

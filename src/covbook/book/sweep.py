@@ -34,11 +34,11 @@ import statistics
 import time
 from pathlib import Path
 
-from covbook.book.checks import read_manifest
+from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import Paths, UsageError, select
 
-__all__ = ["parse_seeds", "seed_root", "run_sweep", "calibrate", "binomial_tail", "write_calibration_page",
+__all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
@@ -133,7 +133,33 @@ def run_sweep(
             failed.setdefault(name, []).append(seed)
         log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed "
             f"({time.perf_counter() - start:.1f} s)")
-    data = calibrate(paths, profile, seeds, chosen)
+    return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
+
+
+def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
+    """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
+
+    Each seed's measurements stay where the sweep wrote them
+    (``book/generated/sweep/<profile>/seed-N``); a seed whose notebook did not
+    run counts as failed, as in :func:`run_sweep`.
+    """
+    if not seeds:
+        raise UsageError("--seeds names no seed")
+    chosen = list(select(paths, names))
+    failed: dict[str, list[int]] = {}
+    for seed in seeds:
+        runs = Paths(seed_root(paths, profile, seed)).runs
+        for name in chosen:
+            rec = runs / f"{name}.json"
+            if not rec.is_file() or json.loads(rec.read_text()).get("status") != "ok":
+                failed.setdefault(name, []).append(seed)
+    if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
+        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
+                         f"`covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}` first")
+    return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
+
+
+def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
     old = _read_json(paths)
@@ -148,7 +174,12 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
     from covbook.book.report import git_commit  # report imports this module
 
-    manifest = read_manifest(paths) or {}
+    manifest = {}
+    for name in names:
+        try:
+            manifest[name] = sorted(read_rules(paths, name))
+        except UsageError:
+            manifest[name] = []
     commit = git_commit(paths.root)
     out: dict[str, dict] = {}
     for name in names:
@@ -158,7 +189,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             rec = Paths(seed_root(paths, profile, seed)).runs / f"{name}.json"
             ok = rec.is_file() and json.loads(rec.read_text()).get("status") == "ok" and f.is_file()
             if ok:
-                per_seed[seed] = {c.id: c for c in load_claims(f)}
+                per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
         ids: list[str] = []
         for cl in per_seed.values():
             ids += [i for i in cl if i not in ids]
