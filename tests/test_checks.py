@@ -154,3 +154,17 @@ def test_citation_of_an_unrecorded_claim_fails_check(proj):
         f"notebooks/01_alpha.md:{n + 3}: {{claim}}`77:x`: no claims of chapter '77' in this run (chapters with "
         "claims: 01_alpha, 02_beta)",
     ]
+
+
+def test_build_rewrites_the_chapters_verdict_lines_from_the_current_rules(proj):
+    from covbook.claims import anchor
+
+    gen = proj / "book" / "generated"
+    stale = f'<span id="{anchor("01_alpha", "a")}"></span>**✗ FAIL** `a` stale'
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1, "outputs": [
+        {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": stale, "text/plain": "<md>"}}]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (gen / "01_alpha.ipynb").write_text(json.dumps(nb))
+    write_report(Paths(proj))
+    out = json.loads((gen / "01_alpha.ipynb").read_text())["cells"][0]["outputs"][0]["data"]["text/markdown"]
+    assert "**✓ PASS** `a` **1** in 1 ± 0.5 (excludes no effect)" in out
