@@ -142,7 +142,7 @@ def test_book_build_resolves_claims(project):
     assert 'id="claim-01-x_is_x"' in page  # claims._show gives the verdict line its anchor
     assert 'href="01_alpha.html#claim-01-x_is_x"' in (html / "reproduction.html").read_text()
     claims = json.loads((project / "book" / "generated" / "claims" / "01_alpha.json").read_text())
-    assert claims[0]["value"] == 1 and "kind" not in claims[0]  # measurements; the rule is in notebooks/rules
+    assert claims[0]["value"] == 3 and "kind" not in claims[0]  # measurements; the rule is in notebooks/rules
     # an unknown claim fails the -W build, and keeps failing on the next build with nothing changed
     # (Sphinx re-reads only changed pages; covbook build forgets the environment after a failure)
     (project / "book" / "intro.md").write_text("# Intro\n\n{claim}`no_such_claim`\n")
