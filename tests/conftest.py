@@ -12,7 +12,6 @@ import pytest
 
 from helpers import ROOT, covbook, make_notebook, pipeline_project
 
-
 #: The rule of the fixture notebooks' one claim (`claims.measure('x_is_x', x, prediction=x)`).
 X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from claims_fixtures import claim, fake_project, fake_run, write_rules
 from covbook.book.checks import check
 from covbook.book.config import Paths

@@ -42,9 +42,9 @@ from covbook._jsonio import write_json_atomic
 from covbook.rules import LEVEL, RULE_KINDS, Measurement, Rule, Z, judge, load_rules, quantile, rules_path
 
 __all__ = [
-    "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic", "load_claims",
-    "load_measurements", "judge_file", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV", "RULES_FILE_ENV", "KINDS",
-    "LEVEL", "Z",
+    "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic",
+    "load_claims", "load_measurements", "judge_file", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV",
+    "RULES_FILE_ENV", "KINDS", "LEVEL", "Z",
 ]
 
 KINDS = RULE_KINDS
