@@ -35,11 +35,11 @@ import json
 import math
 import operator
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from covbook._jsonio import write_json_atomic
-from covbook.rules import LEVEL, RULE_KINDS, Measurement, Rule, Z, judge, load_rules, quantile, rules_path
+from covbook.rules import LEVEL, RULE_KINDS, Claim, Measurement, Rule, Z, fmt, judge, load_rules, quantile, rules_path
 
 __all__ = [
     "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic",
@@ -51,90 +51,6 @@ KINDS = RULE_KINDS
 CLAIMS_FILE_ENV = "COVBOOK_CLAIMS_FILE"
 NOTEBOOK_ENV = "COVBOOK_NOTEBOOK"
 RULES_FILE_ENV = "COVBOOK_RULES_FILE"
-
-
-@dataclass
-class Claim:
-    """A judged claim: a measurement and the verdict of its rule.
-
-    The claim passes when ``lower <= measured <= upper`` (an open end is
-    ``None``); ``expected ± tolerance`` when the window is centred on a
-    prediction.  ``alternatives`` lists each value the rule must exclude, with
-    ``excluded`` true when the window excludes it; ``powered`` is true when
-    every alternative is excluded (``None`` for a rule that names none).
-    """
-
-    id: str
-    notebook: str
-    statement: str
-    measured: float
-    expected: float | None
-    tolerance: float | None
-    lower: float | None
-    upper: float | None
-    passed: bool
-    theorem: str | None = None
-    extra: dict = field(default_factory=dict)
-    kind: str = "evidence"
-    basis: str | None = None
-    reason: str | None = None
-    window: str | None = None
-    alternatives: list = field(default_factory=list)
-    powered: bool | None = None
-    history: str | None = None
-    profile: str | None = None
-
-    def _ipython_display_(self) -> None:
-        """Show nothing: :func:`measure` has already shown the verdict line."""
-
-    @property
-    def verdict(self) -> str:
-        """``pass``, ``FAIL``, or ``compatible`` for a passing claim of that kind."""
-        if not self.passed:
-            return "FAIL"
-        return "compatible" if self.kind == "compatible" else "pass"
-
-    def cannot_exclude(self) -> list[str]:
-        """Names of the alternatives the window does not exclude."""
-        return [a["name"] for a in self.alternatives if not a.get("excluded")]
-
-    def excluded(self) -> list[str]:
-        return [a["name"] for a in self.alternatives if a.get("excluded")]
-
-    def power_text(self) -> str:
-        """``excludes X`` / ``compatible, cannot exclude X`` (empty when no alternative is named)."""
-        if not self.alternatives:
-            return ""
-        miss = self.cannot_exclude()
-        if self.kind == "compatible" or miss:
-            return "compatible, cannot exclude " + ", ".join(miss or [a["name"] for a in self.alternatives])
-        return "excludes " + ", ".join(self.excluded())
-
-    def verdict_line(self) -> str:
-        """One line: verdict, id, value and window, what it excludes, statement."""
-        mark = {"pass": "PASS", "FAIL": "FAIL", "compatible": "COMPATIBLE"}[self.verdict]
-        why = f" ({self.reason})" if self.reason else ""
-        power = f"; {self.power_text()}" if self.power_text() else ""
-        return (f"[{mark}] {self.id} [{self.kind}]: {fmt(self.measured)} in {self.expected_text()}{power}{why} — "
-                f"{self.statement}")
-
-    def expected_text(self) -> str:
-        if self.expected is not None and self.tolerance is not None:
-            return f"{fmt(self.expected)} ± {fmt(self.tolerance)}"
-        lo = "-∞" if self.lower is None else fmt(self.lower)
-        hi = "∞" if self.upper is None else fmt(self.upper)
-        return f"[{lo}, {hi}]"
-
-
-def fmt(x: float | None) -> str:
-    """Four significant digits, scientific notation where needed."""
-    if x is None:
-        return "—"
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.4g}"
 
 
 def familywise(n: int, level: float = LEVEL) -> float:

@@ -52,7 +52,8 @@ from statistics import NormalDist
 
 import yaml
 
-__all__ = ["Measurement", "Rule", "Alternative", "WINDOWS", "RULE_KINDS", "LEVEL", "Z", "quantile", "judge",
+__all__ = ["Claim", "fmt", "Measurement", "Rule", "Alternative", "WINDOWS", "RULE_KINDS", "LEVEL", "Z", "quantile",
+           "judge",
            "load_rules", "rules_path", "parse_rules", "window", "chi2_quantile"]
 
 LEVEL = 5e-4
@@ -112,6 +113,91 @@ class Measurement:
     upper: float | None = None
     reason: str | None = None
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Claim:
+    """A judged claim: a measurement and the verdict of its rule.
+
+    The claim passes when ``lower <= measured <= upper`` (an open end is
+    ``None``); ``expected ± tolerance`` when the window is centred on a
+    prediction.  ``alternatives`` lists each value the rule must exclude, with
+    ``excluded`` true when the window excludes it; ``powered`` is true when
+    every alternative is excluded (``None`` for a rule that names none).
+    """
+
+    id: str
+    notebook: str
+    statement: str
+    measured: float
+    expected: float | None
+    tolerance: float | None
+    lower: float | None
+    upper: float | None
+    passed: bool
+    theorem: str | None = None
+    extra: dict = field(default_factory=dict)
+    kind: str = "evidence"
+    basis: str | None = None
+    reason: str | None = None
+    window: str | None = None
+    alternatives: list = field(default_factory=list)
+    powered: bool | None = None
+    history: str | None = None
+    profile: str | None = None
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: :func:`measure` has already shown the verdict line."""
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``FAIL``, or ``compatible`` for a passing claim of that kind."""
+        if not self.passed:
+            return "FAIL"
+        return "compatible" if self.kind == "compatible" else "pass"
+
+    def cannot_exclude(self) -> list[str]:
+        """Names of the alternatives the window does not exclude."""
+        return [a["name"] for a in self.alternatives if not a.get("excluded")]
+
+    def excluded(self) -> list[str]:
+        return [a["name"] for a in self.alternatives if a.get("excluded")]
+
+    def power_text(self) -> str:
+        """``excludes X`` / ``compatible, cannot exclude X`` (empty when no alternative is named)."""
+        if not self.alternatives:
+            return ""
+        miss = self.cannot_exclude()
+        if self.kind == "compatible" or miss:
+            return "compatible, cannot exclude " + ", ".join(miss or [a["name"] for a in self.alternatives])
+        return "excludes " + ", ".join(self.excluded())
+
+    def verdict_line(self) -> str:
+        """One line: verdict, id, value and window, what it excludes, statement."""
+        mark = {"pass": "PASS", "FAIL": "FAIL", "compatible": "COMPATIBLE"}[self.verdict]
+        why = f" ({self.reason})" if self.reason else ""
+        power = f"; {self.power_text()}" if self.power_text() else ""
+        return (f"[{mark}] {self.id} [{self.kind}]: {fmt(self.measured)} in {self.expected_text()}{power}{why} — "
+                f"{self.statement}")
+
+    def expected_text(self) -> str:
+        if self.expected is not None and self.tolerance is not None:
+            return f"{fmt(self.expected)} ± {fmt(self.tolerance)}"
+        lo = "-∞" if self.lower is None else fmt(self.lower)
+        hi = "∞" if self.upper is None else fmt(self.upper)
+        return f"[{lo}, {hi}]"
+
+
+def fmt(x: float | None) -> str:
+    """Four significant digits, scientific notation where needed."""
+    if x is None:
+        return "—"
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.4g}"
+
 
 
 # --- the Student-t quantile, in pure Python (``covbook check`` imports no numpy or scipy) --------------------
@@ -327,8 +413,6 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
     >>> c.passed, c.powered
     (True, True)
     """
-    from covbook.claims import Claim  # claims imports this module
-
     if rule.id != m.id:
         raise ValueError(f"rule {rule.id!r} judged against measurement {m.id!r}")
     reason = m.reason
