@@ -69,15 +69,19 @@ RULES_DIR = Path("notebooks") / "rules"
 
 @dataclass(frozen=True)
 class Alternative:
-    """A value the claim's window must exclude: a literal ``value`` or the measurement's number ``key``."""
+    """A value the claim's window must exclude: a literal ``value``, the measurement's number ``key``
+    (``prediction`` or one of its extras), or ``factor`` times the prediction."""
 
     name: str
     value: float | None = None
     key: str | None = None
+    factor: float | None = None
 
     def resolve(self, m: Measurement) -> float | None:
         if self.value is not None:
             return self.value
+        if self.factor is not None:
+            return None if m.prediction is None else self.factor * m.prediction
         v = m.prediction if self.key == "prediction" else m.extra.get(self.key or "")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -489,9 +493,12 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
         raise ValueError(f"{where}: rule {cid!r}: a tolerance window needs tolerance >= 0")
     alts = []
     for a in raw.get("alternatives") or []:
-        if not (isinstance(a, dict) and isinstance(a.get("name"), str) and ("value" in a) != ("key" in a)):
-            raise ValueError(f"{where}: rule {cid!r}: each alternative needs a name and one of value or key, got {a!r}")
-        alts.append(Alternative(a["name"], _opt_float(a.get("value"), f"{where}: {cid}.alternatives"), a.get("key")))
+        if not (isinstance(a, dict) and isinstance(a.get("name"), str)
+                and sum(k in a for k in ("value", "key", "factor")) == 1 and set(a) <= {"name", "value", "key", "factor"}):
+            raise ValueError(f"{where}: rule {cid!r}: each alternative needs a name and one of value, key or "
+                             f"factor, got {a!r}")
+        alts.append(Alternative(a["name"], _opt_float(a.get("value"), f"{where}: {cid}.alternatives"), a.get("key"),
+                                _opt_float(a.get("factor"), f"{where}: {cid}.alternatives")))
     for k in ("theorem", "basis", "history"):
         if raw.get(k) is not None and not isinstance(raw[k], str):
             raise ValueError(f"{where}: rule {cid!r}: {k} must be text")
