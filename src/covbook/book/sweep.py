@@ -43,6 +43,8 @@ __all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate"
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
 FLAG_P = 0.01
+#: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
+STATISTICAL = ("evidence", "compatible")
 NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke` (then commit "
             "`book/calibration.json`).")
 
@@ -254,7 +256,7 @@ def _flag_chance(n: int) -> float:
 
 def _chance_flags(data: dict) -> float:
     """Expected number of evidence claims a sweep flags when every claim is right (the flag rule's own tail)."""
-    return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] == "evidence")
+    return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] in STATISTICAL)
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
@@ -264,7 +266,7 @@ def _chance_of_at_least(data: dict, k: int) -> float:
     dist = [1.0]  # dist[j] = P(j flags among the claims so far)
     for e in data.values():
         for r in e["claims"]:
-            if r["kind"] == "evidence":
+            if r["kind"] in STATISTICAL:
                 p = _flag_chance(r["n"])
                 dist = [a * (1 - p) + b * p for a, b in zip([*dist, 0.0], [0.0, *dist], strict=True)]
     return float(min(1.0, max(0.0, sum(dist[k:]))))
@@ -315,7 +317,7 @@ def write_calibration_page(paths: Paths) -> Path:
     else:
         rows = [r for e in data.values() for r in e["claims"]]
         flagged = [r for r in rows if r["flagged"]]
-        ev = [r for r in rows if r["kind"] == "evidence"]
+        ev = [r for r in rows if r["kind"] in STATISTICAL]
         ev_flagged = [r for r in ev if r["flagged"]]
         seeds = sorted({s for e in data.values() for s in e["seeds"]})
         bad = sorted({s for e in data.values() for r in e["claims"] for s in r.get("fail_seeds", [])}
