@@ -172,8 +172,10 @@ class Claim:
         if not self.alternatives:
             return ""
         miss = self.cannot_exclude()
-        if self.kind == "compatible" or miss:
-            return "compatible, cannot exclude " + ", ".join(miss or [a["name"] for a in self.alternatives])
+        if miss:
+            return "compatible, cannot exclude " + ", ".join(miss)
+        if self.kind == "compatible":  # excluded in this run, by too little margin to be relied on at every seed
+            return "compatible; excludes " + ", ".join(self.excluded()) + " in this run only narrowly"
         return "excludes " + ", ".join(self.excluded())
 
     def verdict_line(self) -> str:
