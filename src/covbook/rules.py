@@ -496,7 +496,8 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
     alts = []
     for a in raw.get("alternatives") or []:
         if not (isinstance(a, dict) and isinstance(a.get("name"), str)
-                and sum(k in a for k in ("value", "key", "factor")) == 1 and set(a) <= {"name", "value", "key", "factor"}):
+                and sum(k in a for k in ("value", "key", "factor")) == 1
+                and set(a) <= {"name", "value", "key", "factor"}):
             raise ValueError(f"{where}: rule {cid!r}: each alternative needs a name and one of value, key or "
                              f"factor, got {a!r}")
         alts.append(Alternative(a["name"], _opt_float(a.get("value"), f"{where}: {cid}.alternatives"), a.get("key"),
