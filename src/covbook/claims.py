@@ -311,5 +311,7 @@ def load_claims(path: str | os.PathLike, rules_root: str | os.PathLike | None = 
     p = Path(path)
     root = Path(rules_root) if rules_root is not None else p.absolute().parents[3] if len(p.absolute().parents) > 3 \
         else p.parent
-    rules = load_rules(rules_path(root, p.stem))
-    return judge_file(load_measurements(p), rules, profile=profile)[0]
+    rf = rules_path(root, p.stem)
+    if not rf.is_file():
+        raise ValueError(f"{p}: no rules file {rf} to judge its measurements against")
+    return judge_file(load_measurements(p), load_rules(rf), profile=profile)[0]
