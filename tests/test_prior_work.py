@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from covbook._seeds import derive_seed
 from covbook import icl
 from covbook import prior_work as pw
+from covbook._seeds import derive_seed
 
 COV12 = torch.eye(3, dtype=torch.float64) / 12
 

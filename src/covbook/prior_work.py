@@ -244,7 +244,8 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     for k, t in enumerate(cps):
         while seen < t:
             n = min(chunk, t - seen)
-            x = make_regression_tasks(nb, n, d, x_law=x_law, cov_x=cov_x, seed=derive_seed(seed, j), device=dev).x  # (B, n, d)
+            sub = derive_seed(seed, j)  # chunk j's own stream
+            x = make_regression_tasks(nb, n, d, x_law=x_law, cov_x=cov_x, seed=sub, device=dev).x  # (B, n, d)
             logits = (x * a[:, None]).sum(-1)  # (B, n)
             values = (x * val[:, None]).sum(-1)  # (B, n)
             acc.update(logits[:, None, :], values[..., None])  # (B, 1, n), (B, n, 1)
