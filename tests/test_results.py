@@ -48,6 +48,7 @@ def _write(tmp_path: Path, text: str) -> Path:
      "findings:\n  - {id: T, statement: y, chapter: 01_a, claims: [d]}\n", "duplicate"),
     ("statements: {id: T}\n", "must be a list"),
     ("other: 1\n", "unknown key"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], source: paper}\n", "source"),
 ])
 def test_malformed_data_file_is_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -109,6 +110,8 @@ def test_the_books_data_file_is_consistent() -> None:
     ids = {"T1(a)", "T2", "T3", "T4", "T5"}
     assert ids <= {s.id for s in results.statements}, "every main result of the paper has a row"
     for s in results.statements:
+        if s.kind == "statement":  # only the abstract is public: each is its claim or the book's reconstruction
+            assert s.source in {"abstract", "reconstruction"}, f"{s.id}: no source"
         assert s.chapter in chapters, f"{s.id}: unknown chapter {s.chapter}"
         assert s.theorem is None or s.theorem in labels, f"{s.id}: no theorem box labelled {s.theorem}"
         for nb, _ in s.claim_keys():
@@ -145,3 +148,11 @@ def test_link_theorems_links_only_known_labels() -> None:
     text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
     assert link_theorems(text, {"thm-01-a", "thm-02-b"}) == (
         "rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); Proposition thm-03-gone; x-01-y")
+
+
+def test_render_marks_the_source() -> None:
+    res = Results([Statement("T1", "x", "01_a", ("c",), source="abstract"),
+                   Statement("T2", "y", "01_a", ("c",), source="reconstruction")])
+    page = render(res, [_claim("c")], set())
+    assert "*The abstract's claim.* x" in page and "*The book's reconstruction.* y" in page
+    assert "Only the abstract of the paper is public" in page
