@@ -12,13 +12,13 @@ STAMP  := $(VENV)/.covbook-installed
 setup: $(STAMP)
 
 # torch first, pinned (a CPU build is on this project's machines; an unpinned torch pulls a CUDA build),
-# then the package with its dev extras, then the Jupyter kernel the notebooks run on.
+# then the package with its book and dev extras, then the Jupyter kernel `covbook` the notebooks run on.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (covbook)" >/dev/null
+	$(BIN)/python -m pip install --quiet -e ".[book,dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name covbook --display-name "Python 3 (covbook)" >/dev/null
 	touch $(STAMP)
 
 book: setup

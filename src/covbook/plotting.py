@@ -8,16 +8,35 @@ import seaborn as sns
 
 from covbook.stats import loglog_slope
 
-__all__ = ["use_theme", "loglog_with_fit", "PALETTE"]
+__all__ = ["use_theme", "loglog_with_fit", "PALETTE", "FIGURE_SIZE", "MAX_WIDTH_IN"]
 
 PALETTE = "colorblind"
 
 
+#: The book's text column is about 672 px wide on a 1280 px window (7 in at 96 px per inch): a
+#: single-panel figure is 6.4 in wide, a figure of two panels side by side at most 8.4 in (shown
+#: at 83 % or more of its size); three or more panels go in a grid, two across.
+FIGURE_SIZE = (6.4, 4.0)
+MAX_WIDTH_IN = 8.4
+
+
 def use_theme() -> None:
-    """Apply the book's theme: seaborn ``whitegrid``, colour-blind palette, crisp inline figures."""
+    """Apply the book's theme: seaborn ``whitegrid``, colour-blind palette, vector (SVG) inline figures.
+
+    In a Jupyter kernel the inline backend draws SVG, so figures stay sharp at any zoom, on a
+    phone and in the PDF edition (text is drawn as paths, so it looks the same without the
+    fonts).  Outside IPython only the matplotlib and seaborn settings apply.
+    """
     sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
-    plt.rcParams.update({"figure.figsize": (6.4, 4.0), "figure.dpi": 110, "savefig.dpi": 110,
+    plt.rcParams.update({"figure.figsize": FIGURE_SIZE, "figure.dpi": 110, "savefig.dpi": 200,
                          "axes.titlesize": "medium", "legend.fontsize": "small"})
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # not in a Jupyter kernel
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("svg")
 
 
 def loglog_with_fit(ax: plt.Axes, t: object, y: object, *, label: str, color: object = None,

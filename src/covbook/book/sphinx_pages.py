@@ -46,11 +46,36 @@ def unique_scripts(scripts: list) -> list:
 STATIC = Path(__file__).resolve().parent / "static"
 
 
+def footer_text(version: str, commit: str) -> str:
+    """The line every page's footer carries: which covbook built it, from which commit.
+
+    >>> footer_text("0.1.0", "abc1234")
+    'Built by covbook 0.1.0 from commit abc1234.'
+    """
+    return f"Built by covbook {version} from commit {commit}."
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("covbook")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _configure(app, config) -> None:
+    from covbook.book.report import git_commit
+
     config.html_static_path = [*config.html_static_path, str(STATIC)]
     context = dict(config.html_context or {})
     context.setdefault("default_mode", "light")  # pydata-sphinx-theme reads it from html_context
     config.html_context = context
+    options = dict(config.html_theme_options or {})
+    line = html.escape(footer_text(_version(), git_commit(Path(app.srcdir).resolve().parent)))
+    extra = options.get("extra_footer") or ""
+    options["extra_footer"] = f'{extra}<p class="covbook-build">{line}</p>'
+    config.html_theme_options = options
 
 
 def _dedupe(app, pagename: str, templatename: str, context: dict, doctree) -> None:
