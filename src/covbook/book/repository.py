@@ -78,7 +78,7 @@ if importlib.util.find_spec("covbook") is None:
         [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
     )
     if done.returncode:
-        print(done.stdout, done.stderr, sep="\n", file=sys.stderr)
+        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
         raise RuntimeError("pip could not install covbook: its output is above")
     importlib.invalidate_caches()"""
 
