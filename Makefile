@@ -7,7 +7,7 @@ DEVICE  ?= auto
 JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
 
-.PHONY: setup book test unit notebooks-smoke lint format bench clean distclean
+.PHONY: setup book pdf test unit notebooks-smoke lint format bench clean distclean
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ book: setup
 	$(BIN)/covbook run --profile $(PROFILE) --device $(DEVICE) --jobs $(JOBS)
 	$(BIN)/covbook build
 	$(BIN)/covbook check > /dev/null
+
+# the PDF edition of the built book: headless Chromium prints every page (covbook/book/pdf.py)
+pdf: book
+	$(BIN)/python -m covbook.book.pdf
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

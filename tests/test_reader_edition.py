@@ -12,9 +12,9 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 import yaml
 
 from covbook.book.repository import SETUP_CELL, fill_setup_source
@@ -172,3 +172,18 @@ def test_the_book_is_citable_with_one_version_everywhere():
     bibtex = re.search(r"```bibtex\n(.*?)```", intro, re.DOTALL)
     assert bibtex and f"version = {{{version}}}" in bibtex.group(1)
     assert 'href="covbook.pdf"' in intro
+
+
+def test_pairing_with_jupytext_leaves_the_tracked_notebook_as_it_is(tmp_path):
+    import shutil
+
+    shutil.copy(ROOT / "jupytext.toml", tmp_path / "jupytext.toml")
+    (tmp_path / "notebooks").mkdir()
+    md = tmp_path / "notebooks" / "01_covariance_readout.md"
+    shutil.copy(ROOT / "notebooks" / md.name, md)
+    before = md.read_bytes()
+    jupytext = [sys.executable, "-m", "jupytext", "--sync", str(md)]
+    subprocess.run(jupytext, cwd=tmp_path, check=True, capture_output=True)
+    assert md.with_suffix(".ipynb").is_file() and md.read_bytes() == before
+    paired = json.loads(md.with_suffix(".ipynb").read_text())
+    assert paired["metadata"]["kernelspec"]["name"] == "covbook"

@@ -73,6 +73,7 @@ def _configure(app, config) -> None:
     config.html_context = context
     options = dict(config.html_theme_options or {})
     line = html.escape(footer_text(_version(), git_commit(Path(app.srcdir).resolve().parent)))
+    options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
     extra = options.get("extra_footer") or ""
     options["extra_footer"] = f'{extra}<p class="covbook-build">{line}</p>'
     config.html_theme_options = options
@@ -106,6 +107,7 @@ def _write_index(app, exception: Exception | None) -> None:
 def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _configure, priority=600)
     app.add_css_file("covbook.css")
+    app.add_js_file("covbook.js")
     app.connect("html-page-context", _dedupe, priority=900)
     app.connect("build-finished", _write_index, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

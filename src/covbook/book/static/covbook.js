@@ -1,0 +1,11 @@
+// covbook: give every cell of a table the name of its column (data-label), so that on a phone,
+// where covbook.css stacks a table's rows, each value is shown with what it is.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const table of document.querySelectorAll(".bd-article table")) {
+    const heads = [...table.querySelectorAll("thead th")].map(th => th.textContent.trim());
+    if (!heads.length) continue;
+    for (const row of table.querySelectorAll("tbody tr")) {
+      [...row.children].forEach((cell, i) => { if (heads[i]) cell.dataset.label = heads[i]; });
+    }
+  }
+});
