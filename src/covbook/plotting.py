@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 import seaborn as sns
 
 from covbook.stats import loglog_slope
 
-__all__ = ["use_theme", "loglog_with_fit", "PALETTE", "FIGURE_SIZE", "MAX_WIDTH_IN"]
+__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "PALETTE", "FIGURE_SIZE", "MAX_WIDTH_IN"]
 
 PALETTE = "colorblind"
 
@@ -52,4 +55,23 @@ def loglog_with_fit(ax: plt.Axes, t: object, y: object, *, label: str, color: ob
     ax.loglog(tt, np.exp(icpt) * tt**slope, "-", color=line.get_color(), lw=1, alpha=0.7)
     if reference is not None:
         ax.loglog(tt, reference / tt, "--", color=line.get_color(), lw=1, alpha=0.9)
+    ax.xaxis.set_minor_formatter(sparse_minor_labels(ax.xaxis))
+    ax.yaxis.set_minor_formatter(sparse_minor_labels(ax.yaxis))
     return slope
+
+
+def sparse_minor_labels(axis: object, max_decades: float = 2.5) -> FuncFormatter:
+    """Minor tick labels of a log axis at 2 and 5 times a power of ten only (``20``, ``50``, ``200``).
+
+    Matplotlib labels 2, 3, 4 and 6 × 10^k on an axis spanning about a decade, which collide at
+    the width of a panel of a two-panel figure; beyond ``max_decades`` no minor tick is labelled.
+    """
+
+    def label(x: float, _pos: object) -> str:
+        lo, hi = sorted(axis.get_view_interval())
+        if x <= 0 or lo <= 0 or hi / lo > 10**max_decades:
+            return ""
+        mantissa = round(x / 10 ** math.floor(math.log10(x)))
+        return f"{x:g}" if mantissa in (2, 5) else ""
+
+    return FuncFormatter(label)
