@@ -32,7 +32,7 @@ __all__ = ["CHROMIUM_FLAGS", "find_chromium", "toc_pages", "build_pdf", "main"]
 PDF_NAME = "covbook.pdf"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
                   "--disable-extensions", "--disable-sync", "--no-default-browser-check", "--no-pdf-header-footer",
-                  "--run-all-compositor-stages-before-draw", "--virtual-time-budget=60000")
+                  "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000")
 INSTALL = "apt-get install chromium  (Debian/Ubuntu)"
 
 
@@ -137,7 +137,7 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
         writer.append(str(work / "contents.pdf"))
         for (page, part), (title, first) in zip(parts, entries):
             writer.append(str(part))
-            writer.add_outline_item(title, first - 1)
+            writer.add_outline_item(title=title, page_number=first - 1)
         writer.add_metadata({"/Title": entries[0][0], "/Creator": "covbook (Chromium print-to-PDF, pypdf)"})
         tmp_out = out.with_name(f".{out.name}.tmp")
         with open(tmp_out, "wb") as fh:
