@@ -6,8 +6,8 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FuncFormatter
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter
 
 from covbook.stats import loglog_slope
 
