@@ -121,7 +121,7 @@ def test_a_readers_profile_sets_that_profiles_sizes(monkeypatch):
 def test_every_chapter_passes_its_name_and_parameters_to_setup():
     for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md")):
         text = nb.read_text(encoding="utf-8")
-        assert f'notebook="{nb.stem}", parameters=globals()' in re.sub(r"\s+", " ", text), nb.name
+        assert f'chapter="{nb.stem[:2]}", parameters=globals()' in re.sub(r"\s+", " ", text), nb.name
         assert "\n  name: covbook\n" in text.split("---")[1], f"{nb.name}: kernelspec not covbook"
 
 
