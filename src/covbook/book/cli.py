@@ -247,7 +247,7 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    if not args.replace:
+    if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
         _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
         if args.rejudge:
