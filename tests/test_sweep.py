@@ -81,17 +81,18 @@ def test_sweep_on_the_fixture_project(project):
                          .read_text())
         assert rec["parameters"]["seed"] == seed and rec["status"] == "ok"
     data = json.loads((project / "book" / "calibration.json").read_text())
-    rows = {r["id"]: r for r in data["notebooks"]["01_alpha"]["claims"]}
-    assert data["notebooks"]["01_alpha"]["seeds"] == [0, 1, 2] and rows["x_is_x"]["passed"] == 3
+    rows = {r["id"]: r for r in data["profiles"]["smoke"]["01_alpha"]["claims"]}
+    assert data["profiles"]["smoke"]["01_alpha"]["seeds"] == [0, 1, 2] and rows["x_is_x"]["passed"] == 3
     import random
     fails = 0
     for s in (0, 1, 2):
         random.seed(s)
         fails += random.random() > 0.5
-    assert rows["u"]["n"] == 3 and rows["u"]["passed"] == 3 - fails and rows["u"]["flagged"] == (fails > 0)
-    assert res.returncode == (1 if fails else 0)
+    assert rows["u"]["n"] == 3 and rows["u"]["passed"] == 3 - fails and rows["u"]["flagged"] == (fails >= 2)
+    assert res.returncode == (1 if fails >= 2 else 0)
     page = (project / "book" / "generated" / "calibration.md").read_text()
-    assert "## 01_alpha" in page and "seeds 0–2 (3)" in page and "`u` | evidence" in page
+    assert "### 01_alpha" in page and "seeds 0–2 (3)" in page and "`u` | evidence" in page
+    assert "**in sample**" in page  # seeds 0-2 are development seeds
     # a second sweep is served from each seed's cache
     again = covbook(project, "sweep", "--seeds", "0-2", "01", "--no-progress")
     assert again.stdout.count("1 ok, 0 failed") == 3
@@ -119,13 +120,13 @@ def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_pa
         fake_run(gen, "01_alpha", [claim("a", "01_alpha", measured=1.0 + 0.2 * seed)], seed=seed)
     res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
     assert res.returncode == 0, res.stderr
-    rows = json.loads((proj / "book" / "calibration.json").read_text())["notebooks"]["01_alpha"]["claims"]
+    rows = json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"]["claims"]
     assert rows[0]["passed"] == 3
     narrow = claim("a", "01_alpha")
     narrow["_rule"].update(window="fixed", interval=[0.9, 1.1])  # seeds 1 and 2 (1.2, 1.4) now fail
     write_rules(proj, "01_alpha", [narrow])
     res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
-    rows = json.loads((proj / "book" / "calibration.json").read_text())["notebooks"]["01_alpha"]["claims"]
+    rows = json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"]["claims"]
     assert res.returncode == 1 and rows[0]["fail_seeds"] == [1, 2] and rows[0]["flagged"]
     res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge")
     assert res.returncode == 2 and "no stored sweep" in res.stderr
@@ -134,11 +135,47 @@ def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_pa
 def test_chance_flags_follow_the_flag_rule():
     from covbook.book.sweep import _flag_chance
 
-    # with 10 seeds one failure is flagged: the chance is that of at least one failure
-    assert _flag_chance(10) == pytest.approx(1 - (1 - LEVEL) ** 10)
-    # with many seeds one failure is not flagged: the chance is that of the smallest flagged count
-    k = next(k for k in range(1, 201) if binomial_tail(k, 200) < 0.01)
-    assert k > 1 and _flag_chance(200) == pytest.approx(binomial_tail(k, 200))
+    # a correct claim is flagged by failures when it fails at two seeds or more
+    for n in (1, 3, 20, 200):
+        want = 1 - (1 - LEVEL) ** n - n * LEVEL * (1 - LEVEL) ** (n - 1)
+        assert _flag_chance(n) == pytest.approx(want, rel=1e-9, abs=1e-15)
+
+
+def test_detectable_rate_solves_the_flag_rules_power():
+    from covbook.book.sweep import FLAG_FAILURES, _at_least, detectable_rate
+
+    for n in (3, 20, 50):
+        r = detectable_rate(n, 0.8)
+        assert _at_least(FLAG_FAILURES, n, r) == pytest.approx(0.8, abs=1e-9)
+    assert detectable_rate(1) == 1.0  # one seed cannot show two failures
+    assert detectable_rate(20, 0.5) < detectable_rate(20, 0.8) < detectable_rate(5, 0.8)
+
+
+def test_flag_rule_two_failures_or_spread_or_missing():
+    from covbook.book.sweep import _flagged
+
+    assert not _flagged(1, 1.0, 20, [])
+    assert _flagged(2, 1.0, 20, [])
+    assert _flagged(0, 2.5, 20, []) and not _flagged(0, 2.5, 2, [])  # SD/SE needs three seeds
+    assert _flagged(0, None, 20, [7])
+
+
+def test_page_counts_failing_evaluations_against_chance_per_profile(tmp_path):
+    """Out-of-sample seeds are said so; the failing evaluations are compared with N·α."""
+    c = claim("c", "01_alpha")
+    proj = fake_project(tmp_path, {"01_alpha": [c]})
+    paths = Paths(proj)
+    for seed in (1000, 1001, 1002):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + 0.01 * (seed - 1000))], seed=seed)
+    res = covbook(proj, "sweep", "--seeds", "1000-1002", "--rejudge")
+    assert res.returncode == 0, res.stderr
+    data = json.loads((proj / "book" / "calibration.json").read_text())
+    entry = data["profiles"]["smoke"]["01_alpha"]
+    assert entry["out_of_sample"] and data["development_seeds"] == [0, 999]
+    page = (proj / "book" / "generated" / "calibration.md").read_text()
+    assert "## Profile `smoke`" in page and "**out of sample**" in page
+    assert "**Failing evaluations: 0 of 3**" in page and f"chance predicts {3 * LEVEL:.2g}" in page
 
 
 def test_chance_of_at_least_k_flags_is_the_poisson_binomial_tail():
@@ -174,7 +211,8 @@ def test_flag_count_sentence_compares_the_observed_flags_with_chance():
     data = {"01_alpha": {"claims": [{"kind": "evidence", "n": 10}] * 100}}
     none = 1 - _chance_of_at_least(data, 1)
     zero = _flag_count_sentence(data, 0)
-    assert zero.startswith("No evidence claim is flagged here") and zero.endswith(f"none with probability {none:.2g}.")
+    assert zero.startswith("No evidence claim is flagged here")
+    assert zero.endswith(f"none by failures with probability {none:.2g}.")
     assert _flag_count_sentence(data, 1).startswith("1 evidence claim is flagged here")
     two = _flag_count_sentence(data, 2)
     assert two.startswith("2 evidence claims are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two

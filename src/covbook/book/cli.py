@@ -228,18 +228,24 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str) -> None:
-    """A :class:`UsageError` when the sweep would replace a calibration of more seeds or another profile."""
+    """A :class:`UsageError` when the sweep would replace a calibration of this profile at more seeds, or an
+    out-of-sample calibration by one at development seeds."""
+    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles
+
     f = paths.root / "book" / "calibration.json"
     try:
-        old = json.loads(f.read_text(encoding="utf-8")).get("notebooks", {}) if f.is_file() else {}
+        old = _profiles(json.loads(f.read_text(encoding="utf-8"))).get(profile, {}) if f.is_file() else {}
     except (json.JSONDecodeError, AttributeError):
         return  # a damaged file is reported by the sweep itself
-    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds, {old[n].get('profile')})" for n in names
+    in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
+    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds"
+             + (", out of sample)" if old[n].get("out_of_sample") else ")") for n in names
              if isinstance(old.get(n), dict)
-             and (len(old[n].get("seeds", [])) > len(seeds) or old[n].get("profile") != profile)]
+             and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
     if worse:
-        raise UsageError(f"book/calibration.json holds a calibration this sweep ({len(seeds)} seeds, {profile}) "
-                         f"would replace: {', '.join(worse)}; pass --replace to replace it")
+        raise UsageError(f"book/calibration.json holds a {profile} calibration this sweep ({len(seeds)} seeds"
+                         + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
+                         "pass --replace to replace it")
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:

@@ -43,6 +43,17 @@ __all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate"
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
 FLAG_P = 0.01
+"""Kept for the tail probability column: ``P(X ≥ failures)`` below it marks an improbable count."""
+FLAG_FAILURES = 2
+"""A claim that fails at this many seeds or more is flagged (one failure in a sweep is what chance gives)."""
+FLAG_SPREAD = 2.0
+"""A claim whose SD/SE across seeds exceeds this is flagged: its standard error understates the spread."""
+DEVELOPMENT_SEEDS = range(0, 1000)
+"""Seeds declared as development seeds: every seed tolerances were ever checked against while the rules were
+written lies below 1000 (the earlier sweeps used 0-9; CI and the chapters' defaults use 0; ad hoc checks used
+small seeds).  A calibration at these seeds is in sample; the book's out-of-sample calibration uses seeds
+from 1000 up, never run before the rules were frozen."""
+_PROFILE_ORDER = {"smoke": 0, "quick": 1, "full": 2}
 #: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
 STATISTICAL = ("evidence", "compatible")
 NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke` (then commit "
@@ -164,10 +175,13 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
-    old = _read_json(paths)
-    merged = {**old.get("notebooks", {}), **data}
+    profiles = _profiles(_read_json(paths))
+    profile = next(iter(data.values()))["profile"] if data else "smoke"
+    profiles[profile] = dict(sorted({**profiles.get(profile, {}), **data}.items()))
     write_json_atomic(paths.root / CALIBRATION_JSON,
-                      {"level": LEVEL, "flag_p": FLAG_P, "notebooks": dict(sorted(merged.items()))})
+                      {"level": LEVEL, "flag_failures": FLAG_FAILURES, "flag_spread": FLAG_SPREAD,
+                       "development_seeds": [DEVELOPMENT_SEEDS.start, DEVELOPMENT_SEEDS.stop - 1],
+                       "profiles": dict(sorted(profiles.items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9)))})
     write_calibration_page(paths)
     return data
 
@@ -231,9 +245,11 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                 "tail_p": tail,
                 "fail_seeds": fail_seeds,
                 "missing_seeds": missing,
-                "flagged": tail < FLAG_P or bool(missing),
+                "flagged": _flagged(fails, spread, n, missing),
             })
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
+                     "rules_commit": rules_commit(paths.root),
+                     "out_of_sample": not any(s in DEVELOPMENT_SEEDS for s in seeds),
                      "date": time.strftime("%Y-%m-%d"), "claims": rows}
     return out
 
@@ -249,20 +265,83 @@ def _read_json(paths: Paths) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _profiles(data: dict) -> dict[str, dict]:
+    """``{profile: {notebook: entry}}`` from a calibration file (an older file keyed by notebook only is read
+    by each entry's own profile)."""
+    if isinstance(data.get("profiles"), dict):
+        return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
+    out: dict[str, dict] = {}
+    for name, entry in data.get("notebooks", {}).items():
+        out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
+    return out
+
+
+def rules_commit(root: Path) -> str:
+    """The last commit that changed ``notebooks/rules`` (the rules a calibration judges), or ``"unknown"``."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h", "--", "notebooks/rules"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bool:
+    """The flag rule: failures at ``FLAG_FAILURES`` seeds or more, SD/SE above ``FLAG_SPREAD``, or not recorded."""
+    too_wide = spread is not None and n >= 3 and spread > FLAG_SPREAD
+    return fails >= FLAG_FAILURES or too_wide or bool(missing)
+
+
+def _at_least(k: int, n: int, p: float) -> float:
+    """``P(X >= k)`` for ``X ~ Binomial(n, p)``, as ``1 - P(X < k)`` (exact; cheap for small ``k``)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k)))))
+
+
 def _flag_chance(n: int) -> float:
-    """Chance that a correct claim recorded at ``n`` seeds is flagged: P(X ≥ k) at the smallest k the rule flags."""
-    return next((tail for k in range(1, n + 1) if (tail := binomial_tail(k, n)) < FLAG_P), 0.0)
+    """Chance that a correct claim judged at ``n`` seeds fails at ``FLAG_FAILURES`` of them or more."""
+    return _at_least(FLAG_FAILURES, n, LEVEL)
+
+
+def detectable_rate(n: int, power: float = 0.8) -> float:
+    """The failure rate a claim needs for the flag rule to catch it with probability ``power`` at ``n`` seeds.
+
+    Solves ``P(Binomial(n, r) >= FLAG_FAILURES) = power`` for ``r`` by bisection.
+
+    Examples
+    --------
+    >>> round(detectable_rate(20), 3)
+    0.142
+    """
+    if n < FLAG_FAILURES:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _at_least(FLAG_FAILURES, n, mid) < power else (lo, mid)
+    return hi
+
+
+def failing_evaluations(entries: dict) -> tuple[int, int]:
+    """``(evaluations, failures)`` of the statistical claims (evidence and compatible) over a profile's sweep."""
+    rows = [r for e in entries.values() for r in e["claims"] if r["kind"] in STATISTICAL]
+    return sum(r["n"] for r in rows), sum(r["n"] - r["passed"] for r in rows)
 
 
 def _chance_flags(data: dict) -> float:
-    """Expected number of evidence claims a sweep flags when every claim is right (the flag rule's own tail)."""
+    """Expected number of statistical claims a sweep flags by failures when every claim is right."""
     return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] in STATISTICAL)
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
-    """P(at least ``k`` evidence claims flagged) in a correct book, treating the claims' flags as independent
-    Bernoulli(:func:`_flag_chance`) draws, so that their count is Poisson-binomial (computed exactly).  Claims of
-    one notebook share each seed's run, so this is an approximation."""
+    """P(at least ``k`` statistical claims flagged by failures) in a correct book, treating the claims' flags as
+    independent Bernoulli(:func:`_flag_chance`) draws, so that their count is Poisson-binomial (computed
+    exactly).  Claims of one notebook share each seed's run, so this is an approximation."""
     dist = [1.0]  # dist[j] = P(j flags among the claims so far)
     for e in data.values():
         for r in e["claims"]:
@@ -279,82 +358,117 @@ def _flag_count_sentence(data: dict, k: int) -> str:
              "1 evidence claim is flagged here" if k == 1 else f"{k} evidence claims are flagged here")
     tail = "" if k == 0 else f" and {k} or more with probability {_chance_of_at_least(data, k):.2g}"
     return (f"{first}; treating the claims as independent (those of one notebook share a run), a correct book "
-            f"flags none with probability {none:.2g}{tail}.")
+            f"flags none by failures with probability {none:.2g}{tail}.")
 
 
 def _num(x: float | None) -> str:
     return "—" if x is None else fmt(x)
 
 
+def _seed_text(seeds: list[int]) -> str:
+    return (f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else
+            ", ".join(map(str, seeds)))
+
+
+_INTRO = [
+    "# Calibration: the claims across seeds",
+    "",
+    "CI checks every claim at one seed. This page reruns the notebooks at many seeds and counts, for each "
+    f"claim, how often it fails. At the book's per-claim level α = {LEVEL:g} a correct statistical claim "
+    "(evidence or compatible) fails a run with probability α, so over a sweep the number of failing "
+    "evaluations should be close to (number of evaluations) × α; the page gives that expectation and the "
+    "exact probability of at least the observed count (a binomial, the Poisson-binomial of equal levels). "
+    f"A claim is **flagged** when it fails at {FLAG_FAILURES} seeds or more, when the spread of its values "
+    f"across seeds exceeds {FLAG_SPREAD:g} times the standard error it recorded (SD/SE > {FLAG_SPREAD:g}, "
+    "at 3 seeds or more), or when some seed did not record it. A flagged claim is biased or too narrow: it "
+    "is fixed at its cause (its window, prediction or statistic), not by widening, and a fix is followed by "
+    "a calibration on new seeds.",
+    "",
+    "**Out of sample.** The rules (kinds, windows, alternatives: `notebooks/rules/`) are frozen at the "
+    "commit each section names before the sweep; seeds below "
+    f"{DEVELOPMENT_SEEDS.stop} are declared *development seeds* (tolerances were checked against some of "
+    "them while the rules were written), and a sweep at any of them is marked in sample. The book's "
+    "calibration uses seeds never run before the rules were frozen.",
+    "",
+    "The column SD/SE compares the spread across seeds with the standard error the claim recorded: for a "
+    "claim with a numeric prediction and a standard error at every seed it is the SD of the standardized "
+    "residual (measured − predicted)/SE, so a prediction that changes with the seed does not count as "
+    "spread; otherwise the SD of the values over their mean SE. With a Student-t window over ν replicates a "
+    "calibrated claim's SD/SE is about √(ν/(ν − 2)). For a bound or a window whose truth moves with the "
+    "seed (a model trained per seed) the column mixes that movement with the noise.",
+    "",
+    "Generated by `covbook sweep --seeds A-B --profile P` (or `--rejudge` over a stored sweep) from "
+    "`book/calibration.json`.",
+    "",
+]
+
+
+def _profile_summary(profile: str, entries: dict) -> list[str]:
+    rows = [r for e in entries.values() for r in e["claims"]]
+    stat = [r for r in rows if r["kind"] in STATISTICAL]
+    n_eval, n_fail = failing_evaluations(entries)
+    seeds = sorted({s for e in entries.values() for s in e["seeds"]})
+    n_seeds = len(seeds)
+    flagged = [r for r in rows if r["flagged"]]
+    oos = all(e.get("out_of_sample") for e in entries.values())
+    commits = sorted({e.get("rules_commit", "unknown") for e in entries.values()})
+    expected = n_eval * LEVEL
+    flagged_ids = ", ".join("`" + r["id"] + "`" for r in flagged)
+    lines = [f"## Profile `{profile}`", "",
+             f"Seeds {_seed_text(seeds)} ({n_seeds}), "
+             + ("**out of sample** (none is a development seed)" if oos else
+                "**in sample** (development seeds: tolerances were checked against some of them)")
+             + f"; rules frozen at commit {', '.join(commits)}. {len(rows)} claims ({len(stat)} statistical) "
+             f"over {len(entries)} notebook(s).", "",
+             f"**Failing evaluations: {n_fail} of {n_eval}**; chance predicts {expected:.2g} at α = {LEVEL:g}, "
+             f"and a correct book fails at least {n_fail} with probability {_at_least(n_fail, n_eval, LEVEL):.2g}. "
+             f"**Flagged claims: {len(flagged)}**"
+             + (f" ({flagged_ids})" if flagged else "") + ". "
+             + _flag_count_sentence(entries, sum(r["flagged"] for r in stat)), "",
+             f"*Power of the flag rule at {n_seeds} seeds:* a claim that fails a fraction r of runs is flagged "
+             f"when it fails at {FLAG_FAILURES} seeds or more, with probability 1 − (1 − r)^n − n r (1 − r)^(n−1); "
+             f"the rule catches a failure rate of {100 * detectable_rate(n_seeds, 0.5):.2g} % half the time and "
+             f"of {100 * detectable_rate(n_seeds, 0.8):.2g} % with probability 0.8, while a correct claim is "
+             f"flagged by failures with probability {_flag_chance(n_seeds):.2g}. "
+             f"The count of failing evaluations is the sharper test: a book whose claims failed at 10 α would "
+             f"show about {10 * expected:.2g} failures here.", ""]
+    return lines
+
+
+def _notebook_table(name: str, e: dict) -> list[str]:
+    lines = [f"### {name}", "",
+             f"Profile `{e['profile']}`, seeds {_seed_text(e['seeds'])} ({len(e['seeds'])}), commit {e['commit']}, "
+             f"{e['date']}."
+             + (f" The notebook failed at seed(s) {', '.join(map(str, e['failed_seeds']))}."
+                if e.get("failed_seeds") else ""), "",
+             "| | claim | kind | passed | mean | SD | SD/SE | expected (first seed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in e["claims"]:
+        flag = "**⚑ flagged**" if r["flagged"] else ""
+        if r.get("fail_seeds"):
+            flag += f" failed at seed(s) {', '.join(map(str, r['fail_seeds']))}"
+        if r["missing_seeds"]:
+            flag += f" not recorded at seed(s) {', '.join(map(str, r['missing_seeds']))}"
+        lines.append(f"| {flag} | `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
+                     f"{_num(r['sd'])} | {_num(r.get('sd_over_se'))} | {r['expected'].replace('|', '/')} |")
+    return [*lines, ""]
+
+
 def write_calibration_page(paths: Paths) -> Path:
     """Write ``book/generated/calibration.md`` from ``book/calibration.json`` (or say that none was run)."""
-    data = _read_json(paths).get("notebooks", {})
-    lines = [
-        "# Calibration: the claims across seeds",
-        "",
-        "CI checks every claim at one seed. This page reruns the notebooks at many seeds and counts, for "
-        f"each claim, how often it passes. At the book's per-claim level α = {LEVEL:g} a correct claim "
-        "essentially never fails; a claim is **flagged** when its failures are improbable under that level "
-        f"(binomial tail probability P(X ≥ failures) < {FLAG_P:g} for X ~ Binomial(seeds, α); with 20 "
-        "seeds or fewer a single failure is flagged) or when some seed did not record it. A flagged claim "
-        "is biased or too narrow: its window, prediction or tolerance basis is fixed, not the seed. The "
-        "measured values' mean and standard deviation (SD) across seeds show how much each number moves. "
-        "The column SD/SE compares that spread with the standard error the claim recorded: for a claim "
-        "with a numeric prediction and a standard error recorded at every seed it is the SD across seeds "
-        "of the standardized residual (measured − predicted)/SE, so a prediction that changes with the "
-        "seed (a model drawn per seed) does not count as spread; otherwise the SD of the measured values "
-        "over their mean SE (for an older claim file, tolerance ÷ Z). With a Student-t window over ν "
-        "replicates a calibrated claim's SD/SE is about √(ν/(ν − 2)), above 1. Well above 1, the claim's standard error understates the seed-to-seed "
-        "variation; for a bound or a window the claim's truth may itself move with the seed (a model "
-        "trained per seed), and the column then mixes that movement with the noise. It is a diagnostic: "
-        "the flag is the pass count.",
-        "",
-        "Generated by `covbook sweep --seeds A-B --profile P` from `book/calibration.json`.",
-        "",
-    ]
-    if not data:
+    profiles = _profiles(_read_json(paths))
+    lines = list(_INTRO)
+    if not any(profiles.values()):
         lines += [f"**{NO_SWEEP}**", ""]
-    else:
-        rows = [r for e in data.values() for r in e["claims"]]
-        flagged = [r for r in rows if r["flagged"]]
-        ev = [r for r in rows if r["kind"] in STATISTICAL]
-        ev_flagged = [r for r in ev if r["flagged"]]
-        seeds = sorted({s for e in data.values() for s in e["seeds"]})
-        bad = sorted({s for e in data.values() for r in e["claims"] for s in r.get("fail_seeds", [])}
-                     | {s for e in data.values() for s in e.get("failed_seeds", [])})
-        lines += [f"**{len(rows)} claims ({len(ev)} evidence) over {len(data)} notebook(s); "
-                  f"{len(flagged)} flagged.** Seeds at which some claim failed or some notebook did not run: "
-                  f"{len(bad)} of {len(seeds)}" + (f" ({', '.join(map(str, bad))})" if bad else "") + ". "
-                  f"Treating the claims as independent, a correct book with these {len(ev)} evidence claims "
-                  "fails some claim by chance at about "
-                  f"{100 * familywise(len(ev)):.2g} % of seeds, and a sweep of this size flags about "
-                  f"{_chance_flags(data):.2g} of its evidence claims by chance alone (with 20 seeds or fewer a "
-                  "correct claim is flagged with probability 1 − (1 − α)^seeds). "
-                  + _flag_count_sentence(data, len(ev_flagged)), ""]
-        for name, e in sorted(data.items()):  # chapter order
-            seeds = e["seeds"]
-            seed_text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else \
-                ", ".join(map(str, seeds))
-            lines += [f"## {name}", "",
-                      f"Profile `{e['profile']}`, seeds {seed_text} ({len(seeds)}), commit {e['commit']}, "
-                      f"{e['date']}."
-                      + (f" The notebook failed at seed(s) {', '.join(map(str, e['failed_seeds']))}."
-                         if e.get("failed_seeds") else ""), "",
-                      "| claim | kind | passed | mean | SD | SD/SE | expected (first seed) | tail p | |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-            for r in e["claims"]:
-                flag = "**⚑ flagged**" if r["flagged"] else ""
-                if r.get("fail_seeds"):
-                    flag += f" failed at seed(s) {', '.join(map(str, r['fail_seeds']))}"
-                if r["missing_seeds"]:
-                    flag += f" not recorded at seed(s) {', '.join(map(str, r['missing_seeds']))}"
-                lines.append(f"| `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
-                             f"{_num(r['sd'])} | {_num(r.get('sd_over_se'))} | {r['expected'].replace('|', '/')} | {r['tail_p']:.2g} | {flag} |")
-            lines.append("")
+    for profile, entries in sorted(profiles.items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9)):
+        if not entries:
+            continue
+        lines += _profile_summary(profile, entries)
+        for name, e in sorted(entries.items()):  # chapter order
+            lines += _notebook_table(name, e)
     out = paths.generated / "calibration.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
     return out
-
