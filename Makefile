@@ -7,7 +7,7 @@ DEVICE  ?= auto
 JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
 
-.PHONY: setup book test unit notebooks-smoke lint format bench clean distclean
+.PHONY: setup book test unit notebooks-smoke lint format bench bench-sweep clean distclean
 
 setup: $(STAMP)
 
@@ -49,6 +49,10 @@ format: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py
+
+# notebook jobs on the local pool and on Dask local clusters of 1 and 2 workers (throughput, overhead per job)
+bench-sweep: setup
+	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
 	-$(BIN)/covbook clean
