@@ -110,9 +110,11 @@ def _claims(tree: Path, name: str) -> list[dict]:
 
 
 def _outputs(tree: Path, name: str) -> list:
-    """The executed notebook's cells and outputs, without papermill's timestamps and durations."""
+    """The executed notebook's cells and outputs, without papermill's timestamps and durations and without
+    the cell ids (jupytext draws new random ones at every read of a MyST notebook, locally too)."""
     nb = json.loads((tree / "book" / "generated" / f"{name}.ipynb").read_text())
     for cell in nb["cells"]:
+        cell.pop("id", None)
         cell.get("metadata", {}).pop("papermill", None)
         cell.get("metadata", {}).pop("execution", None)
     return nb["cells"]
@@ -154,3 +156,41 @@ def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tm
         assert calib_a["notebooks"][name]["claims"] == calib_b["notebooks"][name]["claims"]
     # the client wrote the tree: no temporaries left, no worker scratch inside it
     assert not [p for p in dist.rglob("*") if ".covbook/tmp/" in str(p.relative_to(dist)) and p.is_file()]
+
+
+SLEEPER = ("import time\ntime.sleep(120)\n"
+           "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
+
+
+@pytest.mark.notebooks
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_the_cluster_and_its_kernels(project, signum):
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM while two kernels run on local:2: exit 130,
+    one line saying what did not finish, every worker and kernel gone, nothing written, no temporaries."""
+    from helpers import make_notebook
+
+    for name in ("01_alpha", "02_beta"):
+        (project / "notebooks" / f"{name}.md").write_text(make_notebook(SLEEPER))
+    proc = subprocess.Popen([*COVBOOK, "run", "--profile", "smoke", "--cluster", "local:2", "--no-progress"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    end = time.monotonic() + 300
+    while len([p for p in _descendants(proc.pid) if "ipykernel" in _cmdline(p)]) < 2:
+        assert time.monotonic() < end and proc.poll() is None, "the kernels did not start"
+        time.sleep(0.5)
+    family = _descendants(proc.pid)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signum) if signum == signal.SIGINT else proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    print(f"signal to exit: {time.monotonic() - t0:.1f} s", err)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if "interrupted" in line] == [
+        "covbook run: interrupted; finished and kept: none; not finished: 01_alpha, 02_beta"], err
+    end = time.monotonic() + 10
+    while [p for p in family if Path(f"/proc/{p}").exists() and _cmdline(p)]:
+        assert time.monotonic() < end, [_cmdline(p) for p in family if Path(f"/proc/{p}").exists()]
+        time.sleep(0.2)
+    assert not (project / "book" / "generated" / "runs").exists()
+    assert not list((project / ".covbook" / "tmp").glob("*"))

@@ -139,6 +139,7 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 local = LocalCluster(n_workers=value, threads_per_worker=1, processes=True, dashboard_address=None,
                                      local_directory=scratch, silence_logs=logging.ERROR)
                 client = Client(local)
+                client.register_plugin(_own_process_group(), name="covbook-own-process-group")
             elif kind == "address":
                 client = Client(value, timeout=CONNECT_TIMEOUT_S)
             else:
@@ -157,6 +158,21 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 local.close()
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _own_process_group():
+    """A worker plugin of a local cluster: the worker process leaves the terminal's process group, so that
+    Ctrl-C reaches only the client, which then stops the jobs and closes the cluster in order."""
+    from distributed import WorkerPlugin
+
+    class OwnProcessGroup(WorkerPlugin):
+        def setup(self, worker) -> None:
+            try:
+                os.setpgid(0, 0)
+            except OSError:  # a session leader, or not allowed: Ctrl-C then reaches the worker too
+                pass
+
+    return OwnProcessGroup()
 
 
 def _identity() -> dict:
@@ -332,7 +348,7 @@ def run_trees(
         if todo:
             for d in rundirs:
                 d.mkdir(parents=True, exist_ok=True)
-            files = client.scatter(_notebook_files(trees[0][0]), broadcast=False)
+            [files] = client.scatter([_notebook_files(trees[0][0])], hash=False)  # one future: the whole folder
             expect = _identity()
             for i, job in todo:
                 payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
