@@ -244,7 +244,7 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
         try:
             event = Event(stop)
             while proc.poll() is None:
-                if event.wait(POLL_S):
+                if event.wait(POLL_S) or _released(worker):
                     raise RuntimeError("stopped by the client")
         finally:
             _stop_process(proc)
@@ -261,6 +261,14 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
                 "claims": claims.read_bytes() if claims.is_file() else None}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _released(worker) -> bool:
+    """Whether the scheduler no longer wants this task (cancelled, or its client is gone, e.g. ``kill -9``)."""
+    from distributed.worker import thread_state
+
+    ts = worker.state.tasks.get(getattr(thread_state, "key", None))
+    return ts is not None and ts.state == "cancelled"
 
 
 def _stop_process(proc: subprocess.Popen) -> None:
