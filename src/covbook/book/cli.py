@@ -3,8 +3,9 @@
     covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
                 [--seed N] [--jobs N | --cluster SPEC] [--force] [--rehearse] [--wait]
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
-    covbook check [--json] [--update-manifest]
+    covbook check [--json]
     covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N | --cluster SPEC] [--force]
+                  [--rejudge]
     covbook build [--wait]
     covbook clean [--wait]
 
@@ -73,9 +74,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
     c = sub.add_parser("check", help="verify the claims of the last run")
-    c.add_argument("--json", action="store_true", help="print every claim as JSON (with kind, basis, reason)")
-    c.add_argument("--update-manifest", action="store_true",
-                   help="rewrite notebooks/claims_manifest.yml from the last run's claim ids, then check")
+    c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
     s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table")
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
     s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9")
@@ -85,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--rejudge", action="store_true",
+                   help="run nothing: judge the sweep's stored measurements against the current rules")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
     return p
@@ -163,18 +164,24 @@ def _damaged(paths: Paths, command: str) -> bool:
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     if _damaged(paths, "check"):
         return 1
-    from covbook.book.checks import check, update_manifest
+    import time
 
-    if args.update_manifest:
-        for line in update_manifest(paths) or ["no change"]:
-            print(f"covbook check: manifest: {line}", file=sys.stderr)
+    from covbook.book.checks import check
+
+    start = time.perf_counter()
     v = check(paths)
+    seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(v.as_json(), indent=1))
     else:
         for c in v.claims:
             print(c.verdict_line())
-        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass")
+        weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
+        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass; "
+              f"{weak} evidence claim(s) without power; "
+              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
+    for n in v.notes:
+        print(f"  note: {n}", file=sys.stderr)
     for p in v.problems:
         print(f"  {p}", file=sys.stderr)
     return 0 if v.ok else 1
@@ -204,22 +211,30 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
             # the next build and -W would pass: forget the environment so that the next build reads all pages
             shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
     if proc.returncode == 0:
+        from covbook.book.checks import check
+
+        for n in check(paths).notes:
+            if n.startswith("chapters were run at mixed"):
+                print(f"covbook build: warning: {n}", file=sys.stderr)
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
     return 1 if proc.returncode else 0
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
-    from covbook.book.sweep import parse_seeds, run_sweep
-
     from covbook.book.runner import Interrupted
+    from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    cluster = _cluster(args)
+    cluster = nullcontext(None) if args.rejudge else _cluster(args)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
         try:
-            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
-                             jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
+            if args.rejudge:
+                data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
+            else:
+                data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                                 jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
+                                 cluster=engine)
         except Interrupted as stop:
             print(f"covbook sweep: interrupted; finished and kept: {len(stop.results)} notebook run(s); not "
                   f"finished: {', '.join(stop.unfinished) or 'none'}", file=sys.stderr)

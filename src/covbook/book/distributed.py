@@ -212,7 +212,7 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
     """Execute one notebook on this Dask worker in a scratch tree; return its outputs (bytes) and outcome.
 
     ``job``: the local pool's job (name, params, digest, device, threads, rehearse);
-    ``files``: ``notebooks/`` by file name; ``expect``: the client's :func:`_identity`;
+    ``files``: ``notebooks/`` by relative path; ``expect``: the client's :func:`_identity`;
     ``stop``: the name of the run's stop event.
     """
     from distributed import Event, get_worker
@@ -230,8 +230,12 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
     scratch = Path(tempfile.mkdtemp(prefix=f"covbook-{job['name']}-", dir=worker.local_directory))
     try:
         (scratch / "notebooks").mkdir()
-        for fname, data in files.items():
-            (scratch / "notebooks" / fname).write_bytes(data)
+        for rel, data in files.items():
+            dst = scratch / "notebooks" / rel
+            if ".." in Path(rel).parts or Path(rel).is_absolute():
+                raise RuntimeError(f"refusing a notebook file outside the scratch tree: {rel}")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
         (scratch / "_config.yml").write_text("# scratch tree of one covbook job on a Dask worker\n")
         rundir = scratch / ".covbook" / "tmp" / "job"
         rundir.mkdir(parents=True)
@@ -290,8 +294,11 @@ def _stop_process(proc: subprocess.Popen) -> None:
 
 
 def _notebook_files(paths: Paths) -> dict[str, bytes]:
-    """The files of ``notebooks/`` (sources, profiles, manifest, rules) a scratch tree needs."""
-    return {p.name: p.read_bytes() for p in sorted(paths.notebooks.iterdir()) if p.is_file()}
+    """The files of ``notebooks/`` (sources, profiles, rules in sub-folders), by relative path: what a scratch
+    tree needs."""
+    root = paths.notebooks.resolve()
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)}
 
 
 def _collect(fut, paths: Paths, name: str, rundir: Path):
