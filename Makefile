@@ -6,6 +6,9 @@ PROFILE ?= quick
 DEVICE  ?= auto
 JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
+# `make test` runs each stage through .ci/stage.py (wall and CPU seconds per stage, a table at the end)
+STAGE  := $(PYTHON) .ci/stage.py
+stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
 .PHONY: setup book test unit notebooks-smoke lint format bench bench-sweep clean distclean
 
@@ -30,12 +33,17 @@ book: setup
 	$(BIN)/covbook build
 	$(BIN)/covbook check > /dev/null
 
-test: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m covbook.book.nblint
-	$(BIN)/actionlint
-	$(BIN)/python -m pytest -m "not notebooks and not book"
-	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs
+# stages: setup, lint, the fast tests, then the slow ones (notebooks at smoke with their claims, the
+# rehearsal of the full profile, the book build, the browser test); each prints its time, then a table
+test:
+	@$(STAGE) --reset
+	$(call stage,setup,$(MAKE) --no-print-directory setup)
+	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks)
+	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
+	$(call stage,actionlint,$(BIN)/actionlint)
+	$(call stage,fast-tests,$(BIN)/python -m pytest -m "not notebooks and not book")
+	$(call stage,slow-tests,$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs)
+	@$(STAGE) --summary
 
 # the fast tests only (no notebook executed, no book built): seconds
 unit: setup

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -89,7 +90,23 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
     threads = os.environ.get("COVBOOK_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))
-    torch.use_deterministic_algorithms(dev.type == "cpu", warn_only=True)
+    _deterministic_algorithms(dev.type == "cpu")
     if not quiet:
         print(f"covbook run: profile={profile}, device={dev.type}, seed={seed}, torch {torch.__version__}")
     return dev
+
+
+def _deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing torch's compiler.
+
+    The public call also sets the flag of ``torch._inductor.config`` (for
+    ``torch.compile``, which covbook does not use), and importing that module loads
+    the whole compiler stack: about 2 s of CPU in every kernel.  When the compiler is
+    not loaded yet (and torch has the flag's setter), only torch's own flag is set;
+    operations see the same setting (``torch.are_deterministic_algorithms_enabled``).
+    """
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=True)
+    else:
+        setter(mode, warn_only=True)
