@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RULE = "one: {kind: identity, statement: one is one, window: tolerance, tolerance: 0.0}\n"
 COVBOOK = [sys.executable, "-m", "covbook.book.cli"]
 FAST = ["01", "02"]
 TRIVIAL = """---
@@ -48,7 +49,7 @@ seed = 0
 
 ```{code-cell} ipython3
 from covbook import claims
-claims.record("one", "one is one", 1.0, 1.0, tolerance=0.0, kind="identity")
+claims.measure("one", 1.0, prediction=1.0)
 ```
 """
 
@@ -59,8 +60,10 @@ def _project(root: Path, trivial: int) -> Path:
     if trivial:
         (root / "notebooks").mkdir()
         (root / "notebooks" / "profiles.yml").write_text("{}\n")
+        (root / "notebooks" / "rules").mkdir()
         for i in range(1, trivial + 1):
             (root / "notebooks" / f"{i:02d}_trivial.md").write_text(TRIVIAL)
+            (root / "notebooks" / "rules" / f"{i:02d}_trivial.yml").write_text(RULE)
     else:
         shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
         shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))

@@ -159,7 +159,7 @@ def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tm
 
 
 SLEEPER = ("import time\ntime.sleep(120)\n"
-           "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
+           "from covbook import claims\nclaims.measure('never', 1, prediction=1)")
 
 
 @pytest.mark.notebooks

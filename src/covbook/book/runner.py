@@ -251,7 +251,7 @@ def commit_outcome(paths: Paths, outcome: dict) -> dict:
     share with the client, a cluster's client on the outputs its workers returned.
     """
     name, meta, error = outcome["name"], outcome["meta"], outcome["error"]
-    seconds, device_used = meta["seconds"], meta["device_used"]
+    seconds, device_used, cpu = meta["seconds"], meta["device_used"], meta.get("cpu_seconds")
     rundir = Path(outcome["rundir"])
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
     for d in (paths.claims, paths.runs):
