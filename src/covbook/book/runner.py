@@ -43,7 +43,7 @@ from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "execute_one", "execute_uncommitted",
            "commit_outcome"]
 
-KERNEL = "python3"
+KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
 STOP_GRACE_S = 3.0
 
