@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.covbook-installed
 STAGE  := $(PYTHON) .ci/stage.py
 stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
-.PHONY: setup book pdf test unit notebooks-smoke lint format bench clean distclean
+.PHONY: setup book pdf test unit notebooks-smoke lint format bench bench-sweep clean distclean
 
 setup: $(STAMP)
 
@@ -65,6 +65,10 @@ format: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py
+
+# notebook jobs on the local pool and on Dask local clusters of 1 and 2 workers (throughput, overhead per job)
+bench-sweep: setup
+	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
 	-$(BIN)/covbook clean

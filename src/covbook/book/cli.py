@@ -1,11 +1,11 @@
 """The ``covbook`` command: run the notebooks, check the claims, build the book.
 
     covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
-                [--seed N] [--jobs N] [--force] [--rehearse] [--wait]
+                [--seed N] [--jobs N | --cluster SPEC] [--force] [--rehearse] [--wait]
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
     covbook check [--json]
-    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N] [--force] [--rejudge]
-                  [--replace]
+    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N | --cluster SPEC] [--force]
+                  [--rejudge] [--replace]
     covbook build [--wait]
     covbook clean [--wait]
     covbook --version
@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 from covbook.book.config import DEVICES, PROFILES, Paths, UsageError, discover, project_root, select
@@ -50,6 +51,10 @@ def _integer(minimum: int, expected: str) -> Callable[[str], int]:
 
 _positive = _integer(1, "a positive integer")
 _seed = _integer(0, "a non-negative integer")
+CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
+                "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
+                "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
+                "filesystem; needs the cluster extra: pip install -e '.[cluster]'")
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -77,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", choices=PROFILES, default="quick", help="sizes from notebooks/profiles.yml")
     r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
-    r.add_argument("--jobs", type=_positive, default=1, help="notebooks run at the same time")
+    r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
+    r.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
     r.add_argument("--force", action="store_true", help="ignore the cache")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
@@ -91,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
     s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    s.add_argument("--jobs", type=_positive, default=1, help="notebooks run at the same time")
+    s.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
+    s.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--rejudge", action="store_true",
@@ -124,6 +131,18 @@ def _command_line(args: argparse.Namespace) -> str:
     return "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
 
 
+def _cluster(args: argparse.Namespace):
+    """The Dask cluster of ``--cluster`` for the block (:mod:`covbook.book.distributed`), else ``None``."""
+    if args.cluster is None:
+        return nullcontext(None)
+    if args.jobs is not None:
+        raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
+    from covbook.book.distributed import open_cluster, parse_cluster
+
+    parse_cluster(args.cluster)  # a bad spec is a usage error before the lock
+    return open_cluster(args.cluster)
+
+
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     if args.plan:
         from covbook.book.plan import print_plan
@@ -133,11 +152,12 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted, run_notebooks
 
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+    cluster = _cluster(args)
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
         try:
             results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
-                                    jobs=args.jobs, force=args.force, progress=not args.no_progress,
-                                    rehearse=args.rehearse)
+                                    jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
+                                    rehearse=args.rehearse, cluster=engine)
         except Interrupted as stop:
             done = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
             print(f"covbook run: interrupted; finished and kept: {done}; not finished: "
@@ -250,17 +270,25 @@ def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int]
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
+    from covbook.book.runner import Interrupted
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
     if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
         _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
-        if args.rejudge:
-            data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
-        else:
-            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
-                             jobs=args.jobs, force=args.force, progress=not args.no_progress)
+    cluster = nullcontext(None) if args.rejudge else _cluster(args)
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
+        try:
+            if args.rejudge:
+                data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
+            else:
+                data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                                 jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
+                                 cluster=engine)
+        except Interrupted as stop:
+            print(f"covbook sweep: interrupted; finished and kept: {len(stop.results)} notebook run(s); not "
+                  f"finished: {', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
+            return 130
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "

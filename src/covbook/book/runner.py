@@ -40,7 +40,8 @@ from covbook.book.config import (
 )
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
-__all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale"]
+__all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "execute_one", "execute_uncommitted",
+           "commit_outcome"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
@@ -178,7 +179,18 @@ def _watch_parent(parent: int) -> None:
 
 
 def execute_one(job: dict) -> dict:
-    """Execute one notebook; returns a :class:`Result` as a dict.  Runs in a worker process."""
+    """Execute one notebook and commit its outputs; returns a :class:`Result` as a dict.  Runs in a worker process.
+
+    With ``job["commit"]`` false (a worker of a cluster, see :mod:`covbook.book.distributed`) nothing is
+    committed: it returns the uncommitted outcome (see :func:`commit_outcome`), whose temporaries stay in
+    ``job["rundir"]`` for the caller to send to the machine that owns the tree.
+    """
+    outcome = execute_uncommitted(job)
+    return commit_outcome(Paths(Path(job["root"])), outcome) if job.get("commit", True) else outcome
+
+
+def execute_uncommitted(job: dict) -> dict:
+    """Execute one notebook into ``job["rundir"]``; returns its outcome: name, run record ``meta``, ``error``."""
     import jupytext
     import nbformat
     import papermill as pm
@@ -188,8 +200,6 @@ def execute_one(job: dict) -> dict:
     from covbook.claims import CLAIMS_FILE_ENV, NOTEBOOK_ENV, RULES_FILE_ENV
 
     src = paths.notebooks / f"{name}.md"
-    for d in (paths.claims, paths.runs):
-        d.mkdir(parents=True, exist_ok=True)
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
     pid_file = rundir / f"{name}.kernel.pid"
     os.environ[CLAIMS_FILE_ENV] = str(tmp_claims)
@@ -231,6 +241,21 @@ def execute_one(job: dict) -> dict:
     meta = {"notebook": name, "parameters": params, "hash": job["digest"], "seconds": seconds,
             "cpu_seconds": cpu, "phases": phases, "device_used": device_used, "rehearsal": bool(job.get("rehearse")),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {"name": name, "meta": meta, "error": error, "rundir": str(rundir)}
+
+
+def commit_outcome(paths: Paths, outcome: dict) -> dict:
+    """Move one executed notebook's temporaries (in ``outcome["rundir"]``) into ``paths``' tree; a Result dict.
+
+    The one place where a run's outputs enter a tree: the local pool's workers call it on the tree they
+    share with the client, a cluster's client on the outputs its workers returned.
+    """
+    name, meta, error = outcome["name"], outcome["meta"], outcome["error"]
+    seconds, device_used, cpu = meta["seconds"], meta["device_used"], meta.get("cpu_seconds")
+    rundir = Path(outcome["rundir"])
+    tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+    for d in (paths.claims, paths.runs):
+        d.mkdir(parents=True, exist_ok=True)
     if error is None:
         os.replace(tmp_claims, paths.claims / f"{name}.json")
         os.replace(tmp_nb, paths.generated / f"{name}.ipynb")
@@ -427,11 +452,14 @@ def run_notebooks(
     force: bool = False,
     progress: bool = True,
     rehearse: bool = False,
+    cluster: object | None = None,
 ) -> list[Result]:
     """Execute (or serve from cache) the selected notebooks; never stops at the first failure.
 
     Call it holding the tree's lock (the CLI does).  Raises :class:`UsageError`
-    before starting anything, and :class:`Interrupted` on Ctrl-C.
+    before starting anything, and :class:`Interrupted` on Ctrl-C.  With ``cluster``
+    (a :class:`covbook.book.distributed.Cluster`) the notebooks run on its workers
+    instead of ``jobs`` local processes.
     """
     from tqdm import tqdm
 
@@ -439,6 +467,11 @@ def run_notebooks(
         raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"--jobs must be a positive integer, got {jobs}")
+    if cluster is not None:
+        from covbook.book.distributed import run_trees
+
+        return run_trees(cluster, [(paths, seed)], names, profile=profile, device=device, force=force,
+                         progress=progress, rehearse=rehearse)[0]
     plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
     clean_stale(paths)
     order = [j.name for j in plan]

@@ -128,24 +128,40 @@ def run_sweep(
     force: bool = False,
     progress: bool = True,
     log=print,
+    cluster: object | None = None,
 ) -> dict:
-    """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page."""
+    """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page.
+
+    With ``cluster`` (a :class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is
+    submitted at once, so that no worker idles while a seed's slowest notebook finishes.
+    """
     from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
 
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     failed: dict[str, list[int]] = {}
-    for seed in seeds:
-        sp = _shadow(paths, seed_root(paths, profile, seed))
+    if cluster is not None:
+        from covbook.book.distributed import run_trees
+
         start = time.perf_counter()
-        results = run_notebooks(sp, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
-                                progress=progress)
+        trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
+        by_seed = dict(zip(seeds, run_trees(cluster, trees, chosen, profile=profile, device=device, force=force,
+                                            progress=progress)))
+        log(f"covbook sweep: {len(seeds)} seed(s) on {cluster.spec} ({time.perf_counter() - start:.1f} s)")
+    for seed in seeds:
+        start = time.perf_counter()
+        if cluster is None:
+            sp = _shadow(paths, seed_root(paths, profile, seed))
+            results = run_notebooks(sp, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
+                                    progress=progress)
+        else:
+            results = by_seed[seed]
         bad = [r.name for r in results if r.status == "failed"]
         for name in bad:
             failed.setdefault(name, []).append(seed)
-        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed "
-            f"({time.perf_counter() - start:.1f} s)")
+        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed"
+            + ("" if cluster else f" ({time.perf_counter() - start:.1f} s)"))
     return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
 
 
