@@ -139,7 +139,7 @@ def test_no_seed_arithmetic_in_notebooks(path) -> None:
     code = "\n".join(re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S))
     bad = [line.strip() for line in code.splitlines() if _ARITHMETIC.search(_strip(line))]
     assert not bad, f"{path.name} derives seeds by hand (use covbook.session.streams): {bad}"
-    assert f'setup(profile, seed, device, chapter="{path.name[:2]}")' in code, (
+    assert re.search(rf'setup\(profile, seed, device, chapter="{path.name[:2]}"(, parameters=globals\(\))?\)', code), (
         f"{path.name} must call setup(profile, seed, device, chapter=\"{path.name[:2]}\")")
 
 
