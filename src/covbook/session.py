@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,7 +17,30 @@ import torch
 from covbook._validate import check_seed, resolve_device
 from covbook.book.config import PROFILES
 
-__all__ = ["PROFILES", "setup"]
+__all__ = ["PROFILES", "setup", "checkpoint_dir", "CHECKPOINT_ENV"]
+
+#: set by ``covbook run`` for each notebook (keep in step with covbook.book.runner.CHECKPOINT_ENV)
+CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
+
+
+def checkpoint_dir() -> Path:
+    """The folder this notebook keeps its training checkpoints in, keyed on the code that makes them.
+
+    Under ``covbook run`` it is ``book/generated/checkpoints/NAME/KEY/``, where KEY is
+    the notebook's cache key (its source, parameters, the science code, versions,
+    device): a checkpoint is part of the cache, so editing the science code (or
+    ``covbook run --force``) retrains.  A notebook opened alone in Jupyter gets
+    ``book/generated/checkpoints/interactive/KEY/`` with KEY the science code's hash.
+    """
+    given = os.environ.get(CHECKPOINT_ENV)
+    if given:
+        return Path(given)
+    from covbook.book.cache import science_hash
+    from covbook.book.config import Paths, project_root
+
+    d = Paths(project_root()).checkpoints / "interactive" / science_hash()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False) -> torch.device:
