@@ -127,6 +127,31 @@ def _kernel_manager(socket_dir: Path | None, pid_file: Path):
     return CovbookKernelManager
 
 
+def _clocked_engine(limit: float | None) -> str:
+    """Register papermill's engine with the notebook's clock: ``limit`` seconds from its first cell, then SIGALRM.
+
+    The clock starts at the first cell, not at the kernel's start, so that a machine
+    slow to start kernels does not eat into a notebook's limit.
+    """
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class ClockedEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):  # type: ignore[override]
+            start = nb_man.cell_start
+
+            def cell_start(cell, cell_index=None, **kw):
+                if limit and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+                    signal.setitimer(signal.ITIMER_REAL, float(limit))
+                return start(cell, cell_index, **kw)
+
+            nb_man.cell_start = cell_start
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    papermill_engines.register("covbook", ClockedEngine)
+    return "covbook"
+
+
 def _hide_injected(nb) -> None:
     """Tag papermill's cells so the book does not show them (myst-nb ``remove-cell``)."""
     for cell in nb.cells:
@@ -241,16 +266,21 @@ def _kernel_environment(paths: Paths, runtime: Path) -> None:
 
 
 def _running_cell(nb_path: Path) -> str:
-    """The cell papermill marked as running in its saved copy of the notebook (it saves at each cell's start)."""
+    """The cell that was running when the notebook was stopped: the last one papermill started.
+
+    Papermill saves its copy of the notebook at each cell's start, with the cell's start time.
+    """
     try:
         nb = read_json(nb_path, dict)
     except (OSError, DamagedFile):
-        return "an unknown cell (no saved copy of the notebook)"
-    for i, cell in enumerate(nb.get("cells", [])):
-        if cell.get("metadata", {}).get("papermill", {}).get("status") == "running":
-            first = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()), "")
-            return f"cell {cell.get('execution_count') or '?'} (index {i}: {first.strip()[:60]!r})"
-    return "an unknown cell"
+        return "no cell (the kernel was starting)"
+    started = [(i, c) for i, c in enumerate(nb.get("cells", []))
+               if c.get("cell_type") == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    if not started:
+        return "no cell (none had started)"
+    i, cell = started[-1]
+    first = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()), "")
+    return f"cell {cell.get('execution_count') or '?'} (index {i}: {first.strip()[:60]!r})"
 
 
 def stderr_problem(nb: dict) -> str | None:
@@ -387,12 +417,11 @@ def execute_one(job: dict) -> dict:
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
         manager = _kernel_manager(sockets, pid_file)
-        if limit:
-            signal.setitimer(signal.ITIMER_REAL, float(limit))
         try:
             out = pm.execute_notebook(
                 nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, cwd=str(paths.notebooks),
                 progress_bar=False, log_output=False, kernel_manager_class=manager,
+                engine_name=_clocked_engine(limit),
             )
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -402,8 +431,8 @@ def execute_one(job: dict) -> dict:
         if error is None and not tmp_claims.is_file():
             error = "the notebook recorded no claims"
     except NotebookTimeout:
-        error = (f"timed out after {limit:g} s (the notebook's time limit; set it with --timeout) "
-                 f"in {_running_cell(tmp_nb)}")
+        error = (f"timed out after {limit:g} s (the notebook's time limit, from its first cell; set it with "
+                 f"--timeout) in {_running_cell(tmp_nb)}")
     except pm.PapermillExecutionError as err:
         error = f"cell {err.exec_count} (index {err.cell_index}) raised {err.ename}: {err.evalue}".strip()
     except OSError as err:  # a full disk, a read-only folder: one line, not a traceback
@@ -440,6 +469,14 @@ def execute_one(job: dict) -> dict:
     return asdict(Result(name, "failed", seconds, error, device_used))
 
 
+def _whole(nb_path: Path) -> bool:
+    """Whether ``nb_path`` is a whole notebook (a write cut short by a full disk is not)."""
+    try:
+        return isinstance(read_json(nb_path, dict).get("cells"), list)
+    except (OSError, DamagedFile):
+        return False
+
+
 def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
     """Write the failed notebook and its record to ``failed/`` as one unit; the last good outputs stay.
 
@@ -450,9 +487,9 @@ def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
     try:
         write_json_atomic(rec_tmp, record)
         moves = [(rec_tmp, paths.failed / f"{name}.json")]
-        if tmp_nb.is_file():
+        if _whole(tmp_nb):
             moves.insert(0, (tmp_nb, paths.failed / f"{name}.ipynb"))
-        else:
+        else:  # none, or cut short by a full disk: an older failed copy would not be this run's
             (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)
         commit_files(moves)
     except OSError:
