@@ -34,6 +34,7 @@ def checkpoint_dir() -> Path:
     """
     given = os.environ.get(CHECKPOINT_ENV)
     if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
         return Path(given)
     from covbook.book.cache import science_hash
     from covbook.book.config import Paths, project_root

@@ -381,8 +381,7 @@ def _checkpoints(paths: Paths, job: dict) -> Path:
         for d in base.iterdir():
             if d != here or job.get("force"):
                 shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    here.mkdir(parents=True, exist_ok=True)
-    return here
+    return here  # made by covbook.session.checkpoint_dir() when a notebook asks for it
 
 
 def execute_one(job: dict) -> dict:
