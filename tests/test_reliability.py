@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from covbook.book import cache, runner
-from covbook.book.cache import file_digest, is_cached
+from covbook.book.cache import is_cached
 from covbook.book.config import Paths
 from covbook.book.lock import Busy, tree_lock
 from helpers import COVBOOK, ROOT, covbook, fake_run, make_notebook, with_read_only
@@ -327,7 +327,7 @@ def test_file_digest_is_sha256(tmp_path):
 
     f = tmp_path / "x"
     f.write_bytes(b"abc" * 1000)
-    assert file_digest(f) == hashlib.sha256(b"abc" * 1000).hexdigest()
+    assert cache.file_digest(f) == hashlib.sha256(b"abc" * 1000).hexdigest()
 
 
 assert ROOT.is_dir()
