@@ -11,12 +11,16 @@ STAMP  := $(VENV)/.covbook-installed
 
 setup: $(STAMP)
 
-# torch first, pinned (a CPU build is on this project's machines; an unpinned torch pulls a CUDA build),
-# then the package with its dev extras, then the Jupyter kernel the notebooks run on.
+# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its dev
+# extras, then the Jupyter kernel the notebooks run on. Which torch build comes depends on the index:
+# on Linux PyPI serves the CUDA build (several GB); for the CPU build pass PyTorch's CPU index,
+#   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# (this project's machines hold a CPU wheel on local disk, so there the default gets the CPU build).
+TORCH_INDEX_URL ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (covbook)" >/dev/null
 	touch $(STAMP)

@@ -6,10 +6,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import covbook.attention as attention_module
 from covbook._validate import psd_sqrt_factor
 from covbook.attention import (
+    BLOCK,
     FLOAT32_RTOL,
     OnlineSoftmax,
+    _default_chunk,
     causal_attention_matrix,
     readout_path,
     readout_paths,
@@ -230,6 +233,55 @@ def test_float32_error_stays_small_over_a_million_tokens_in_many_chunks():
     out64 = readout_path(Replay(x), q, tq, tk, tv, [t // 3, t], chunk=1 << 14, dtype=torch.float64)
     rms = float(((x @ tv.T) ** 2).sum(-1).mean().sqrt())
     assert float((out32 - out64).abs().max()) <= FLOAT32_RTOL * rms  # typical: far inside the worst-case bound
+
+
+def _plain_order_float32_sums(w, f):
+    """What one float32 GEMM may do (MKL on AMD Zen 4 did): add the n token terms in plain order, in float32."""
+    prod = w.numpy()[..., :, :, None] * f.numpy()[..., :, None, :]  # (R, n, m, p) float32
+    return torch.from_numpy(np.add.accumulate(prod, axis=-3, dtype=np.float32)[..., -1, :, :]).double()
+
+
+def _swamped_readout_error():
+    """|float32 readout - exact| for one token of weight 1 and 2^18 - 1 tokens of weight 2^-25 each.
+
+    One default-length chunk (2^18 tokens at one query).  In one float32 reduction added in
+    plain order every small weight is below half an ulp of the running sum 1, so all of them
+    are lost (relative 2^-7 of the mass); in blocks of BLOCK only the first block's are.
+    """
+    n = _default_chunk(1, 1)
+    eps = 2.0**-25
+    x = torch.zeros(n, 2, dtype=f64)
+    x[0] = torch.tensor([0.0, 1.0])  # logit 0, value +1
+    x[1:, 0], x[1:, 1] = np.log(eps), -1.0  # logit log 2^-25, value -1
+    eye, q, tv = torch.eye(2, dtype=f64), torch.tensor([[1.0, 0.0]], dtype=f64), torch.tensor([[0.0, 1.0]], dtype=f64)
+    out = readout_path(Replay(x), q, eye, eye, tv, [n], dtype=torch.float32)
+    exact = (1 - (n - 1) * eps) / (1 + (n - 1) * eps)
+    return abs(out.item() - exact), _float32_bound(x, q, eye, eye, tv)
+
+
+def test_float32_sum_over_the_default_chunk_keeps_small_weights_on_any_blas():
+    # the chunk's sum runs in float32 blocks of BLOCK tokens and float64 across blocks, so the
+    # rounding is set by BLOCK, not by the chunk length or by the order the BLAS adds in
+    err, bound = _swamped_readout_error()
+    assert err <= bound
+
+
+def test_plain_order_float32_sum_over_the_default_chunk_would_fail_that_test(monkeypatch):
+    # teeth: the same readout with one plain-order float32 reduction per chunk is off by ~2^-6
+    monkeypatch.setattr(attention_module, "weighted_sums", _plain_order_float32_sums)
+    err, bound = _swamped_readout_error()
+    assert err > 100 * bound
+
+
+def test_weighted_sums_are_blocked_and_exact_to_float32_block_rounding():
+    g = torch.Generator().manual_seed(9)
+    n = 5 * BLOCK + 7  # full blocks and a tail
+    w, f = torch.rand(2, n, 3, generator=g), torch.randn(2, n, 4, generator=g)
+    exact = w.double().mT @ f.double()
+    got = attention_module.weighted_sums(w, f)
+    assert got.dtype == f64
+    gamma = BLOCK * 2.0**-24 / (1 - BLOCK * 2.0**-24)
+    assert torch.all((got - exact).abs() <= gamma * (w.double().mT @ f.double().abs()) + 1e-30)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -24,10 +24,12 @@ How the streaming readout is fast (the logit of token x is :math:`a^\top x` with
 :math:`a = \Theta_K^\top\Theta_Q q`):
 
 * the reference is folded into the logit matmul: with the augmented token
-  :math:`(x, 1)` and weights :math:`(a, -r)`, one matmul gives the shifted logits,
-  the exponential is taken in place, and one more matmul with :math:`(x, 1)` gives
-  both :math:`\sum_s w_s x_s` and :math:`\sum_s w_s`; the reference is raised (and
-  the chunk recomputed) only on the first chunk or when a chunk overflows;
+  :math:`(x, 1)` and weights :math:`(a, -r)\log_2 e`, one matmul gives the shifted
+  base-2 logits (token-major, (streams, chunk, m)), ``exp2`` is taken in place (about
+  twice as fast as ``exp`` on CPU), and one batched matmul with :math:`(x, 1)` gives
+  both :math:`\sum_s w_s x_s` and :math:`\sum_s w_s` per block of ``BLOCK`` tokens;
+  the reference is raised (and the chunk recomputed) only on the first chunk or when
+  a chunk overflows;
 * :math:`\Theta_V` is applied once per checkpoint to the weighted mean token
   (linearity), not to every token;
 * for Gaussian contexts :math:`x = Lz + \mu` the pass works on the standard normal
@@ -37,23 +39,35 @@ How the streaming readout is fast (the logit of token x is :math:`a^\top x` with
 * the steps are large (a (queries × chunk) weight block of 2^23 numbers), so that the
   per-operation cost of torch's thread pool stays small.
 
-Accuracy.  Per chunk the logits, exponentials and weighted sums are computed in
-``dtype`` and added to float64 running sums.  In float64 the result agrees with
-:func:`softmax_attention` on the same tokens to rounding (tests: relative
-``1e-10``).  In float32 (the default for :class:`~covbook.processes.GaussianIID`
-contexts) each weight carries a relative error of order
-:math:`2^{-24}(|\ell_s| + |r|)` (the rounded logits), so the readout moves by at
-most about that much times the spread of the values.  Tested (hypothesis, any
-chunking, with and without the query among the keys, against the float64 exact
-reference on the very same float32 tokens):
+Accuracy, the same on any CPU and BLAS.  Per chunk the logits, exponentials and
+weighted sums are computed in ``dtype``; the weighted sums run over blocks of
+``BLOCK`` = 64 consecutive tokens (:func:`weighted_sums`: a batched matmul whose
+reduction is 64 terms long) and the block sums are added in float64, as are the
+running sums.  Whatever order a BLAS adds a 64-term block in, its rounding error is
+at most :math:`\gamma_{64} \approx 64 \cdot 2^{-24} = 3.8\cdot 10^{-6}` of the sum of
+the absolute terms, at any chunk length; one float32 reduction over a whole chunk of
+n tokens is only bounded by :math:`\gamma_n` (n = 2^18 by default: 1.6e-2), and some
+BLAS builds do add it in plain order (MKL on AMD Zen 4 measured an error growing
+linearly with the chunk).  In float64 the result agrees with :func:`softmax_attention`
+on the same tokens to rounding (tests: relative ``1e-10``).  In float32 (the default
+for :class:`~covbook.processes.GaussianIID` contexts) each weight also carries a
+relative error of order :math:`2^{-24}(|\ell_s| + |r|)` (the rounded logits), so the
+readout moves by at most about that much times the spread of the values.  Tested
+(hypothesis, any chunking, with and without the query among the keys, against the
+float64 exact reference on the very same float32 tokens; and at the default chunk of
+2^18 tokens with 2^18 - 1 weights each below half an ulp of the running sum, which a
+plain-order float32 reduction loses entirely):
 
 .. math:: |\mathrm{out} - \mathrm{ref}| \le \mathtt{FLOAT32\_RTOL}\cdot\max(1, L)\cdot V,
           \qquad L = \max_s |\ell_s|, \quad V = \max_s |\Theta_V x_s|,
 
-with ``FLOAT32_RTOL = 1e-6``.  The typical error is much smaller, since the
-rounding errors average over tokens: measured 2e-7 of the RMS value at 2^20
-tokens with L = 20 and 3e-8 with L = 5 (d = 16, m = 64).  At :math:`10^8` tokens
-the statistical error of a readout is of order :math:`10^{-4}` of the value scale.
+with ``FLOAT32_RTOL = 1e-6``; the blocked sums contribute at most
+:math:`2\gamma_{64} V \approx 7.6\cdot 10^{-6}\, V` of it (measured 3.7e-6 in the
+swamping test above, against 1.6e-2 for one plain-order reduction).  The typical
+error is much smaller, since the rounding errors average over tokens: measured
+2.7e-7 of the RMS value over 2^20 tokens in chunks of 2^14 (d = 4, m = 8,
+``tests/test_attention.py``).  At :math:`10^8` tokens the statistical error of a
+readout is of order :math:`10^{-4}` of the value scale.
 """
 
 from __future__ import annotations
@@ -82,12 +96,53 @@ __all__ = [
     "readout_path",
     "readout_paths",
     "softmax_attention",
+    "weighted_sums",
 ]
 
 FLOAT32_RTOL = 1e-6
 """Documented (and tested) error of the float32 streaming readout: per unit of max(1, max |logit|) * max |value|."""
 
 F64 = torch.float64
+LOG2E, LN2 = 1.0 / math.log(2.0), math.log(2.0)
+
+BLOCK = 64
+"""Tokens per float32 partial sum of the streaming readout; the partial sums are added in float64."""
+
+
+def weighted_sums(w: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    r"""Weighted sums over tokens, :math:`S_{ij} = \sum_s w_{si} f_{sj}`, in float64 whatever the BLAS.
+
+    In ``w.dtype`` the sum runs over blocks of ``BLOCK`` consecutive tokens (one
+    batched matmul, whose reduction is only ``BLOCK`` terms long, in whatever order
+    the BLAS adds them); the block sums are then added in float64.  So the rounding
+    error of a float32 sum is at most :math:`\gamma_{B} \sum_s |w_{si} f_{sj}|` with
+    :math:`\gamma_B = B u/(1 - B u)`, :math:`B` = ``BLOCK``, :math:`u = 2^{-24}`, at any
+    number of tokens, instead of :math:`\gamma_n` for one n-term reduction.
+
+    Parameters
+    ----------
+    w : tensor, shape (*B, n, m)
+        Weights, token-major.
+    f : tensor, shape (*B, n, p)
+        Features (same dtype).
+
+    Returns
+    -------
+    tensor, shape (*B, m, p), float64.
+    """
+    if w.dtype == F64:
+        return torch.matmul(w.mT, f)  # float64 throughout: one matmul is accurate
+    n = w.shape[-2]
+    nb = n // BLOCK
+    cut = nb * BLOCK
+    out = torch.zeros(*w.shape[:-2], w.shape[-1], f.shape[-1], dtype=F64, device=w.device)  # (*B, m, p)
+    if nb:
+        wb = w[..., :cut, :].unflatten(-2, (nb, BLOCK))  # (*B, nb, BLOCK, m)
+        fb = f[..., :cut, :].unflatten(-2, (nb, BLOCK))  # (*B, nb, BLOCK, p)
+        out += torch.matmul(wb.mT, fb).to(F64).sum(-3)  # (*B, nb, m, p) -> (*B, m, p)
+    if cut < n:
+        out += torch.matmul(w[..., cut:, :].mT, f[..., cut:, :]).to(F64)  # the < BLOCK tokens left
+    return out
 
 
 # ----------------------------------------------------------------------------- validation
@@ -328,7 +383,10 @@ class OnlineSoftmax:
             self.rebase(torch.maximum(self.ref, cm))
         shift = torch.where(torch.isfinite(self.ref), self.ref, torch.zeros_like(self.ref))  # (*S,)
         w = torch.exp(logits - shift[..., None].to(logits.dtype))  # (*S, n)
-        self.add(w.sum(-1), w @ values.to(w.dtype))
+        vals = values.to(w.dtype)  # (*S', n, p)
+        feats = torch.cat([vals, torch.ones(*vals.shape[:-1], 1, dtype=w.dtype, device=w.device)], -1)  # (*S', n, p+1)
+        sums = weighted_sums(w.mT, feats)  # (*S, p+1) float64: (Σ w v, Σ w), blocked like the readout
+        self.add(sums[..., -1], sums[..., :-1])
 
     def logsumexp(self) -> torch.Tensor:
         r"""The log-sum-exp :math:`\log\sum_s e^{\ell_s}` of everything absorbed, shape (*S,)."""
@@ -397,40 +455,49 @@ class _Features:
 
 
 class _Stream:
-    """The fused chunk kernel: shifted logits by one matmul, exp in place, sums by one matmul."""
+    """The fused chunk kernel: shifted base-2 logits by one matmul, exp2 in place, blocked sums.
+
+    The logits are laid out token-major, (R, n, m), so that a block of ``BLOCK``
+    consecutive tokens is one contiguous (BLOCK, m) slab for the blocked sums.
+    """
 
     def __init__(self, a_feat: torch.Tensor, bias: torch.Tensor, acc: OnlineSoftmax, dtype: torch.dtype) -> None:
         self.acc, self.dtype = acc, dtype
         r, m, k = a_feat.shape
-        self.weights = torch.empty(r, m, k + 1, dtype=dtype, device=a_feat.device)  # (R, m, k+1): (a L, a·mu - r)
-        self.weights[..., :k] = a_feat
+        # (R, m, k+1): (a L log2 e, (a·mu - r) log2 e); the weight of feature f is 2^(row · (f, 1)) = e^(logit - r)
+        self.weights = torch.empty(r, m, k + 1, dtype=dtype, device=a_feat.device)
+        self.weights[..., :k] = a_feat.to(F64) * LOG2E
         self.bias = bias  # (R, m) float64: a·mu
         self.fresh = True
         self._set_reference(torch.zeros_like(bias))
 
     def _set_reference(self, target: torch.Tensor) -> None:
         """Put the reference near ``target`` (R, m): the one used exactly is a·mu minus the rounded column."""
-        col = (self.bias - target).to(self.dtype)  # (R, m)
+        col = ((self.bias - target) * LOG2E).to(self.dtype)  # (R, m), base-2 units
         self.weights[..., -1] = col
-        self.ref = self.bias - col.to(F64)  # (R, m) float64, monotone in target
+        self.ref = self.bias - col.to(F64) * LN2  # (R, m) float64, natural units, monotone in target
+
+    def _logits(self, feats: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(feats, self.weights.mT, out=logits)  # (R, n, m): (logit - ref) log2 e
 
     def _rebase(self, feats: torch.Tensor, logits: torch.Tensor) -> None:
         """Raise the reference to the chunk max (the first chunk: set it), rescaling the running sums."""
-        gap = torch.matmul(self.weights, feats.mT, out=logits).amax(-1).to(F64)  # (R, m): max of logit - ref
+        gap = self._logits(feats, logits).amax(-2).to(F64) * LN2  # (R, m): max of logit - ref
         self._set_reference(self.ref + gap if self.fresh else torch.maximum(self.ref, self.ref + gap))
         self.fresh = False
         self.acc.rebase(self.ref)
 
+    def _sums(self, feats: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return weighted_sums(self._logits(feats, logits).exp2_(), feats)  # (R, m, k+1) float64: (Σ w f, Σ w)
+
     def absorb(self, feats: torch.Tensor, logits: torch.Tensor) -> None:
-        """Absorb a chunk of augmented features (R, n, k+1), last column 1; ``logits`` is scratch (R, m, n)."""
+        """Absorb a chunk of augmented features (R, n, k+1), last column 1; ``logits`` is scratch (R, n, m)."""
         if self.fresh:
             self._rebase(feats, logits)
-        torch.matmul(self.weights, feats.mT, out=logits)  # (R, m, n): logit - ref
-        res = torch.matmul(logits.exp_(), feats)  # (R, m, k+1): (Σ w f, Σ w)
+        res = self._sums(feats, logits)
         if not bool(torch.isfinite(res).all()):  # a weight or a sum overflowed: raise the reference, redo
             self._rebase(feats, logits)
-            torch.matmul(self.weights, feats.mT, out=logits)
-            res = torch.matmul(logits.exp_(), feats)
+            res = self._sums(feats, logits)
             if not bool(torch.isfinite(res).all()):
                 raise ValueError(f"the logits or tokens of this context overflow {self.dtype}; "
                                  "pass dtype=torch.float64 to readout_paths")
@@ -530,7 +597,8 @@ def readout_paths(
     chunk = _default_chunk(streams, m) if chunk is None else check_positive_int(chunk, "chunk")
     chunk = min(chunk, cps[-1])
     _check_fits(
-        streams * chunk * (m + 2 * d + 2) * dtype.itemsize + streams * len(cps) * m * tv.shape[0] * 8,
+        streams * chunk * (m + 2 * d + 2) * dtype.itemsize + streams * len(cps) * m * tv.shape[0] * 8
+        + streams * (chunk // BLOCK + 1) * m * (d + 1) * (dtype.itemsize + 8),  # the block sums
         f"streaming {streams} stream(s) of {m} queries in chunks of {chunk} tokens",
         dev, "use fewer streams or queries, or a smaller chunk",
     )
@@ -549,7 +617,7 @@ def _stream(feats: _Features, a: torch.Tensor, q: torch.Tensor, tv: torch.Tensor
     kernel = _Stream((a @ feats.factor).to(dtype), a @ feats.shift, acc, dtype)
     buf = torch.ones(streams, chunk, feats.k + 1, dtype=dtype, device=dev)  # (R, c, k+1), last column 1
     scratch = torch.empty(streams, chunk, feats.k, dtype=dtype, device=dev)  # (R, c, k)
-    logits = torch.empty(streams, m, chunk, dtype=dtype, device=dev)  # (R, m, c)
+    logits = torch.empty(streams, chunk, m, dtype=dtype, device=dev)  # (R, c, m), token-major
 
     out = torch.empty(streams, len(cps), m, tv.shape[0], dtype=F64, device=dev)
     seen = 0
@@ -563,7 +631,7 @@ def _stream(feats: _Features, a: torch.Tensor, q: torch.Tensor, tv: torch.Tensor
             else:  # a short last step before a checkpoint: fresh contiguous buffers
                 part = torch.ones(streams, n, feats.k + 1, dtype=dtype, device=dev)
                 feats.fill(part, torch.empty(streams, n, feats.k, dtype=dtype, device=dev))
-                kernel.absorb(part, torch.empty(streams, m, n, dtype=dtype, device=dev))
+                kernel.absorb(part, torch.empty(streams, n, m, dtype=dtype, device=dev))
             seen += n
         # back to token space: Σ w x = L Σ w f + mu Σ w (linearity), then Θ_V once
         num_x = acc.num @ feats.factor.T + acc.den[..., None] * feats.shift  # (R, m, d)
