@@ -273,6 +273,9 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
 
     with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held:
         if _damaged(paths, "build"):
+            from covbook.book.cache import damaged_outputs
+
+            _forget_pages(paths, [n for n in discover(paths) if damaged_outputs(paths, [n])])
             return 1
         failed = _failed(paths, "build")
         if failed:
