@@ -12,6 +12,9 @@ import pytest
 
 from helpers import ROOT, covbook, make_notebook, pipeline_project
 
+#: The rule of the fixture notebooks' one claim (`claims.measure('x_is_x', x, prediction=x)`).
+X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
@@ -19,12 +22,14 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
-    ok = ("from covbook import claims\n"
-          "claims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')")
+    ok = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
     (tmp_path / "notebooks" / "01_alpha.md").write_text(make_notebook(ok))
     (tmp_path / "notebooks" / "02_beta.md").write_text(make_notebook(ok, "x = 2"))
     (tmp_path / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n")
-    (tmp_path / "notebooks" / "claims_manifest.yml").write_text("01_alpha: [x_is_x]\n02_beta: [x_is_x]\n")
+    rules = tmp_path / "notebooks" / "rules"
+    rules.mkdir()
+    for name in ("01_alpha", "02_beta", "03_gamma"):
+        (rules / f"{name}.yml").write_text(X_IS_X)
     return tmp_path
 
 

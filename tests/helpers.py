@@ -141,7 +141,7 @@ def with_read_only(cwd: Path, read_only: list[Path], *args: str, env: dict | Non
                           preexec_fn=preexec_fn)
 
 
-def fake_run(project: Path, name: str, *, digest: str, claims: list[dict] | None = None, seed: int = 0) -> None:
+def fake_run(project: Path, name: str, *, digest: str, claims: int = 1, seed: int = 0) -> None:
     """Outputs of a successful run of ``name`` (notebook, claims, record naming their digests), without a kernel."""
     import hashlib
     import json
@@ -151,10 +151,9 @@ def fake_run(project: Path, name: str, *, digest: str, claims: list[dict] | None
         d.mkdir(parents=True, exist_ok=True)
     nb = {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
                      "source": f"seed = {seed}"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    rows = claims if claims is not None else [
-        {"id": "x_is_x", "statement": "x equals itself", "measured": 1.0, "expected": 1.0, "tolerance": 0.0,
-         "passed": True, "kind": "identity"}]
-    rows = [{"notebook": name, "lower": r.get("expected"), "upper": r.get("expected"), **r} for r in rows]
+    from claims_fixtures import claim, measurements
+
+    rows = measurements([claim(f"c{i}", name) for i in range(claims)])
     (gen / f"{name}.ipynb").write_text(json.dumps(nb))
     (gen / "claims" / f"{name}.json").write_text(json.dumps(rows))
 

@@ -12,7 +12,7 @@ from helpers import ROOT
 
 SRC = ROOT / "src" / "covbook"
 SCIENCE = {"attention", "processes", "theory", "linalg", "stats", "icl", "transformer", "markov", "prior_work"}
-NOTEBOOK_FACING = {"claims", "session", "plotting", "profiles"}
+NOTEBOOK_FACING = {"claims", "session", "streams", "plotting", "profiles"}
 
 
 def _unit(module: str) -> str:

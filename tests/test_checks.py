@@ -1,14 +1,13 @@
-"""covbook check: failed claims, evidence without basis, the claim-id manifest; the report's content."""
+"""covbook check: judging stored measurements against rules, power, the rules as the list of ids; the report."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-import yaml
 
-from claims_fixtures import claim, fake_project, fake_run
-from covbook.book.checks import check, read_manifest, update_manifest
+from claims_fixtures import claim, fake_project, fake_run, write_rules
+from covbook.book.checks import check
 from covbook.book.config import Paths
 from covbook.book.report import error_rate_text, write_report
 from covbook.claims import LEVEL, familywise
@@ -30,9 +29,9 @@ def test_clean_run_verifies(proj):
 
 
 def test_failed_claim_and_evidence_without_basis_fail(proj):
-    gen = proj / "book" / "generated"
-    fake_run(gen, "01_alpha", [claim("a", "01_alpha", basis=None),
-                               claim("b", "01_alpha", kind="identity", basis=None, passed=False)])
+    cl = [claim("a", "01_alpha", basis=None), claim("b", "01_alpha", kind="identity", basis=None, passed=False)]
+    fake_run(proj / "book" / "generated", "01_alpha", cl)
+    write_rules(proj, "01_alpha", cl)
     v = check(Paths(proj))
     assert not v.ok
     assert any("claim a: evidence claim without basis" in p for p in v.problems)
@@ -47,49 +46,75 @@ def test_claim_not_evaluated_fails_with_its_reason(proj):
     assert len(v.problems) == 1 and "claim c failed" in v.problems[0] and "rho < 0.5" in v.problems[0]
 
 
-def test_vanished_or_new_claim_id_fails_until_the_manifest_is_updated(proj):
+def test_ids_in_the_run_and_in_the_rules_must_agree(proj):
     paths = Paths(proj)
     fake_run(proj / "book" / "generated", "01_alpha", [claim("a", "01_alpha"), claim("z", "01_alpha")])
     problems = check(paths).problems
     assert any("not recorded by this run: b" in p for p in problems)
-    assert any("not in notebooks/claims_manifest.yml: z" in p for p in problems)
-    changes = update_manifest(paths)
-    assert changes == ["01_alpha: + z; - b"]
-    assert read_manifest(paths) == {"01_alpha": ["a", "z"], "02_beta": ["c"]}
-    text = (proj / "notebooks" / "claims_manifest.yml").read_text()
-    assert text.startswith("# The claim ids") and yaml.safe_load(text)["01_alpha"] == ["a", "z"]
+    assert any("recorded but not in notebooks/rules/01_alpha.yml: z" in p for p in problems)
+    write_rules(proj, "01_alpha", [claim("a", "01_alpha"), claim("z", "01_alpha")])
     assert check(paths).ok
 
 
-def test_missing_manifest_or_entry_fails(proj):
+def test_missing_or_invalid_rules_file_fails(proj):
     paths = Paths(proj)
-    (proj / "notebooks" / "claims_manifest.yml").write_text("01_alpha: [a, b]\n")
-    assert any("02_beta: not in notebooks/claims_manifest.yml" in p for p in check(paths).problems)
-    (proj / "notebooks" / "claims_manifest.yml").unlink()
-    assert any("claims_manifest.yml is missing" in p for p in check(paths).problems)
-    (proj / "notebooks" / "claims_manifest.yml").write_text("01_alpha: 3\n")
-    with pytest.raises(ValueError, match="mapping of notebook name"):
-        check(paths)
+    f = proj / "notebooks" / "rules" / "02_beta.yml"
+    f.unlink()
+    assert any("02_beta.yml is missing" in p for p in check(paths).problems)
+    f.write_text("c: {kind: proof, statement: s, window: fixed, interval: [0, 1]}\n")
+    assert any("kind must be one of" in p for p in check(paths).problems)
+    f.write_text("c: [\n")
+    assert any("not valid YAML" in p for p in check(paths).problems)
 
 
-def test_failed_notebook_keeps_its_manifest_entry(proj):
+def test_a_rule_change_is_rejudged_without_running(proj):
+    """Widening nothing, narrowing the window: the stored measurement now fails; no kernel starts."""
     paths = Paths(proj)
-    fake_run(proj / "book" / "generated", "02_beta", [], status="failed")
-    assert update_manifest(paths) == []
-    assert read_manifest(paths)["02_beta"] == ["c"]
+    assert check(paths).ok
+    f = proj / "notebooks" / "rules" / "02_beta.yml"
+    f.write_text("c: {kind: sanity, statement: s, window: fixed, interval: [2, 3]}\n")
+    v = check(paths)
+    assert any("claim c failed" in p for p in v.problems)
+    assert [c.lower for c in v.claims if c.id == "c"] == [2.0]
 
 
-def test_cli_check_json_carries_kind_basis_reason_and_update_manifest(proj):
+def test_evidence_without_power_fails_at_quick_and_is_a_note_at_smoke(tmp_path):
+    weak = claim("w", "01_alpha", alternatives=[{"name": "t^(-1/2)", "value": 0.9}])  # inside [0.5, 1.5]
+    proj = fake_project(tmp_path, {"01_alpha": [weak]}, profile="smoke")
+    v = check(Paths(proj))
+    assert v.ok and any("claim w: no power" in n and "t^(-1/2)" in n for n in v.notes)
+    fake_run(proj / "book" / "generated", "01_alpha", [weak], profile="quick")
+    v = check(Paths(proj))
+    assert any("claim w: no power: window 1 ± 0.5 contains t^(-1/2) at profile quick" in p for p in v.problems)
+    weak["_rule"]["kind"] = "compatible"
+    write_rules(proj, "01_alpha", [weak])
+    v = check(Paths(proj))
+    assert v.ok, v.problems
+    assert v.claims[0].verdict == "compatible" and v.claims[0].power_text() == "compatible, cannot exclude t^(-1/2)"
+
+
+def test_evidence_rule_must_name_an_alternative(tmp_path):
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha", alternatives=[])]})
+    assert any("names no alternative" in p for p in check(Paths(proj)).problems)
+
+
+def test_mixed_profiles_or_seeds_are_noted(proj):
+    fake_run(proj / "book" / "generated", "02_beta", [claim("c", "02_beta", kind="sanity", basis=None)], seed=3)
+    v = check(Paths(proj))
+    assert v.ok and any("mixed profiles or seeds" in n and "02 smoke seed 3" in n for n in v.notes)
+
+
+def test_cli_check_json_carries_kind_basis_reason_and_times_itself(proj):
     res = covbook(proj, "check", "--json")
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
-    assert {"kind", "basis", "reason"} <= set(rows[0])
+    assert {"kind", "basis", "reason", "alternatives", "powered", "window"} <= set(rows[0])
     assert {r["kind"] for r in rows} == {"evidence", "identity", "sanity"}
+    res = covbook(proj, "check")
+    assert res.returncode == 0 and "judged in" in res.stdout
     fake_run(proj / "book" / "generated", "02_beta", [claim("c2", "02_beta", kind="sanity")])
     res = covbook(proj, "check")
     assert res.returncode == 1 and "c2" in res.stderr
-    res = covbook(proj, "check", "--update-manifest")
-    assert res.returncode == 0 and "02_beta: + c2; - c" in res.stderr
 
 
 def test_error_rate_statement():
@@ -102,15 +127,16 @@ def test_error_rate_statement():
 
 
 def test_report_groups_kinds_bases_anchors_and_theorem_links(proj):
-    fake_run(proj / "book" / "generated", "01_alpha", [
-        claim("a", "01_alpha", theorem="thm-01_alpha"), claim("b", "01_alpha", kind="identity", basis=None),
-        claim("q", "01_alpha", theorem="Theorem 9", passed=False, basis=None, reason="not enough data")])
-    update_manifest(Paths(proj))
+    cl = [claim("a", "01_alpha", theorem="thm-01_alpha"), claim("b", "01_alpha", kind="identity", basis=None),
+          claim("q", "01_alpha", theorem="thm-09-gone", passed=False, basis=None, reason="not enough data")]
+    fake_run(proj / "book" / "generated", "01_alpha", cl)
+    write_rules(proj, "01_alpha", cl)
     text = write_report(Paths(proj)).read_text()
     assert "By kind: evidence 1 of 2, identity 1 of 1, sanity 1 of 1." in text
     assert "N = 2 evidence claims" in text
     assert "{claim-row}`01_alpha:a`" in text and "{prf:ref}`thm-01_alpha`" in text
-    assert "(Theorem 9)" in text  # not a label of any theorem box: plain text, no broken link
+    assert "thm-09-gone" not in text  # not a label of any theorem box: no raw label, no broken link
+    assert "| verdict | measured in window | claim |" in text and "| ✓ pass | 1 in 1 ± 0.5 |" in text
     assert "not evaluated: not enough data" in text and "**none: an evidence claim needs a basis**" in text
     assert "**✗ FAIL**" in text
     assert (proj / "book" / "generated" / "calibration.md").is_file()
@@ -129,3 +155,17 @@ def test_citation_of_an_unrecorded_claim_fails_check(proj):
         f"notebooks/01_alpha.md:{n + 3}: {{claim}}`77:x`: no claims of chapter '77' in this run (chapters with "
         "claims: 01_alpha, 02_beta)",
     ]
+
+
+def test_build_rewrites_the_chapters_verdict_lines_from_the_current_rules(proj):
+    from covbook.claims import anchor
+
+    gen = proj / "book" / "generated"
+    stale = f'<span id="{anchor("01_alpha", "a")}"></span>**✗ FAIL** `a` stale'
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1, "outputs": [
+        {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": stale, "text/plain": "<md>"}}]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (gen / "01_alpha.ipynb").write_text(json.dumps(nb))
+    write_report(Paths(proj))
+    out = json.loads((gen / "01_alpha.ipynb").read_text())["cells"][0]["outputs"][0]["data"]["text/markdown"]
+    assert "**✓ PASS** `a` **1** in 1 ± 0.5 (excludes no effect)" in out

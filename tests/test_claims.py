@@ -1,4 +1,4 @@
-"""Claims: verdicts, interval logic, the JSON file, error paths."""
+"""Claims: measurements judged by rules (every window form), the JSON file, the rules file, error paths."""
 
 import json
 import math
@@ -6,55 +6,149 @@ import math
 import pytest
 
 from covbook import claims
-from covbook.claims import load_claims, record
+from covbook.claims import load_claims, measure
+from covbook.rules import Alternative, Measurement, Rule, judge, parse_rules, quantile
 
 
-def test_tolerance_claim_passes_and_fails_at_the_edge(monkeypatch, tmp_path):
-    f = tmp_path / "c.json"
+def _rules(tmp_path, text, name="01_x"):
+    d = tmp_path / "notebooks" / "rules"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.yml").write_text(text)
+    return d / f"{name}.yml"
+
+
+RULES = """\
+a:
+  kind: evidence
+  statement: a slope over {n} streams is −1
+  window: two_sided
+  basis: bootstrap SE over {n} streams
+  alternatives: [{name: no decay, value: 0.0}]
+f:
+  kind: identity
+  statement: rounding
+  window: fixed
+  interval: [0, 1.0e-12]
+"""
+
+
+@pytest.fixture
+def run_env(monkeypatch, tmp_path):
+    f = tmp_path / "book" / "generated" / "claims" / "01_x.json"
+    f.parent.mkdir(parents=True)
     monkeypatch.setenv(claims.CLAIMS_FILE_ENV, str(f))
-    monkeypatch.setenv("COVBOOK_NOTEBOOK", "nb")
-    assert record("a", "inside", 1.1, 1.0, tolerance=0.1, show=False).passed
-    assert not record("b", "outside", 1.1001, 1.0, tolerance=0.1, show=False).passed
-    saved = load_claims(f)
-    assert {c.id for c in saved} >= {"a", "b"} and all(c.notebook == "nb" for c in saved)
-    assert json.loads(f.read_text())[0]["statement"] == "inside"
+    monkeypatch.setenv(claims.NOTEBOOK_ENV, "01_x")
+    monkeypatch.setenv(claims.RULES_FILE_ENV, str(_rules(tmp_path, RULES)))
+    return f
 
 
-def test_interval_claims_and_open_ends():
-    assert record("i1", "upper bound", 3.0, interval=(None, 30), show=False).passed
-    assert not record("i2", "lower bound", -1.0, interval=(0, None), show=False).passed
-    c = record("i3", "interval", 0.5, interval=(0, 1), show=False)
-    assert c.passed and c.lower == 0 and c.upper == 1 and c.expected is None
+def test_measure_judges_saves_measurements_and_rejudges_from_the_file(run_env, tmp_path):
+    c = measure("a", -0.9, prediction=-1.0, se=0.05, n=40, show=False, glue_value=False)
+    assert c.passed and c.powered and c.statement == "a slope over 40 streams is −1"
+    assert c.expected_text() == f"-1 ± {claims.fmt(claims.Z * 0.05)}"
+    assert not measure("f", 1e-9, show=False, glue_value=False).passed
+    saved = json.loads(run_env.read_text())
+    assert [m["id"] for m in saved] == ["a", "f"] and "passed" not in saved[0]  # measurements, no verdict
+    again = load_claims(run_env)
+    assert [x.passed for x in again] == [True, False]
+    # a rule change is re-judged from the stored measurement
+    _rules(tmp_path, RULES.replace("[0, 1.0e-12]", "[0, 1.0e-6]"))
+    assert [x.passed for x in load_claims(run_env)] == [True, True]
+
+
+def test_a_measurement_without_a_rule_is_kept_and_said(run_env, capsys):
+    c = measure("nope", 1.0, glue_value=False)
+    assert not c.passed and "no rule" in c.reason and "no rule" in capsys.readouterr().out
+    assert "nope" in run_env.read_text()
+
+
+def _judge(window, value, **kw):
+    rule_kw = {k: kw.pop(k) for k in ("interval", "tolerance", "alternatives") if k in kw}
+    return judge(Rule("x", "evidence", "s", window, **rule_kw), Measurement("x", "nb", value, **kw))
+
+
+@pytest.mark.parametrize("window, value, kw, lo, hi", [
+    ("two_sided", 1.0, dict(prediction=1.0, se=0.1), 1 - 0.348, 1 + 0.348),
+    ("at_least", 1.0, dict(prediction=1.0, se=0.1), 1 - 0.348, None),
+    ("at_most", 1.0, dict(prediction=1.0, se=0.1, allowance=0.2), None, 1 + 0.548),
+    ("above", 1.0, dict(prediction=0.0, se=0.1), 0.348, None),
+    ("below", -1.0, dict(prediction=0.0, se=0.1), None, -0.348),
+    ("tolerance", 1.0, dict(prediction=1.0, tolerance=1e-9), 1 - 1e-9, 1 + 1e-9),
+    ("fixed", 0.5, dict(interval=(0.0, 1.0)), 0.0, 1.0),
+    ("run_interval", 0.5, dict(lower=0.1, upper=None), 0.1, None),
+])
+def test_every_window_form(window, value, kw, lo, hi):
+    c = _judge(window, value, **kw)
+    assert c.passed
+    assert (c.lower is None) == (lo is None) and (c.upper is None) == (hi is None)
+    for got, want in ((c.lower, lo), (c.upper, hi)):
+        if want is not None:
+            assert got == pytest.approx(want, abs=1e-3)
+
+
+def test_student_t_window_and_edges():
+    c = _judge("two_sided", 1.0 + 6.0 * 0.1, prediction=1.0, se=0.1, dof=7)
+    assert c.passed and c.tolerance == pytest.approx(quantile(7) * 0.1)
+    assert not _judge("two_sided", 1.0 + 3.5 * 0.1, prediction=1.0, se=0.1).passed
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_non_finite_measurement_fails_never_passes(bad):
-    assert not record("nf", "nan", bad, interval=(-1e9, 1e9), show=False).passed
+    c = _judge("fixed", bad, interval=(-1e9, 1e9))
+    assert not c.passed and "measured value" in c.reason
 
 
-def test_verdict_line_mentions_everything():
-    c = record("v", "the slope is minus one", -0.98, -1.0, tolerance=0.05, show=False)
+def test_missing_prediction_fails_with_a_reason():
+    c = _judge("two_sided", 1.0, se=0.1)
+    assert not c.passed and "prediction" in c.reason
+
+
+def test_power_against_alternatives():
+    alts = (Alternative("t^(-1/2)", -0.5), Alternative("no decay", 0.0))
+    strong = _judge("two_sided", -1.0, prediction=-1.0, se=0.05, alternatives=alts)
+    assert strong.powered and strong.power_text() == "excludes t^(-1/2), no decay"
+    weak = _judge("two_sided", -1.0, prediction=-1.0, se=0.2, alternatives=alts)
+    assert weak.passed and not weak.powered and weak.cannot_exclude() == ["t^(-1/2)"]
+    keyed = _judge("above", 2.0, prediction=0.0, se=0.1, alternatives=(Alternative("no effect", key="prediction"),))
+    assert keyed.powered
+
+
+def test_verdict_line_mentions_value_window_and_power():
+    c = _judge("two_sided", -0.98, prediction=-1.0, se=0.05, alternatives=(Alternative("no decay", 0.0),))
     line = c.verdict_line()
-    assert "PASS" in line and "-0.98" in line and "± 0.05" in line and "slope" in line
+    assert line.startswith("[PASS] x") and "-0.98 in -1 ±" in line and "excludes no decay" in line
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(id="", statement="s", measured=1, expected=1, tolerance=0), "identifier"),
-        (dict(id="a b", statement="s", measured=1, expected=1, tolerance=0), "identifier"),
-        (dict(id="x", statement=" ", measured=1, expected=1, tolerance=0), "statement"),
-        (dict(id="x", statement="s", measured="abc", expected=1, tolerance=0), "measured"),
-        (dict(id="x", statement="s", measured=1, expected=1, tolerance=-1), "tolerance"),
-        (dict(id="x", statement="s", measured=1, expected=None, tolerance=1), "expected"),
-        (dict(id="x", statement="s", measured=1, interval=(2, 1)), "exceeds"),
-        (dict(id="x", statement="s", measured=1, interval=(None, None)), "finite end"),
-        (dict(id="x", statement="s", measured=1, expected=1, tolerance=1, interval=(0, 2)), "not both"),
-    ],
-)
-def test_record_rejects_bad_input(kwargs, match):
+@pytest.mark.parametrize("text, match", [
+    ("x: {kind: proof, statement: s, window: fixed, interval: [0, 1]}", "kind"),
+    ("x: {kind: sanity, statement: s, window: wide}", "window"),
+    ("x: {kind: sanity, statement: ' ', window: fixed, interval: [0, 1]}", "statement"),
+    ("x: {kind: sanity, statement: s, window: fixed}", "interval"),
+    ("x: {kind: sanity, statement: s, window: fixed, interval: [2, 1]}", "lower <= upper"),
+    ("x: {kind: sanity, statement: s, window: tolerance}", "tolerance"),
+    ("x: {kind: sanity, statement: s, window: fixed, interval: [0, 1], colour: red}", "unknown key"),
+    ("x: {kind: evidence, statement: s, window: above, alternatives: [{value: 0}]}", "alternative"),
+    ("1: {kind: sanity, statement: s, window: fixed, interval: [0, 1]}", "literal identifier"),
+    ("[1, 2]", "mapping"),
+])
+def test_bad_rules_are_refused_naming_the_key(text, match):
     with pytest.raises(ValueError, match=match):
-        record(show=False, **kwargs)
+        parse_rules(text)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(id="", value=1), "identifier"),
+    (dict(id="a b", value=1), "identifier"),
+    (dict(id="x", value="abc"), "value"),
+    (dict(id="x", value=1, se=-1), "se"),
+    (dict(id="x", value=1, dof=0), "dof"),
+    (dict(id="x", value=1, allowance=-1), "allowance"),
+    (dict(id="x", value=1, lower=2, upper=1), "exceeds"),
+    (dict(id="x", value=1, reason=" "), "reason"),
+])
+def test_measure_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        measure(show=False, glue_value=False, **kwargs)
 
 
 def test_numpy_and_torch_scalars_become_plain_numbers():
@@ -67,40 +161,11 @@ def test_numpy_and_torch_scalars_become_plain_numbers():
     assert _plain(np.arange(3)).shape == (3,) and _plain("text") == "text"
 
 
-def test_kind_must_be_known():
-    with pytest.raises(ValueError, match="kind"):
-        claims.record("k", "s", 1.0, 1.0, tolerance=0.0, kind="proof", show=False, glue_value=False)
+def test_student_t_quantile_matches_scipy_without_importing_it():
+    from scipy.stats import t
 
-
-def test_within_se_uses_the_book_level():
-    c = claims.within_se("w", "near zero", 3.4 * 0.1, 0.0, 0.1, basis="SE over 10 runs", show=False,
-                         glue_value=False)
-    assert c.passed and c.kind == "evidence" and "3.48" in c.basis
-    c = claims.within_se("w2", "near zero", 3.5 * 0.1, 0.0, 0.1, basis="SE over 10 runs", show=False,
-                         glue_value=False)
-    assert not c.passed
-
-
-def test_one_sided_helpers_and_extra_needs_its_basis():
-    assert claims.at_least_se("a", "big", 0.7, 1.0, 0.1, basis="SE", show=False, glue_value=False).passed
-    assert not claims.at_most_se("b", "small", 1.5, 1.0, 0.1, basis="SE", show=False, glue_value=False).passed
-    with pytest.raises(ValueError, match="extra_basis"):
-        claims.within_se("c", "s", 0.0, 0.0, 0.1, basis="SE", extra=0.1, show=False, glue_value=False)
-    with pytest.raises(ValueError, match="se"):
-        claims.within_se("c", "s", 0.0, 0.0, float("nan"), basis="SE", show=False, glue_value=False)
-
-
-def test_unevaluable_claim_is_recorded_as_failed_with_its_reason():
-    c = claims.record("u", "s", float("nan"), 1.0, tolerance=1.0, reason="too few cycles", show=False,
-                      glue_value=False)
-    assert not c.passed and c.reason == "too few cycles"
-
-
-def test_student_t_quantile_for_an_se_from_few_replicates():
-    assert claims.quantile() == claims.Z
-    assert claims.quantile(7) > 6.0 > claims.quantile(100) > claims.Z
-    c = claims.within_se("t", "near zero", 5.0 * 0.1, 0.0, 0.1, basis="SE over 8 runs", dof=7, show=False,
-                         glue_value=False)
-    assert c.passed and "Student t, 7 dof" in c.basis
+    assert quantile() == claims.Z
+    for dof in (1, 3, 7, 30, 1000):
+        assert quantile(dof) == pytest.approx(float(t.ppf(1 - claims.LEVEL / 2, dof)), rel=1e-9)
     with pytest.raises(ValueError, match="dof"):
-        claims.within_se("t", "s", 0.0, 0.0, 0.1, basis="SE", dof=0, show=False, glue_value=False)
+        quantile(0)

@@ -226,8 +226,7 @@ def test_wait_blocks_until_the_lock_is_free(project):
 def _fake_outputs(project: Path, name: str = "01_alpha") -> Paths:
     """The outputs of a successful run of ``name``, written by hand (no kernel); the record names their digests."""
     paths = Paths(project)
-    claim = {"id": "x_is_x", "notebook": name, "statement": "x equals itself", "measured": 1.0, "expected": 1.0,
-             "tolerance": 0.0, "lower": 1.0, "upper": 1.0, "passed": True, "theorem": None, "extra": {}}
+    claim = {"id": "x_is_x", "notebook": name, "value": 1.0, "prediction": 1.0, "extra": {}}
     write_json_atomic(paths.claims / f"{name}.json", [claim])
     write_json_atomic(paths.generated / f"{name}.ipynb", {"cells": [], "metadata": {}, "nbformat": 4,
                                                           "nbformat_minor": 5})
@@ -257,7 +256,7 @@ def test_check_and_build_name_the_damaged_file_and_the_repair(project, which, co
 def test_verify_outputs_rejects_wrong_shapes(project):
     paths = _fake_outputs(project)
     write_json_atomic(paths.claims / "01_alpha.json", [{"id": "x"}])
-    with pytest.raises(DamagedFile, match="not a claim"):
+    with pytest.raises(DamagedFile, match="not a measurement"):
         cache.verify_outputs(paths, "01_alpha")
     write_json_atomic(paths.claims / "01_alpha.json", {"not": "a list"})
     with pytest.raises(DamagedFile, match="expected a JSON list"):

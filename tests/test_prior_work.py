@@ -10,6 +10,7 @@ import torch
 
 from covbook import icl
 from covbook import prior_work as pw
+from covbook._seeds import derive_seed
 
 COV12 = torch.eye(3, dtype=torch.float64) / 12
 
@@ -150,7 +151,7 @@ def test_head_paths_match_the_model_and_converge():
     model = _gd_head(d, -2.0, 0.7)
     t = icl.make_regression_tasks(64, 1, d, cov_x=COV12, x_law="uniform", seed=7)
     paths = pw.head_paths(model, t.w, t.x_query, [5, 20000], x_law="uniform", cov_x=COV12, seed=11, chunk=5)
-    ctx = icl.make_regression_tasks(64, 5, d, x_law="uniform", cov_x=COV12, seed=11).x  # chunk 0
+    ctx = icl.make_regression_tasks(64, 5, d, x_law="uniform", cov_x=COV12, seed=derive_seed(11, 0)).x  # chunk 0
     tokens = torch.cat([ctx, (ctx * t.w[:, None]).sum(-1, keepdim=True)], -1)
     direct = model.predict(icl.RegressionTasks(tokens, t.query, t.y_query, t.w))
     assert torch.allclose(paths[:, 0], direct, atol=1e-10)

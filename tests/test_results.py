@@ -48,6 +48,7 @@ def _write(tmp_path: Path, text: str) -> Path:
      "findings:\n  - {id: T, statement: y, chapter: 01_a, claims: [d]}\n", "duplicate"),
     ("statements: {id: T}\n", "must be a list"),
     ("other: 1\n", "unknown key"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], source: paper}\n", "source"),
 ])
 def test_malformed_data_file_is_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -63,7 +64,7 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
     ])
     page = render(results, [_claim("c1"), _claim("c2"), _claim("c4", False, measured=2.5)], {"thm-01-a"},
                   ran={"01_a"}, profiles=["smoke"])
-    assert "1 holds, 1 holds with a correction, 0 fails, 1 not tested" in page  # the paper's statements only
+    assert "1 holds, 1 holds with a correction, 0 compatible only, 0 fails, 1 not tested" in page  # statements only
     assert "{prf:ref}`thm-01-a`" in page and "{prf:ref}`thm-gone`" not in page  # no dangling reference
     assert "holds \\| here" in page  # a pipe does not break the table
     assert "✗&nbsp;`c4`&nbsp;(2.5)" in page and "✗&nbsp;fails" in page
@@ -72,6 +73,23 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
     assert "`02_b:c3` is not in the run (its chapter was not run)" in page
     assert "theorem label `thm-gone`" in page
     assert "*Correction:* a correction" in page
+    assert "| status | | statement |" in page and "| ✓&nbsp;holds | T1 |" in page  # the verdict first
+
+
+def test_a_key_claim_without_power_makes_a_statement_compatible_only() -> None:
+    s = Statement("T", "x", "01_a", ("c",))
+    weak = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible",
+                 alternatives=[{"name": "no decay", "value": 1.0, "excluded": False}], powered=False)
+    assert status(s, {("01_a", "c"): weak}) == "compatible only"
+    page = render(Results([s]), [weak], set())
+    assert "≈&nbsp;`c`&nbsp;(1)" in page and "≈&nbsp;compatible only" in page
+
+
+def test_the_page_names_each_chapters_profile_and_seed_and_warns_when_mixed() -> None:
+    runs = {"01_a": {"status": "ok", "parameters": {"profile": "quick", "seed": 0}},
+            "02_b": {"status": "ok", "parameters": {"profile": "smoke", "seed": 4}}}
+    page = render(Results([Statement("T", "x", "01_a", ("c1",))]), [_claim("c1")], set(), runs=runs)
+    assert "1 at `quick`, seed 0; 2 at `smoke`, seed 4" in page and "mixed profiles or seeds" in page
 
 
 def test_claim_role_rendering() -> None:
@@ -92,20 +110,19 @@ def test_the_books_data_file_is_consistent() -> None:
     ids = {"T1(a)", "T2", "T3", "T4", "T5"}
     assert ids <= {s.id for s in results.statements}, "every main result of the paper has a row"
     for s in results.statements:
+        if s.kind == "statement":  # only the abstract is public: each is its claim or the book's reconstruction
+            assert s.source in {"abstract", "reconstruction"}, f"{s.id}: no source"
         assert s.chapter in chapters, f"{s.id}: unknown chapter {s.chapter}"
         assert s.theorem is None or s.theorem in labels, f"{s.id}: no theorem box labelled {s.theorem}"
         for nb, _ in s.claim_keys():
             assert nb in chapters, f"{s.id}: unknown chapter {nb}"
 
 
-def test_key_claims_are_in_the_claims_manifest() -> None:
-    """Every key claim is one the chapters record (the committed manifest of claim ids)."""
-    from covbook.book.checks import read_manifest
-    from covbook.book.config import Paths
+def test_key_claims_are_declared_in_the_rules() -> None:
+    """Every key claim is one the chapters declare (their rules files list the claim ids)."""
+    from covbook.rules import load_rules
 
-    manifest = read_manifest(Paths(ROOT))
-    if manifest is None:
-        pytest.skip("notebooks/claims_manifest.yml not committed yet (covbook check --update-manifest)")
+    manifest = {f.stem: list(load_rules(f)) for f in (ROOT / "notebooks" / "rules").glob("*.yml")}
     missing = [f"{s.id}: {nb}:{cid}" for s in load_statements(ROOT / "book" / "results.yml").statements
                for nb, cid in s.claim_keys() if cid not in manifest.get(nb, [])]
     assert not missing, f"book/results.yml names claims the chapters do not record: {missing}"
@@ -131,3 +148,11 @@ def test_link_theorems_links_only_known_labels() -> None:
     text = "rate (Theorems thm-01-a, thm-02-b); Proposition thm-03-gone; x-01-y"
     assert link_theorems(text, {"thm-01-a", "thm-02-b"}) == (
         "rate ({prf:ref}`thm-01-a`, {prf:ref}`thm-02-b`); Proposition thm-03-gone; x-01-y")
+
+
+def test_render_marks_the_source() -> None:
+    res = Results([Statement("T1", "x", "01_a", ("c",), source="abstract"),
+                   Statement("T2", "y", "01_a", ("c",), source="reconstruction")])
+    page = render(res, [_claim("c")], set())
+    assert "*The abstract's claim.* x" in page and "*The book's reconstruction.* y" in page
+    assert "Only the abstract of the paper is public" in page

@@ -63,8 +63,10 @@ def test_failing_notebook_does_not_stop_the_others(project):
 
 
 def test_failed_claim_and_missing_claims_fail_check(project):
-    bad = "from covbook import claims\nclaims.record('off', 'one is two', 1.0, 2.0, tolerance=0.5)"
+    bad = "from covbook import claims\nclaims.measure('off', 1.0, prediction=2.0)"
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(bad))
+    (project / "notebooks" / "rules" / "01_alpha.yml").write_text(
+        "off: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("y = 1"))
     res = covbook(project, "run", "--profile", "smoke", "--no-progress")
     assert res.returncode == 1 and "recorded no claims" in res.stderr  # 02 recorded none
@@ -91,9 +93,9 @@ def test_notebook_without_parameters_cell_is_rejected(project):
 
 # ----------------------------------------------------------------------------- interruption, leftovers, damage
 
-OK = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
+OK = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
 SLEEPER = ("import time\ntime.sleep(120)\n"
-           "from covbook import claims\nclaims.record('never', 'never reached', 1, 1, tolerance=0)")
+           "from covbook import claims\nclaims.measure('never', 1)")
 
 
 def _start(project, *args: str) -> subprocess.Popen:
@@ -136,7 +138,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_stops_the_run_within_seconds(project):
     """SIGINT during the 2nd of 3 notebooks: the running kernel stops, the 3rd never starts, the 1st is kept."""
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
-    ok = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
+    ok = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
     (project / "notebooks" / "03_gamma.md").write_text(make_notebook(ok))
     proc = _start(project, "run", "--profile", "smoke", "--jobs", "1", "--no-progress")
     gen = project / "book" / "generated"
@@ -208,7 +210,7 @@ def test_a_success_removes_the_failed_copy(project):
     assert covbook(project, "run", "01", "--profile", "smoke", "--no-progress").returncode == 1
     failed = project / "book" / "generated" / "failed" / "01_alpha.ipynb"
     assert failed.is_file()
-    ok = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0)"
+    ok = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(ok))
     covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
     assert not failed.exists()

@@ -39,13 +39,14 @@ def _book(root: Path, chapter_md: str, notation: str = "") -> Path:
     """Fake project with a run of two chapters, its report written; returns the Sphinx source folder."""
     fake_project(root, {
         "01_alpha": [claim("x_is_x", "01_alpha", measured=1.23456, theorem="thm-01_alpha"),
-                     claim("off", "01_alpha", passed=False, measured=7.0)],
+                     claim("off", "01_alpha", passed=False, measured=7.0),
+                     claim("weak", "01_alpha", kind="compatible", alternatives=[{"name": "no decay", "value": 1.2}])],
         "02_beta": [claim("y", "02_beta", kind="identity", basis=None)],
     })
     src = root / "book"
     gen = src / "generated"
     write_report(Paths(root))
-    _chapter(gen / "01_alpha.ipynb", chapter_md, ["x_is_x", "off"])
+    _chapter(gen / "01_alpha.ipynb", chapter_md, ["x_is_x", "off", "weak"])
     _chapter(gen / "02_beta.ipynb", "# Beta\n\nSee {claim}`01_alpha:x_is_x` and {claim}`01:off`.", ["y"])
     (src / "conf.py").write_text(CONF)
     (src / "index.md").write_text("# Book\n\n```{toctree}\nnotation\ngenerated/01_alpha\ngenerated/02_beta\n"
@@ -62,7 +63,7 @@ def _build(src: Path) -> subprocess.CompletedProcess:
 
 def test_role_renders_value_verdict_and_links_both_ways(tmp_path):
     src = _book(tmp_path, "# Alpha\n\n```{prf:theorem} T\n:label: thm-01_alpha\n\nx\n```\n\n"
-                          "The value is {claim}`x_is_x`; this one failed: {claim}`off`.\n")
+                          "The value is {claim}`x_is_x`; this one failed: {claim}`off`; {claim}`weak`.\n")
     res = _build(src)
     assert res.returncode == 0, res.stderr
     out = src / "_build" / "generated"
@@ -72,6 +73,8 @@ def test_role_renders_value_verdict_and_links_both_ways(tmp_path):
     assert "covbook-claim-pass" in page and "✓" in page
     assert "covbook-claim-fail" in page and "✗ FAILED" in page and ">7</span>" in page
     assert 'id="claim-01-x_is_x"' in page  # the verdict line's anchor in the chapter
+    assert "covbook-claim-compatible" in page and "≈ compatible, cannot exclude no decay" in page
+    assert '<span class="covbook-claim-window">\u00a01 ± 0.5</span>' in page  # the window inline
     beta = (out / "02_beta.html").read_text()
     assert 'href="reproduction.html#claim-01-x_is_x"' in beta and 'href="reproduction.html#claim-01-off"' in beta
     report = (out / "reproduction.html").read_text()
@@ -139,7 +142,7 @@ def test_book_build_resolves_claims(project):
     assert 'id="claim-01-x_is_x"' in page  # claims._show gives the verdict line its anchor
     assert 'href="01_alpha.html#claim-01-x_is_x"' in (html / "reproduction.html").read_text()
     claims = json.loads((project / "book" / "generated" / "claims" / "01_alpha.json").read_text())
-    assert claims[0]["kind"] == "identity"
+    assert claims[0]["value"] == 3 and "kind" not in claims[0]  # measurements; the rule is in notebooks/rules
     # an unknown claim fails the -W build, and keeps failing on the next build with nothing changed
     # (Sphinx re-reads only changed pages; covbook build forgets the environment after a failure)
     (project / "book" / "intro.md").write_text("# Intro\n\n{claim}`no_such_claim`\n")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from claims_fixtures import claim, fake_project, fake_run
+from claims_fixtures import claim, fake_project, fake_run, write_rules
 from covbook.book.config import Paths, UsageError
 from covbook.book.sweep import binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
 from covbook.claims import LEVEL, Z
@@ -35,13 +35,13 @@ def test_calibrate_flags_improbable_failures_and_vanished_claims(tmp_path):
     paths = Paths(proj)
     for seed in (0, 1, 2):
         gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        cl = [claim("a", "01_alpha", measured=1.0 + seed), claim("b", "01_alpha", passed=seed != 1)]
+        cl = [claim("a", "01_alpha", measured=1.0 + seed, se=2.0 / Z), claim("b", "01_alpha", passed=seed != 1)]
         fake_run(gen, "01_alpha", cl if seed != 2 else cl[:1], seed=seed)
     data = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])
     rows = {r["id"]: r for r in data["01_alpha"]["claims"]}
     assert rows["a"]["passed"] == 3 and rows["a"]["mean"] == pytest.approx(2.0) and rows["a"]["sd"] == pytest.approx(1)
     assert not rows["a"]["flagged"] and rows["a"]["tail_p"] == 1.0
-    assert rows["a"]["sd_over_se"] == pytest.approx(1 / (0.5 / Z))  # SD 1 over the SE a tolerance 0.5 implies
+    assert rows["a"]["sd_over_se"] == pytest.approx(1 / (2.0 / Z))  # SD 1 of the residuals over the SE
     assert rows["b"]["n"] == 2 and rows["b"]["passed"] == 1 and rows["b"]["missing_seeds"] == [2]
     assert rows["b"]["flagged"] and rows["b"]["tail_p"] == pytest.approx(binomial_tail(1, 2))
     assert rows["b"]["fail_seeds"] == [1] and rows["a"]["fail_seeds"] == []
@@ -63,9 +63,12 @@ def test_sweep_usage_errors_exit_2(project):
 @pytest.mark.notebooks
 def test_sweep_on_the_fixture_project(project):
     body = ("from covbook import claims\nimport random\nrandom.seed(seed)\n"
-            "claims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')\n"
-            "claims.record('u', 'a uniform draw is below 0.5', random.random(), interval=(None, 0.5), "
-            "kind='evidence', basis='a test of the flag')")
+            "claims.measure('x_is_x', x, prediction=x)\n"
+            "claims.measure('u', random.random())")
+    (project / "notebooks" / "rules" / "01_alpha.yml").write_text(
+        "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
+        "u: {kind: evidence, statement: a uniform draw is below 0.5, window: fixed, interval: [null, 0.5],\n"
+        "    basis: a test of the flag, alternatives: [{name: above, value: 0.9}]}\n")
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(body))
     covbook(project, "run", "--profile", "smoke", "01", "--no-progress", check=True)
     before = (project / "book" / "generated" / "claims" / "01_alpha.json").read_text()
@@ -95,20 +98,37 @@ def test_sweep_on_the_fixture_project(project):
 
 
 def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
-    """One-sided claims and claims with a Student-t quantile record their SE: SD/SE divides by it, not tol / Z."""
-    from covbook import claims
-
-    c = claims.at_least_se("c", "a bound", 2.0, 1.0, 0.25, basis="test", dof=4, show=False, glue_value=False)
-    assert c.extra["se"] == 0.25 and c.extra["quantile"] == pytest.approx(claims.quantile(4))
-    proj = fake_project(tmp_path, {"01_alpha": [claim("c", "01_alpha")]})
+    """A one-sided claim (no centre) divides the SD of its values by the SE its measurement recorded."""
+    c = claim("c", "01_alpha", window="at_least")
+    proj = fake_project(tmp_path, {"01_alpha": [c]})
     paths = Paths(proj)
     for seed in (0, 1):
         gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        row = {**claim("c", "01_alpha", measured=1.0 + seed), "tolerance": None, "upper": None,
-               "extra": {"se": 0.25, "quantile": claims.quantile(4)}}
-        fake_run(gen, "01_alpha", [row], seed=seed)
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + seed, se=0.25, window="at_least")],
+                 seed=seed)
     rows = calibrate(paths, "smoke", [0, 1], ["01_alpha"])["01_alpha"]["claims"]
+    assert rows[0]["passed"] == 2
     assert rows[0]["sd_over_se"] == pytest.approx((2 ** 0.5 / 2) / 0.25)  # SD of (1, 2) over the SE 0.25
+
+
+def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_path):
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
+    paths = Paths(proj)
+    for seed in (0, 1, 2):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("a", "01_alpha", measured=1.0 + 0.2 * seed)], seed=seed)
+    res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads((proj / "book" / "calibration.json").read_text())["notebooks"]["01_alpha"]["claims"]
+    assert rows[0]["passed"] == 3
+    narrow = claim("a", "01_alpha")
+    narrow["_rule"].update(window="fixed", interval=[0.9, 1.1])  # seeds 1 and 2 (1.2, 1.4) now fail
+    write_rules(proj, "01_alpha", [narrow])
+    res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
+    rows = json.loads((proj / "book" / "calibration.json").read_text())["notebooks"]["01_alpha"]["claims"]
+    assert res.returncode == 1 and rows[0]["fail_seeds"] == [1, 2] and rows[0]["flagged"]
+    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge")
+    assert res.returncode == 2 and "no stored sweep" in res.stderr
 
 
 def test_chance_flags_follow_the_flag_rule():
@@ -142,9 +162,8 @@ def test_sd_over_se_of_a_prediction_that_moves_with_the_seed_is_that_of_the_resi
     paths = Paths(proj)
     for seed in (0, 1, 2):
         gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        row = {**claim("c", "01_alpha", measured=10.0 * seed + 0.1), "expected": 10.0 * seed,
-               "extra": {"se": 0.25}}
-        fake_run(gen, "01_alpha", [row], seed=seed)
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=10.0 * seed + 0.1, prediction=10.0 * seed,
+                                         se=0.25)], seed=seed)
     rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["sd"] == pytest.approx(10.0) and rows[0]["sd_over_se"] == pytest.approx(0.0, abs=1e-12)
 

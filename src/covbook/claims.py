@@ -1,104 +1,56 @@
-"""Claims: every quantitative statement the book makes, recorded and verified.
+"""Claims: every quantitative statement the book makes, measured by a run and judged by a rule.
 
-A claim is a measured number, the value (or interval) that theory predicts, a
-tolerance, and one sentence naming the theorem it tests.  Notebooks call
-:func:`record` (or one of the tolerance helpers :func:`within_se`,
-:func:`at_least_se`, :func:`at_most_se`); the claim is shown as a one-line
-verdict, glued for the prose (myst-nb ``glue``) and, when the notebook runs
-under the covbook runner, written to the notebook's claims JSON file, which
-``covbook check`` reads.
+A notebook records a *measurement* with :func:`measure` (the value, the
+prediction computed in the run, its standard error and degrees of freedom or
+the window its sampling law gives, and any further numbers).  What the claim
+means (kind, statement, theorem, how its window is formed, the alternative it
+must exclude) is its *rule*, data in ``notebooks/rules/NN_name.yml``
+(:mod:`covbook.rules`).  :func:`measure` judges the measurement against the
+chapter's rule and shows the verdict line, glues the value for the prose
+(myst-nb ``glue``) and, under the covbook runner, writes the measurements to
+the chapter's claims JSON file; ``covbook check`` re-judges that file against
+the current rules without running the notebook.
 
-Every claim has a *kind*:
+Every rule has a *kind*:
 
 ``evidence``
-    tests a prediction; it could fail if the theory were wrong.  Its tolerance
-    has a recorded ``basis`` and, where it is statistical, uses the book's one
-    per-claim level: two-sided ``LEVEL`` = 5e-4, i.e. ``Z`` ≈ 3.48 standard
-    errors.
+    tests a prediction and could fail if the theory were wrong: its window
+    excludes the alternative(s) it names (no decay, no effect, the competing
+    formula).  Statistical windows use the book's one per-claim level,
+    two-sided ``LEVEL`` = 5e-4 (``Z`` ≈ 3.48 standard errors, or the Student-t
+    quantile when the SE comes from few replicates).
+``compatible``
+    the measurement agrees with the prediction but its window cannot exclude
+    the alternative at this profile: shown as "compatible, cannot exclude X",
+    never cited as evidence of the effect.
 ``identity``
     an exact algebraic identity checked to rounding.
 ``sanity``
     a property any reasonable implementation has.
-
-Tolerances come from theory or from the run's own uncertainty, never from the
-wish to see green; a tolerance changed after a failure says so in its basis.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import os
-from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
+from dataclasses import asdict
+from pathlib import Path
 
 from covbook._jsonio import write_json_atomic
+from covbook.rules import LEVEL, RULE_KINDS, Claim, Measurement, Rule, Z, fmt, judge, load_rules, quantile, rules_path
 
 __all__ = [
-    "Claim", "record", "quantile", "within_se", "at_least_se", "at_most_se", "glue", "reset",
-    "write_json_atomic", "load_claims", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV", "KINDS", "LEVEL", "Z",
+    "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic",
+    "load_claims", "load_measurements", "judge_file", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV",
+    "RULES_FILE_ENV", "KINDS", "LEVEL", "Z",
 ]
 
-KINDS = ("evidence", "identity", "sanity")
-LEVEL = 5e-4
-"""The book's one per-claim level: a correct run fails a statistical evidence claim with probability ``LEVEL``."""
-Z = NormalDist().inv_cdf(1 - LEVEL / 2)
-"""Standard errors per tolerance at ``LEVEL`` (two-sided normal quantile, ≈ 3.48)."""
-
+KINDS = RULE_KINDS
 CLAIMS_FILE_ENV = "COVBOOK_CLAIMS_FILE"
 NOTEBOOK_ENV = "COVBOOK_NOTEBOOK"
-
-
-@dataclass
-class Claim:
-    """One verified statement.
-
-    The claim passes when ``lower <= measured <= upper``; with ``expected`` and
-    ``tolerance`` given, ``lower, upper = expected ∓ tolerance``.
-    """
-
-    id: str
-    notebook: str
-    statement: str
-    measured: float
-    expected: float | None
-    tolerance: float | None
-    lower: float | None
-    upper: float | None
-    passed: bool
-    theorem: str | None = None
-    extra: dict = field(default_factory=dict)
-    kind: str = "evidence"
-    basis: str | None = None
-    reason: str | None = None
-
-    def _ipython_display_(self) -> None:
-        """Show nothing: :func:`record` has already shown the verdict line."""
-
-    def verdict_line(self) -> str:
-        """One line: verdict, id, statement, measured against expected."""
-        mark = "PASS" if self.passed else "FAIL"
-        why = f" ({self.reason})" if self.reason else ""
-        return (f"[{mark}] {self.id} [{self.kind}]: {self.statement} — measured {fmt(self.measured)}, "
-                f"expected {self.expected_text()}{why}")
-
-    def expected_text(self) -> str:
-        if self.expected is not None and self.tolerance is not None:
-            return f"{fmt(self.expected)} ± {fmt(self.tolerance)}"
-        lo = "-∞" if self.lower is None else fmt(self.lower)
-        hi = "∞" if self.upper is None else fmt(self.upper)
-        return f"in [{lo}, {hi}]"
-
-
-def fmt(x: float | None) -> str:
-    """Four significant digits, scientific notation where needed."""
-    if x is None:
-        return "—"
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.4g}"
+RULES_FILE_ENV = "COVBOOK_RULES_FILE"
 
 
 def familywise(n: int, level: float = LEVEL) -> float:
@@ -129,7 +81,7 @@ def anchor(notebook: str, claim_id: str) -> str:
     return f"claim-{prefix if prefix.isdigit() else notebook}-{claim_id}"
 
 
-_CLAIMS: dict[str, Claim] = {}
+_MEASURED: dict[str, Measurement] = {}
 
 
 def _number(x: object, name: str, allow_none: bool = False) -> float | None:
@@ -144,205 +96,119 @@ def _number(x: object, name: str, allow_none: bool = False) -> float | None:
     return v
 
 
-def record(
+def _extra(x: object, name: str) -> str | int | float:
+    """An extra number as a plain int (integers keep their type, for the rules' texts) or float; texts as they are."""
+    if isinstance(x, str):
+        return x
+    try:
+        return operator.index(x)  # type: ignore[arg-type]
+    except TypeError:
+        return _number(x, name)  # type: ignore[return-value]
+
+
+def _find_rules(notebook: str, cid: str) -> tuple[str, dict[str, Rule]] | None:
+    """The chapter's rules: from the runner's environment, else ``rules/`` beside the notebook (Jupyter's cwd)."""
+    env = os.environ.get(RULES_FILE_ENV)
+    if env:
+        return (notebook, load_rules(env)) if Path(env).is_file() else None
+    for base in (Path.cwd(), Path.cwd() / "notebooks"):
+        d = base / "rules"
+        if notebook != "interactive" and (d / f"{notebook}.yml").is_file():
+            return notebook, load_rules(d / f"{notebook}.yml")
+        if notebook == "interactive" and d.is_dir():
+            hits = [(f.stem, r) for f in sorted(d.glob("*.yml")) if cid in (r := load_rules(f))]
+            if len(hits) == 1:
+                return hits[0]
+    return None
+
+
+def measure(
     id: str,
-    statement: str,
-    measured: object,
-    expected: object | None = None,
+    value: object,
     *,
-    tolerance: object | None = None,
-    interval: tuple[object | None, object | None] | None = None,
-    theorem: str | None = None,
-    kind: str = "evidence",
-    basis: str | None = None,
+    prediction: object | None = None,
+    se: object | None = None,
+    dof: int | None = None,
+    allowance: object = 0.0,
+    lower: object | None = None,
+    upper: object | None = None,
     reason: str | None = None,
     glue_value: bool = True,
     show: bool = True,
     **extra: object,
 ) -> Claim:
-    """Record a claim, show its verdict, glue its measured value and save it.
-
-    Give either ``expected`` and ``tolerance`` (pass iff |measured − expected| ≤
-    tolerance) or ``interval=(lower, upper)`` (either end may be ``None``).  A
-    non-finite measured value fails the claim; it never passes silently.
+    """Record a measurement, judge it against its chapter's rule, show the verdict and save it.
 
     Parameters
     ----------
     id : str
-        Short identifier, unique within the notebook (a valid glue key).
-    statement : str
-        One sentence naming the theorem the claim tests.
-    measured : float
-    expected : float, optional
-    tolerance : float, optional
-        Non-negative; from theory or the run's own uncertainty.
-    interval : (float | None, float | None), optional
-    theorem : str, optional
-        Label of the theorem box the claim tests.
-    kind : {"evidence", "identity", "sanity"}
-        What a pass means (see the module docstring).
-    basis : str, optional
-        Where the tolerance comes from.  Every evidence claim needs one:
-        ``covbook check`` fails an evidence claim recorded without it.
+        The claim's literal id: its rule in ``notebooks/rules/NN_name.yml``.
+    value : float
+        The measured number; a non-finite value fails the claim.
+    prediction : float, optional
+        The value (or bound) the theory predicts, computed in the run.
+    se : float, optional
+        The standard error the window rests on (non-negative).
+    dof : int, optional
+        Degrees of freedom of ``se`` (replicates − 1): the rule then uses the
+        Student-t quantile at the book's level.
+    allowance : float
+        A non-statistical allowance the rule's basis explains (a proven bias bound).
+    lower, upper : float, optional
+        Window ends computed in the run from a sampling law (``run_interval`` rules).
     reason : str, optional
-        Why the claim could not be evaluated; with a NaN ``measured`` the claim
-        is recorded as failed with this reason (a claim is never skipped).
+        Why the claim could not be evaluated: it is then recorded as failed.
+    **extra
+        Further numbers (or short texts) the rule's text may name as ``{name}``.
 
-    Examples
-    --------
-    >>> c = record("demo", "two plus two", 4.0, 4.0, tolerance=0.0, kind="identity",
-    ...            show=False, glue_value=False)
-    >>> c.passed
-    True
+    Returns the judged :class:`Claim`; without a rule (a notebook outside a
+    covbook checkout, or an id not declared yet) an unjudged, failed claim that
+    says why.
     """
     if not isinstance(id, str) or not id or not id.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"claim id must be a non-empty identifier of letters, digits, '_' or '-', got {id!r}")
-    if not isinstance(statement, str) or not statement.strip():
-        raise ValueError("claim statement must be a non-empty sentence")
-    if kind not in KINDS:
-        raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if basis is not None and not isinstance(basis, str):
-        raise ValueError(f"basis must be a string, got {basis!r}")
     if reason is not None and not (isinstance(reason, str) and reason.strip()):
         raise ValueError(f"reason must be a non-empty string, got {reason!r}")
-    m = _number(measured, "measured")
-    if interval is not None:
-        if expected is not None or tolerance is not None:
-            raise ValueError("give either expected and tolerance, or interval, not both")
-        try:
-            lo_raw, hi_raw = interval
-        except (TypeError, ValueError) as err:
-            raise ValueError("interval must be a pair (lower, upper)") from err
-        lo, hi = _number(lo_raw, "interval lower", True), _number(hi_raw, "interval upper", True)
-        if lo is None and hi is None:
-            raise ValueError("interval needs at least one finite end")
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"interval lower {lo} exceeds upper {hi}")
-        exp, tol = None, None
-    else:
-        exp = _number(expected, "expected")
-        tol = _number(tolerance, "tolerance")
-        if not (math.isfinite(exp) and math.isfinite(tol)) or tol < 0:
-            raise ValueError(f"expected must be finite and tolerance finite and >= 0, got {exp}, {tol}")
-        lo, hi = exp - tol, exp + tol
-    passed = reason is None and math.isfinite(m) and (lo is None or m >= lo) and (hi is None or m <= hi)
-    if not math.isfinite(m) and reason is None:
-        reason = f"measured value is {m}"
+    if dof is not None and (isinstance(dof, bool) or not isinstance(dof, int) or dof < 1):
+        raise ValueError(f"dof must be a positive integer (replicates − 1), got {dof!r}")
+    v = _number(value, "value")
+    s = _number(se, "se", True)
+    if s is not None and (not math.isfinite(s) or s < 0):
+        raise ValueError(f"se must be a finite non-negative standard error, got {se!r}")
+    a = _number(allowance, "allowance")
+    if not math.isfinite(a) or a < 0:
+        raise ValueError(f"allowance must be a finite non-negative number, got {allowance!r}")
+    lo, hi = _number(lower, "lower", True), _number(upper, "upper", True)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"lower {lo} exceeds upper {hi}")
     nb = os.environ.get(NOTEBOOK_ENV, "interactive")
-    extra_clean = {k: _number(v, k) if not isinstance(v, str) else v for k, v in extra.items()}
-    claim = Claim(id, nb, statement.strip(), m, exp, tol, lo, hi, bool(passed), theorem, extra_clean,
-                  kind, basis.strip() if basis else None, reason)
-    _CLAIMS[id] = claim
+    extra_clean = {k: _extra(x, k) for k, x in extra.items()}
+    m = Measurement(id, nb, v, _number(prediction, "prediction", True), s, dof, a, lo, hi, reason, extra_clean)
+    _MEASURED[id] = m
     _save()
     if glue_value:
-        glue(id, m)
+        glue(id, v)
+    found = _find_rules(nb, id)
+    if found is None or id not in found[1]:  # the run keeps the measurement; `covbook check` fails it
+        why = ("no rules file found (judged by `covbook check` in a covbook checkout)" if found is None else
+               f"no rule in notebooks/rules/{found[0]}.yml: declare it there")
+        claim = Claim(id, nb, "(not judged)", v, None, None, None, None, False, extra=extra_clean, kind="sanity",
+                      reason=why)
+        if show:
+            _show(claim)
+        return claim
+    name, rules = found
+    m.notebook = name if nb == "interactive" else nb
+    claim = judge(rules[id], m)
+    claim.notebook = nb
     if show:
         _show(claim)
     return claim
 
 
-def _se(se: object) -> float:
-    v = _number(se, "se")
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"se must be a finite non-negative standard error, got {se!r}")
-    return v
-
-
-def quantile(dof: object | None = None) -> float:
-    """Standard errors per tolerance at the book's level ``LEVEL``.
-
-    ``Z`` for a standard error known or estimated from many replicates; for one
-    estimated from ``n`` replicates pass ``dof = n - 1``: the two-sided Student-t
-    quantile at the same level, which allows for the noise in the estimated SE
-    (it matters below a few dozen replicates: 6.08 at 7 degrees of freedom).
-
-    Examples
-    --------
-    >>> round(quantile(), 2), round(quantile(7), 2), round(quantile(10**6), 2)
-    (3.48, 6.08, 3.48)
-    """
-    if dof is None:
-        return Z
-    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
-        raise ValueError(f"dof must be a positive integer (replicates − 1), got {dof!r}")
-    from scipy.stats import t as student_t
-
-    return float(student_t.ppf(1 - LEVEL / 2, dof))
-
-
-def _basis(basis: str, extra: float, extra_basis: str | None, dof: int | None = None) -> str:
-    if not (isinstance(basis, str) and basis.strip()):
-        raise ValueError("basis must name the standard error, e.g. 'bootstrap SE over 200 streams'")
-    k = f"{quantile(dof):.2f}" + (f" (Student t, {dof} dof)" if dof is not None else "")
-    text = f"{k} × {basis.strip()} (level {LEVEL:g})"
-    if extra:
-        if not (isinstance(extra_basis, str) and extra_basis.strip()):
-            raise ValueError("extra tolerance needs extra_basis: say where it comes from")
-        text += f" + {fmt(extra)} ({extra_basis.strip()})"
-    return text
-
-
-def _extra(extra: object) -> float:
-    v = _number(extra, "extra")
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"extra must be a finite non-negative tolerance, got {extra!r}")
-    return v
-
-
-def within_se(
-    id: str,
-    statement: str,
-    measured: object,
-    expected: object,
-    se: object,
-    *,
-    basis: str,
-    extra: object = 0.0,
-    extra_basis: str | None = None,
-    dof: int | None = None,
-    **kw: object,
-) -> Claim:
-    r"""Evidence claim :math:`|\text{measured} - \text{expected}| \le k\,\mathrm{se} + \text{extra}`.
-
-    ``k`` is :func:`quantile` (``Z``, or the Student-t quantile when ``dof`` is
-    given). ``basis`` names the standard error (e.g. ``"bootstrap SE over 200
-    streams"``); ``extra`` is a non-statistical allowance (a published figure's
-    rounding, a proven bias bound) explained by ``extra_basis``.
-
-    Examples
-    --------
-    >>> within_se("demo_se", "a mean is zero", 0.1, 0.0, 0.05, basis="SE over 10 runs",
-    ...           show=False, glue_value=False).passed
-    True
-    """
-    s, e, k = _se(se), _extra(extra), quantile(dof)
-    return record(id, statement, measured, expected, tolerance=k * s + e, kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
-
-
-def at_least_se(
-    id: str, statement: str, measured: object, bound: object, se: object, *,
-    basis: str, extra: object = 0.0, extra_basis: str | None = None, dof: int | None = None, **kw: object,
-) -> Claim:
-    r"""Evidence claim :math:`\text{measured} \ge \text{bound} - Z\,\mathrm{se} - \text{extra}`."""
-    s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
-    return record(id, statement, measured, interval=(b - k * s - e, None), kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
-
-
-def at_most_se(
-    id: str, statement: str, measured: object, bound: object, se: object, *,
-    basis: str, extra: object = 0.0, extra_basis: str | None = None, dof: int | None = None, **kw: object,
-) -> Claim:
-    r"""Evidence claim :math:`\text{measured} \le \text{bound} + Z\,\mathrm{se} + \text{extra}`."""
-    s, e, b, k = _se(se), _extra(extra), _number(bound, "bound"), quantile(dof)
-    return record(id, statement, measured, interval=(None, b + k * s + e), kind="evidence",
-                  basis=_basis(basis, e, extra_basis, dof), se=s, quantile=k, **kw)  # type: ignore[arg-type]
-
-
 def reset() -> None:
-    """Forget the claims recorded in this session (tests use it between cases)."""
-    _CLAIMS.clear()
+    """Forget the measurements recorded in this session (tests use it between cases)."""
+    _MEASURED.clear()
 
 
 def glue(name: str, value: object) -> None:
@@ -381,28 +247,71 @@ def _show(claim: Claim) -> None:
     if get_ipython() is None:
         print(claim.verdict_line())
         return
-    mark = "✓ PASS" if claim.passed else "✗ FAIL"
+    display(Markdown(verdict_markdown(claim)))
+
+
+def verdict_markdown(claim: Claim) -> str:
+    """The chapter's verdict line (markdown, with the anchor the report and the ``{claim}`` role link to).
+
+    ``covbook build`` rewrites these lines in the executed notebooks from the claims judged by the
+    current rules, so a rule changed after the run shows in the chapter without re-running it.
+    """
+    mark = {"pass": "✓ PASS", "FAIL": "✗ FAIL", "compatible": "≈ COMPATIBLE"}[claim.verdict]
     why = f" Not evaluated: {claim.reason}." if claim.reason else ""
+    power = f" ({claim.power_text()})" if claim.power_text() else ""
     target = f'<span id="{anchor(claim.notebook, claim.id)}"></span>'
-    display(Markdown(f"{target}**{mark}** `{claim.id}` ({claim.kind}) — {claim.statement} Measured "
-                     f"**{fmt(claim.measured)}**, expected {claim.expected_text()}.{why}"))
+    return (f"{target}**{mark}** `{claim.id}` **{fmt(claim.measured)}** in {claim.expected_text()}{power}.{why} "
+            f"— {claim.statement}")
 
 
 def _save() -> None:
     target = os.environ.get(CLAIMS_FILE_ENV)
     if target:
-        write_json_atomic(target, [asdict(c) for c in _CLAIMS.values()])
+        write_json_atomic(target, [asdict(m) for m in _MEASURED.values()])
 
 
-def load_claims(path: str | os.PathLike) -> list[Claim]:
-    """Read a claims JSON file written by :func:`record`."""
+def load_measurements(path: str | os.PathLike) -> list[Measurement]:
+    """Read a claims JSON file written by :func:`measure` (a list of measurements)."""
     with open(path, encoding="utf-8") as fh:
         raw = json.load(fh)
     if not isinstance(raw, list):
-        raise ValueError(f"{path}: expected a JSON list of claims")
+        raise ValueError(f"{path}: expected a JSON list of measurements")
     out = []
-    for c in raw:
-        if not isinstance(c, dict):
-            raise ValueError(f"{path}: each claim must be a JSON object")
-        out.append(Claim(**c))
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise ValueError(f"{path}: entry {i} must be a JSON object")
+        try:
+            out.append(Measurement(**m))
+        except TypeError as err:
+            raise ValueError(f"{path}: entry {i} is not a measurement: {err}") from err
     return out
+
+
+def judge_file(measurements: list[Measurement], rules: dict[str, Rule], *,
+               profile: str | None = None) -> tuple[list[Claim], list[str]]:
+    """Judge measurements against rules: the claims (in recorded order) and the ids without a rule."""
+    out, missing = [], []
+    for m in measurements:
+        if m.id in rules:
+            out.append(judge(rules[m.id], m, profile=profile))
+        else:
+            missing.append(m.id)
+    return out, missing
+
+
+def load_claims(path: str | os.PathLike, rules_root: str | os.PathLike | None = None,
+                profile: str | None = None) -> list[Claim]:
+    """Judge a stored claims file against its chapter's rules.
+
+    ``path`` is ``<root>/book/generated/claims/NN_name.json``; the rules are
+    ``<rules_root>/notebooks/rules/NN_name.yml`` (``rules_root`` defaults to
+    ``<root>``).  A measurement without a rule is left out (``covbook check``
+    reports it).
+    """
+    p = Path(path)
+    root = Path(rules_root) if rules_root is not None else p.absolute().parents[3] if len(p.absolute().parents) > 3 \
+        else p.parent
+    rf = rules_path(root, p.stem)
+    if not rf.is_file():
+        raise ValueError(f"{p}: no rules file {rf} to judge its measurements against")
+    return judge_file(load_measurements(p), load_rules(rf), profile=profile)[0]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from covbook._seeds import derive_seed
 from covbook._validate import as_tensor, check_checkpoints, check_positive_float, check_positive_int, resolve_device
 from covbook.attention import OnlineSoftmax
 from covbook.icl import (
@@ -218,7 +219,7 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     r"""A one-layer ICLTransformer's prediction on growing noiseless contexts, shape (B, len(checkpoints)).
 
     Task b has the vector w[b] and the query x_q[b]; its context grows by chunks whose inputs
-    are ``make_regression_tasks(B, n_chunk, d, x_law=x_law, cov_x=cov_x, seed=seed + j).x``
+    are ``make_regression_tasks(B, n_chunk, d, x_law=x_law, cov_x=cov_x, seed=derive_seed(seed, j)).x``
     (chunk j), labels wᵀx.  At each checkpoint N the output is exactly the model's on the
     causal layout (z_1, …, z_N, z_q) — the query attends to itself too — computed with
     :class:`covbook.attention.OnlineSoftmax` (float64 sums).
@@ -243,7 +244,8 @@ def head_paths(model: ICLTransformer, w: object, xq: object, checkpoints: Sequen
     for k, t in enumerate(cps):
         while seen < t:
             n = min(chunk, t - seen)
-            x = make_regression_tasks(nb, n, d, x_law=x_law, cov_x=cov_x, seed=seed + j, device=dev).x  # (B, n, d)
+            sub = derive_seed(seed, j)  # chunk j's own stream
+            x = make_regression_tasks(nb, n, d, x_law=x_law, cov_x=cov_x, seed=sub, device=dev).x  # (B, n, d)
             logits = (x * a[:, None]).sum(-1)  # (B, n)
             values = (x * val[:, None]).sum(-1)  # (B, n)
             acc.update(logits[:, None, :], values[..., None])  # (B, 1, n), (B, n, 1)

@@ -1,8 +1,11 @@
-"""Notebook session set-up: seeding, device choice and determinism.
+"""Notebook session set-up: seeding, device choice, determinism and the random streams.
 
-Every chapter's first code cell calls :func:`setup` with its ``profile``,
-``seed`` and ``device`` parameters, so a notebook opened alone in Jupyter runs
-exactly as it does under ``covbook run``.
+Every chapter's imports cell calls :func:`setup` with its ``profile``, ``seed`` and
+``device`` parameters and its ``chapter`` name, so a notebook opened alone in Jupyter runs
+exactly as it does under ``covbook run``.  Every random draw of the chapter then comes from
+:data:`streams` (a :class:`covbook.streams.Streams` for that seed and chapter):
+``streams.torch_generator("configs")``, ``streams.seed_for("mse", replicate=c)``,
+``streams.generator("bootstrap")`` — never from seed arithmetic such as ``seed + c``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import torch
 
 from covbook._validate import check_seed, resolve_device
 from covbook.book.config import PROFILES
+from covbook.streams import Replicate, Streams
 
-__all__ = ["PROFILES", "setup", "checkpoint_dir", "CHECKPOINT_ENV"]
+__all__ = ["PROFILES", "setup", "streams", "Streams", "checkpoint_dir", "CHECKPOINT_ENV"]
 
 #: set by ``covbook run`` for each notebook (keep in step with covbook.book.runner.CHECKPOINT_ENV)
 CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
@@ -44,8 +48,47 @@ def checkpoint_dir() -> Path:
     return d
 
 
-def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False) -> torch.device:
-    """Seed every generator, pick the device and make CPU runs deterministic.
+class _SessionStreams:
+    """The streams of the chapter that :func:`setup` set up (the same methods as :class:`Streams`)."""
+
+    def __init__(self) -> None:
+        self.current: Streams | None = None
+
+    def _get(self) -> Streams:
+        if self.current is None:
+            raise RuntimeError("no chapter is set up: call covbook.session.setup(profile, seed, device, "
+                               "chapter=...) before drawing from covbook.session.streams")
+        return self.current
+
+    def seed_for(self, experiment: str, replicate: Replicate = ()) -> int:
+        """See :meth:`Streams.seed_for`."""
+        return self._get().seed_for(experiment, replicate)
+
+    def generator(self, experiment: str, replicate: Replicate = ()) -> np.random.Generator:
+        """See :meth:`Streams.generator`."""
+        return self._get().generator(experiment, replicate)
+
+    def torch_generator(self, experiment: str, replicate: Replicate = (),
+                        device: str | torch.device = "cpu") -> torch.Generator:
+        """See :meth:`Streams.torch_generator`."""
+        return self._get().torch_generator(experiment, replicate, device)
+
+    def sequence(self, experiment: str, replicate: Replicate = ()) -> np.random.SeedSequence:
+        """See :meth:`Streams.sequence`."""
+        return self._get().sequence(experiment, replicate)
+
+
+#: The random streams of the chapter set up last (named by seed, chapter, experiment, replicate).
+streams = _SessionStreams()
+
+
+def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False,
+          chapter: str | None = None) -> torch.device:
+    """Seed every generator, pick the device, make CPU runs deterministic and name the streams.
+
+    With ``chapter`` (e.g. ``"01"``), :data:`streams` becomes ``Streams(seed, chapter)`` and the
+    global generators (``random``, ``numpy.random``, ``torch``) are seeded from its stream
+    ``"global"``; without it they are seeded with ``seed`` itself.
 
     Returns the torch device (``auto`` means CUDA when available).  Threads can be
     capped with ``COVBOOK_THREADS`` (the runner sets it when running notebooks
@@ -60,9 +103,14 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     seed = check_seed(seed)
     dev = resolve_device(device)
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 - notebooks may use the legacy global generator
-    torch.manual_seed(seed)
+    # the global generators too are a stream of their own (for draws without a generator argument)
+    global_seed = seed
+    if chapter is not None:
+        streams.current = Streams(seed, chapter)
+        global_seed = streams.current.seed_for("global")
+    random.seed(global_seed)
+    np.random.seed(global_seed % 2**32)  # noqa: NPY002 - notebooks may use the legacy global generator
+    torch.manual_seed(global_seed)
     threads = os.environ.get("COVBOOK_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))

@@ -144,16 +144,16 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
     Raises :class:`DamagedFile` for the first one that does not parse, or that is
     not the file its run record was committed with.
     """
-    from covbook.claims import Claim
+    from covbook.claims import Measurement
 
     rec_path, claims_path, nb_path = _outputs(paths, name)
     rec = read_json(rec_path, dict) if rec_path.is_file() else None
     if claims_path.is_file():
         for i, c in enumerate(read_json(claims_path, list)):
             try:
-                Claim(**c)
+                Measurement(**c)
             except TypeError as err:
-                raise DamagedFile(claims_path, f"entry {i} is not a claim: {err}") from err
+                raise DamagedFile(claims_path, f"entry {i} is not a measurement: {err}") from err
     if nb_path.is_file():
         nb = read_json(nb_path, dict)
         if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("nbformat"), int):

@@ -1,22 +1,20 @@
-"""Verify the last run: every claim passes, every evidence claim has a basis, no claim vanished.
+"""Judge the last run: every claim passes its rule, every evidence claim has power, no claim vanished.
 
-``covbook check`` reads the per-notebook claims and run records that ``covbook
-run`` wrote into ``book/generated`` and fails when
+``covbook check`` reads the measurements and run records that ``covbook run``
+wrote into ``book/generated``, judges each measurement against its chapter's
+rules (``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`) without running
+anything, and fails when
 
 - a notebook failed, was not run, or recorded no claim;
-- a claim failed (including a claim recorded as not evaluable, with a reason);
-- an *evidence* claim carries no ``basis`` (where its tolerance comes from);
-- a notebook's set of claim ids differs from the committed manifest
-  ``notebooks/claims_manifest.yml``;
-- a notebook's prose cites (``{claim}`id```) a claim the run did not record
-  (the book build fails on it too, but only after minutes).
+- a claim failed its rule (including one recorded as not evaluable, with a reason);
+- an *evidence* rule carries no ``basis`` or names no alternative;
+- an evidence claim's window contains one of its alternatives at a profile
+  that builds the book (:data:`POWER_PROFILES`; at smoke it is a note);
+- a run recorded an id its rules do not declare, or did not record one they do;
+- a notebook's prose cites (``{claim}`id```) a claim the run did not record.
 
-The manifest makes a claim impossible to lose silently: a notebook records the
-same claim ids at every profile and seed (a claim that cannot be evaluated is
-recorded as failed with its reason, never skipped).  After a deliberate change
-of a notebook's claims, ``covbook check --update-manifest`` rewrites the
-manifest from the last run; the diff is then reviewed and committed with the
-notebook.
+It also notes chapters run at mixed profiles or seeds.  A changed rule is
+re-judged in well under a second: no kernel starts.
 """
 
 from __future__ import annotations
@@ -25,23 +23,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from covbook.book.citations import citations, split_target
-from covbook.claims import Claim, load_claims
+from covbook.claims import Claim, judge_file, load_measurements
+from covbook.rules import Rule, load_rules
 from covbook.book.config import Paths, UsageError, discover
 
-__all__ = ["Verdict", "check", "manifest_path", "read_manifest", "write_manifest", "update_manifest",
-           "claim_problems", "id_problems", "citation_problems"]
+__all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
+           "claim_problems", "id_problems", "citation_problems", "POWER_PROFILES"]
 
-MANIFEST = Path("notebooks") / "claims_manifest.yml"
-MANIFEST_HEADER = """\
-# The claim ids each notebook records, the same at every profile and seed (sorted).
-# `covbook check` fails when a run's ids differ from this list: a claim must not vanish
-# (one that cannot be evaluated is recorded as failed with its reason, never skipped).
-# After a deliberate change of a notebook's claims: `covbook check --update-manifest`,
-# review the diff, commit it with the notebook.
-"""
+RULES = Path("notebooks") / "rules"
+#: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
+POWER_PROFILES = ("quick", "full")
 
 
 @dataclass
@@ -51,6 +43,7 @@ class Verdict:
     claims: list[Claim] = field(default_factory=list)
     runs: dict[str, dict] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -63,93 +56,56 @@ class Verdict:
     def counts(self) -> dict[str, tuple[int, int]]:
         """``kind -> (passed, total)`` for the kinds present, evidence first."""
         out: dict[str, tuple[int, int]] = {}
-        for kind in ("evidence", "identity", "sanity"):
+        for kind in ("evidence", "compatible", "identity", "sanity"):
             cl = [c for c in self.claims if c.kind == kind]
             if cl:
                 out[kind] = (sum(c.passed for c in cl), len(cl))
         return out
 
 
-def manifest_path(paths: Paths) -> Path:
-    return paths.root / MANIFEST
+def rules_file(paths: Paths, name: str) -> Path:
+    return paths.root / RULES / f"{name}.yml"
 
 
-def read_manifest(paths: Paths) -> dict[str, list[str]] | None:
-    """The committed manifest (notebook -> sorted claim ids), or ``None`` when there is none."""
-    path = manifest_path(paths)
-    if not path.is_file():
-        return None
+def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
+    """The rules of chapter ``name`` (a :class:`UsageError` naming the file when it is missing or invalid)."""
+    f = rules_file(paths, name)
+    if not f.is_file():
+        raise UsageError(f"{f.relative_to(paths.root)} is missing: every chapter declares its claims' rules there")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({err}); rewrite it with `covbook check --update-manifest`") from err
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of notebook name -> list of claim ids")
-    for k, v in data.items():
-        if not (isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)):
-            raise UsageError(f"{path}: entry {k!r}: expected a mapping of notebook name -> list of claim ids "
-                             f"(quote ids YAML reads as other types, e.g. 'off', '1'), got {v!r}")
-    return {k: list(v) for k, v in data.items()}
+        return load_rules(f)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
 
 
-def write_manifest(paths: Paths, manifest: dict[str, list[str]]) -> Path:
-    """Write the manifest (notebooks in order, ids sorted) with its explanatory header."""
-    path = manifest_path(paths)
-    body = yaml.safe_dump({k: sorted(manifest[k]) for k in sorted(manifest)}, sort_keys=False,
-                          default_flow_style=False, allow_unicode=True)
-    tmp = path.with_suffix(".yml.tmp")
-    tmp.write_text(MANIFEST_HEADER + body, encoding="utf-8")
-    tmp.replace(path)
-    return path
+def run_profile(meta: dict) -> tuple[str | None, int | None]:
+    """The profile and seed a run record names."""
+    params = meta.get("parameters") or {}
+    return params.get("profile"), params.get("seed")
 
 
-def _run_ids(paths: Paths) -> dict[str, list[str]]:
-    """Claim ids of each notebook whose last run succeeded."""
-    out = {}
-    for name in discover(paths):
-        rec, cfile = paths.runs / f"{name}.json", paths.claims / f"{name}.json"
-        if rec.is_file() and cfile.is_file() and json.loads(rec.read_text()).get("status") == "ok":
-            out[name] = sorted(c.id for c in load_claims(cfile))
-    return out
-
-
-def update_manifest(paths: Paths) -> list[str]:
-    """Rewrite the manifest from the last run; returns one line per change.
-
-    Notebooks whose last run failed (or that were not run) keep their entry;
-    entries of notebooks that no longer exist are dropped.
-    """
-    old = read_manifest(paths) or {}
-    names = discover(paths)
-    new = {k: v for k, v in old.items() if k in names}
-    new.update(_run_ids(paths))
-    changes = []
-    for name in sorted(set(old) | set(new)):
-        before, after = set(old.get(name, [])), set(new.get(name, []))
-        if name not in new:
-            changes.append(f"{name}: removed (no such notebook)")
-        elif name not in old:
-            changes.append(f"{name}: added with {len(after)} claim ids")
-        elif before != after:
-            changes.append(f"{name}: " + "; ".join(
-                part for part in (f"+ {', '.join(sorted(after - before))}" if after - before else "",
-                                  f"- {', '.join(sorted(before - after))}" if before - after else "") if part))
-    write_manifest(paths, new)
-    return changes
-
-
-def claim_problems(name: str, claims: list[Claim]) -> list[str]:
-    """Failed claims and evidence claims without a basis."""
+def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -> tuple[list[str], list[str]]:
+    """``(problems, notes)``: failed claims, evidence rules without a basis or an alternative, and evidence
+    claims whose window contains an alternative (a problem at :data:`POWER_PROFILES`, a note at smoke)."""
     out = [f"{name}: claim {c.id} failed: {c.verdict_line()}" for c in claims if not c.passed]
-    out += [f"{name}: claim {c.id}: evidence claim without basis (say where its tolerance comes from)"
-            for c in claims if c.kind == "evidence" and not (c.basis and c.basis.strip())]
-    return out
+    notes = []
+    for c in claims:
+        if c.kind == "evidence" and not (c.basis and c.basis.strip()):
+            out.append(f"{name}: claim {c.id}: evidence claim without basis (say where its window comes from)")
+        if c.kind in ("evidence", "compatible") and not c.alternatives:
+            out.append(f"{name}: claim {c.id}: {c.kind} rule names no alternative (what must it exclude?)")
+        if c.kind == "evidence" and c.passed and c.alternatives and not c.powered:
+            line = (f"{name}: claim {c.id}: no power: window {c.expected_text()} contains "
+                    f"{', '.join(c.cannot_exclude())} at profile {profile or 'unknown'} (give it power or "
+                    "re-kind it compatible)")
+            (out if profile in POWER_PROFILES or profile is None else notes).append(line)
+    return out, notes
 
 
-def id_problems(name: str, ids: list[str], expected: list[str] | None, where: str = str(MANIFEST)) -> list[str]:
-    """Differences between the claim ids a run recorded and the manifest's."""
+def id_problems(name: str, ids: list[str], expected: list[str] | None, where: str = "rules") -> list[str]:
+    """Differences between the claim ids a run recorded and those its rules file declares."""
     if expected is None:
-        return [f"{name}: not in {where} (review its claim ids, then `covbook check --update-manifest`)"]
+        return [f"{name}: has no {where} file"]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     missing, new = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
     out = [f"{name}: claim id recorded twice: {', '.join(dup)}"] if dup else []
@@ -157,9 +113,17 @@ def id_problems(name: str, ids: list[str], expected: list[str] | None, where: st
         out.append(f"{name}: claim(s) in {where} not recorded by this run: {', '.join(missing)} "
                    "(a claim that cannot be evaluated is recorded as failed with a reason, never skipped)")
     if new:
-        out.append(f"{name}: claim(s) not in {where}: {', '.join(new)} "
-                   "(if intended: `covbook check --update-manifest` and commit the manifest)")
+        out.append(f"{name}: claim(s) recorded but not in {where}: {', '.join(new)} (declare each rule there)")
     return out
+
+
+def mixed_runs(runs: dict[str, dict]) -> str | None:
+    """A warning when the chapters' last runs used different profiles or seeds (else ``None``)."""
+    used = {n: run_profile(m) for n, m in runs.items() if m.get("status") == "ok"}
+    if len({p for p, _ in used.values()}) > 1 or len({s for _, s in used.values()}) > 1:
+        return ("chapters were run at mixed profiles or seeds: "
+                + ", ".join(f"{n.split('_', 1)[0]} {p} seed {s}" for n, (p, s) in sorted(used.items())))
+    return None
 
 
 def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
@@ -181,17 +145,28 @@ def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
     return out
 
 
+def judged(paths: Paths, name: str, claims_file: Path, rules: dict[str, Rule],
+           profile: str | None = None) -> tuple[list[Claim], list[str]]:
+    """The claims of one stored run judged against ``rules``, and the recorded ids."""
+    ms = load_measurements(claims_file)
+    cl, _ = judge_file(ms, rules, profile=profile)
+    return cl, [m.id for m in ms]
+
+
 def check(paths: Paths) -> Verdict:
-    """Collect the claims of the last run and every reason it does not verify."""
+    """Judge the stored measurements of the last run against the current rules; every reason it does not verify."""
     v = Verdict()
-    manifest = read_manifest(paths)
-    if manifest is None:
-        v.problems.append(f"{MANIFEST} is missing: run `covbook check --update-manifest` after a full run and "
-                          "commit it")
     names = discover(paths)
-    for stale in sorted(set(manifest or {}) - set(names)):
-        v.problems.append(f"{stale}: in {MANIFEST} but there is no such notebook (`covbook check --update-manifest`)")
+    stale = sorted(f.stem for f in (paths.root / RULES).glob("*.yml") if f.stem not in names) \
+        if (paths.root / RULES).is_dir() else []
+    for s in stale:
+        v.problems.append(f"{RULES / (s + '.yml')}: rules of a notebook that does not exist")
     for name in names:
+        try:
+            rules = read_rules(paths, name)
+        except UsageError as err:
+            v.problems.append(f"{name}: {err}")
+            rules = None
         rec = paths.runs / f"{name}.json"
         if not rec.is_file():
             v.problems.append(f"{name}: has not been run (covbook run {name})")
@@ -202,13 +177,21 @@ def check(paths: Paths) -> Verdict:
             v.problems.append(f"{name}: notebook failed: {meta.get('error', 'unknown error')}")
             continue
         cfile = paths.claims / f"{name}.json"
-        cl = load_claims(cfile) if cfile.is_file() else []
-        if not cl:
+        if not cfile.is_file() or rules is None:
+            v.problems.append(f"{name}: produced no claims") if not cfile.is_file() else None
+            continue
+        profile, _ = run_profile(meta)
+        cl, ids = judged(paths, name, cfile, rules, profile)
+        if not ids:
             v.problems.append(f"{name}: produced no claims")
         v.claims.extend(cl)
-        v.problems.extend(claim_problems(name, cl))
-        if manifest is not None:
-            v.problems.extend(id_problems(name, [c.id for c in cl], manifest.get(name)))
+        problems, notes = claim_problems(name, cl, profile)
+        v.problems.extend(problems)
+        v.notes.extend(notes)
+        v.problems.extend(id_problems(name, ids, sorted(rules), f"{RULES / (name + '.yml')}"))
+    mixed = mixed_runs(v.runs)
+    if mixed:
+        v.notes.append(mixed)
     recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
                 if m.get("status") == "ok"}
     v.problems.extend(citation_problems(paths, recorded))

@@ -3,8 +3,8 @@
     covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
                 [--seed N] [--jobs N] [--timeout SECONDS] [--force] [--rehearse] [--wait]
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
-    covbook check [--json] [--update-manifest]
-    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N] [--force]
+    covbook check [--json]
+    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N] [--force] [--rejudge]
     covbook build [--wait]
     covbook clean [--wait]
 
@@ -90,9 +90,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
     c = sub.add_parser("check", help="verify the claims of the last run")
-    c.add_argument("--json", action="store_true", help="print every claim as JSON (with kind, basis, reason)")
-    c.add_argument("--update-manifest", action="store_true",
-                   help="rewrite notebooks/claims_manifest.yml from the last run's claim ids, then check")
+    c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
     s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table")
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
     s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9")
@@ -101,6 +99,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=_positive, default=1)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--rejudge", action="store_true",
+                   help="run nothing: judge the sweep's stored measurements against the current rules")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
     return p
@@ -157,18 +157,14 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def _claim_counts(paths: Paths, names: list[str]) -> tuple[int, int]:
-    """How many claims the notebooks ``names`` recorded, and how many of them failed."""
-    from covbook._jsonio import DamagedFile, read_json
+    """How many claims the notebooks ``names`` have, judged as ``covbook check`` judges them, and how many failed."""
+    from covbook.book.checks import check
 
-    total = bad = 0
-    for name in names:
-        try:
-            rows = read_json(paths.claims / f"{name}.json", list)
-        except (OSError, DamagedFile):
-            continue
-        total += len(rows)
-        bad += sum(not (isinstance(c, dict) and c.get("passed")) for c in rows)
-    return total, bad
+    try:
+        claims = [c for c in check(paths).claims if c.notebook in set(names)]
+    except Exception:  # noqa: BLE001 - the count is a courtesy: `covbook check` reports what is wrong
+        return 0, 0
+    return len(claims), sum(not c.passed for c in claims)
 
 
 def _damaged(paths: Paths, command: str) -> bool:
@@ -195,18 +191,24 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     if _damaged(paths, "check"):
         return 1
     failed = _failed(paths, "check")
-    from covbook.book.checks import check, update_manifest
+    import time
 
-    if args.update_manifest:
-        for line in update_manifest(paths) or ["no change"]:
-            print(f"covbook check: manifest: {line}", file=sys.stderr)
+    from covbook.book.checks import check
+
+    start = time.perf_counter()
     v = check(paths)
+    seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(v.as_json(), indent=1))
     else:
         for c in v.claims:
             print(c.verdict_line())
-        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass")
+        weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
+        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass; "
+              f"{weak} evidence claim(s) without power; "
+              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
+    for n in v.notes:
+        print(f"  note: {n}", file=sys.stderr)
     for p in v.problems:
         print(f"  {p}", file=sys.stderr)
     return 0 if v.ok and not failed else 1
@@ -307,18 +309,26 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
                 print(f"covbook build: failed; removed the pages of {', '.join(sorted(warned))} from _build/html",
                       file=sys.stderr)
     if status == 0:
+        from covbook.book.checks import check
+
+        for n in check(paths).notes:
+            if n.startswith("chapters were run at mixed"):
+                print(f"covbook build: warning: {n}", file=sys.stderr)
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
     return 1 if status else 0
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
-    from covbook.book.sweep import parse_seeds, run_sweep
+    from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
-        data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device, jobs=args.jobs,
-                         force=args.force, progress=not args.no_progress)
+        if args.rejudge:
+            data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
+        else:
+            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                             jobs=args.jobs, force=args.force, progress=not args.no_progress)
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "

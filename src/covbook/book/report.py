@@ -14,6 +14,7 @@ writes the calibration page (:mod:`covbook.book.sweep`).
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import subprocess
@@ -23,10 +24,11 @@ from covbook.book.checks import Verdict, check
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
-from covbook.claims import KINDS, LEVEL, Z, Claim, familywise, fmt
+from covbook._jsonio import write_json_atomic
+from covbook.claims import KINDS, LEVEL, Z, Claim, anchor, familywise, fmt, verdict_markdown
 from covbook.book.config import Paths
 
-__all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text"]
+__all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
 
 def error_rate_text(n_evidence: int) -> str:
@@ -91,17 +93,68 @@ def _counts_text(claims: list[Claim]) -> str:
     return ", ".join(parts)
 
 
+def verdict_chip(c: Claim) -> str:
+    """The compact verdict: ``✓ pass``, ``**✗ FAIL**`` or ``≈ compatible, cannot exclude X``."""
+    if not c.passed:
+        return "**✗ FAIL**"
+    if c.kind == "compatible":
+        return "≈ " + c.power_text()
+    if c.alternatives and not c.powered:
+        return "✓ pass; " + c.power_text()
+    return "✓ pass"
+
+
+def _theorem(c: Claim, labels: set[str]) -> str:
+    """A link to the claim's theorem box, or nothing (never a raw label)."""
+    return f" ({{prf:ref}}`{c.theorem}`)" if c.theorem and c.theorem in labels else ""
+
+
 def _row(name: str, c: Claim, labels: set[str]) -> str:
-    thm = ""
-    if c.theorem:
-        thm = f" ({{prf:ref}}`{c.theorem}`)" if c.theorem in labels else f" ({_cell(c.theorem)})"
     basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if c.kind == "evidence"
                                             else "—")
+    if c.history:
+        basis += f" (history: {_cell(c.history)})"
     if c.reason:
         basis += f"; not evaluated: {_cell(c.reason)}"
-    verdict = "✓ pass" if c.passed else "**✗ FAIL**"
-    return (f"| {{claim-row}}`{name}:{c.id}`: {link_theorems(_cell(c.statement), labels)}{thm} | {c.kind} | {fmt(c.measured)} | "
-            f"{_cell(c.expected_text())} | {verdict} | {basis} |")
+    power = _cell(c.power_text()) if c.alternatives else "—"
+    statement = link_theorems(_cell(c.statement), labels)
+    return (f"| {verdict_chip(c)} | {fmt(c.measured)} in {_cell(c.expected_text())} | "
+            f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {c.kind} | {power} | {basis} |")
+
+
+_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')
+
+
+def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
+    """Rewrite the verdict lines in the executed chapters from ``claims`` (judged by the current rules).
+
+    A chapter shows the verdict its run judged; after a rule change, ``covbook build`` replaces each
+    verdict line (found by its anchor) so that the chapter, the report and the ``{claim}`` role agree
+    without re-running the notebook.  Returns the number of lines changed.
+    """
+    by_anchor = {anchor(c.notebook, c.id): c for c in claims}
+    changed = 0
+    for name in {c.notebook for c in claims}:
+        f = paths.generated / f"{name}.ipynb"
+        if not f.is_file():
+            continue
+        nb = json.loads(f.read_text(encoding="utf-8"))
+        n0 = changed
+        for cell in nb.get("cells", []):
+            for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+                md = out.get("data", {}).get("text/markdown")
+                text = "".join(md) if isinstance(md, list) else md
+                m = _SPAN.match(text or "")
+                if m and m.group(1) in by_anchor:
+                    new = verdict_markdown(by_anchor[m.group(1)])
+                    if new != text:
+                        out["data"]["text/markdown"] = new
+                        out["data"].pop("text/plain", None)
+                        out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
+                        changed += 1
+        if changed > n0:
+            write_json_atomic(f, nb)
+    return changed
 
 
 def write_report(paths: Paths) -> Path:
@@ -120,6 +173,11 @@ def write_report(paths: Paths) -> Path:
         "CI executes every notebook and fails when a claim fails. A claim is *evidence* (it tests a "
         "prediction and could fail if the theory were wrong), *identity* (an exact algebraic identity "
         "checked to rounding) or *sanity* (a property any reasonable implementation has). "
+        "An evidence claim names the alternative its window must exclude (no decay, no effect, the "
+        "competing formula); one whose window cannot exclude it at this profile is *compatible* with the "
+        "prediction and is not cited as evidence. Each claim's rule (kind, statement, window, alternatives) is "
+        "data in `notebooks/rules/NN_name.yml`; `covbook check` re-judges the run's stored measurements against "
+        "it without running a notebook. "
         "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
         "in its row links back to where the chapter records it.",
         "",
@@ -133,6 +191,8 @@ def write_report(paths: Paths) -> Path:
     ]
     if v.problems:
         lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
+    if v.notes:
+        lines += ["## Notes", ""] + [f"- {_cell(p)}" for p in v.notes] + [""]
     lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
@@ -142,7 +202,7 @@ def write_report(paths: Paths) -> Path:
             continue
         lines += [f"### {name}", "",
                   f"{sum(c.passed for c in cl)} of {len(cl)} pass ({_counts_text(cl)}).", "",
-                  "| claim | kind | measured | expected | verdict | tolerance basis |",
+                  "| verdict | measured in window | claim | kind | alternatives | window basis |",
                   "| --- | --- | --- | --- | --- | --- |"]
         lines += [_row(name, c, labels) for c in cl]
         lines.append("")
@@ -161,5 +221,6 @@ def write_report(paths: Paths) -> Path:
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
     write_calibration_page(paths)
+    refresh_verdicts(paths, v.claims)
     write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
     return out

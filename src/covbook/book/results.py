@@ -1,6 +1,7 @@
-"""The "Results at a glance" page: which of the paper's statements hold, from the run.
+"""The "Results at a glance" page: which of the theory's statements hold, from the run.
 
-The statements the book tests (the paper's results T1–T5 and their parts, and the book's own
+The statements the book tests (the results T1–T5 as this book numbers them and their parts, each
+marked by its ``source`` as the abstract's claim or the book's reconstruction, and the book's own
 findings) and the key claims that decide each of them are declared in one small data file,
 ``book/results.yml``.  :func:`write_results` reads it with the claims of the last run and writes
 ``book/generated/results.md``: one table row per statement with its status, chapter, theorem
@@ -10,8 +11,13 @@ box and key claims with their verdicts.  The status is computed, never typed:
 - *fails*: a key claim failed;
 - *holds with a correction*: every key claim passes and the statement declares a
   ``correction`` (where the book's statement, the one its claims test, differs from the
-  paper's);
-- *holds*: every key claim passes.
+  abstract's);
+- *holds*: every key claim passes;
+- *compatible only*: every key claim passes but one of them is ``compatible`` (or an
+  evidence claim without power at this profile): the run agrees with the statement but
+  cannot exclude the alternative.
+
+The page names the profile and seed each chapter ran at, and warns when they differ.
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ import yaml
 from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim, fmt
 
-__all__ = ["STATUSES", "Statement", "load_statements", "status", "render", "write_results"]
+__all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "render", "write_results"]
 
-STATUSES = ("holds", "holds with a correction", "fails", "not tested")
-_MARK = {"holds": "✓", "holds with a correction": "✓", "fails": "✗", "not tested": "–"}
-_FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims"}
+STATUSES = ("holds", "holds with a correction", "compatible only", "fails", "not tested")
+_MARK = {"holds": "✓", "holds with a correction": "✓", "compatible only": "≈", "fails": "✗", "not tested": "–"}
+_FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source"}
+#: Where a statement comes from: only the paper's abstract is public, so a statement is either the
+#: abstract's claim or this book's reconstruction (derived in its chapter).
+SOURCES = {"abstract": "The abstract's claim", "reconstruction": "The book's reconstruction"}
 _CHAPTER = re.compile(r"^[0-9]{2}_[A-Za-z0-9_]+$")
 
 
@@ -45,7 +54,8 @@ class Statement:
     claims: tuple[str, ...]
     theorem: str | None = None
     correction: str | None = None
-    kind: str = "statement"  # "statement" (of the paper) or "finding" (of the book)
+    kind: str = "statement"  # "statement" (of the theory) or "finding" (of the book)
+    source: str | None = None  # "abstract" or "reconstruction" (SOURCES)
 
     def claim_keys(self) -> list[tuple[str, str]]:
         """``(notebook, claim id)`` of each key claim (``NN_name:id`` names another chapter's claim)."""
@@ -77,9 +87,12 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     for key in ("theorem", "correction"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ValueError(f"{where}: '{key}' must be a string")
+    if raw.get("source") is not None and raw["source"] not in SOURCES:
+        raise ValueError(f"{where}: 'source' must be one of {', '.join(SOURCES)}, got {raw['source']!r}")
     return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
                      claims=tuple(claims), theorem=raw.get("theorem") or None,
-                     correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind)
+                     correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind,
+                     source=raw.get("source"))
 
 
 def load_statements(path: str | os.PathLike) -> Results:
@@ -116,6 +129,8 @@ def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
         return "not tested"
     if not all(c.passed for c in found):
         return "fails"
+    if any(c.kind == "compatible" or (c.alternatives and not c.powered) for c in found):
+        return "compatible only"
     return "holds with a correction" if statement.correction else "holds"
 
 
@@ -133,11 +148,26 @@ def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, cla
     ref = cid if nb == statement.chapter else f"{nb}:{cid}"
     if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
         return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
-    return f"{'✓' if claim.passed else '✗'}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
+    mark = "✗" if not claim.passed else "≈" if claim.kind == "compatible" else "✓"
+    return f"{mark}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
+
+
+def _runs_text(runs: dict[str, dict]) -> list[str]:
+    """One line naming each chapter's profile and seed, and a warning when they are mixed."""
+    used = {n: (m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
+            for n, m in sorted(runs.items()) if m.get("status") == "ok"}
+    if not used:
+        return []
+    text = "Chapters run: " + "; ".join(f"{_chapter_number(n)} at `{p}`, seed {sd}" for n, (p, sd) in used.items())
+    out = [text + ".", ""]
+    if len({p for p, _ in used.values()}) > 1 or len({sd for _, sd in used.values()}) > 1:
+        out += ["```{warning}", "The chapters were run at mixed profiles or seeds; their claims do not come from "
+                "one run of the book.", "```", ""]
+    return out
 
 
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
-           profiles: list[str] | None = None) -> str:
+           profiles: list[str] | None = None, runs: dict[str, dict] | None = None) -> str:
     """The page's MyST markdown."""
     by_key = {(c.notebook, c.id): c for c in claims}
     rows = [(s, status(s, by_key)) for s in results.statements]
@@ -147,25 +177,31 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
         "(results-at-a-glance)=",
         "# Results at a glance",
         "",
-        f"This page is generated by `covbook build` from the run that produced this book{run}. Each row is a "
-        "statement of the paper that the book tests, or a finding of the book, with the chapter that tests it and "
-        "the key claims that decide it. The status is computed from those claims' verdicts: **holds** (every key "
+        f"This page is generated by `covbook build` from the run that produced this book{run}. Only the "
+        "abstract of the paper is public, so each statement of the theory is marked as *the abstract's claim* "
+        "(the abstract states it) or as *the book's reconstruction* (the abstract does not state it; the "
+        "chapter derives it). Each row is such a statement or a finding of the book, with the chapter that "
+        "tests it and the key claims that decide it. The status is computed from those claims' verdicts: **holds** (every key "
         "claim passes), **holds with a correction** (every key claim passes, and the statement the claims test "
-        "corrects the paper's: the correction is stated), **fails** (a key claim failed) or **not tested** "
-        "(a key claim is not in this run). The full list of claims is in the "
+        "corrects the abstract's: the correction is stated), **fails** (a key claim failed) or **not tested** "
+        "(a key claim is not in this run) or **compatible only** (every key claim passes, but one cannot exclude "
+        "its alternative at this profile: the run agrees with the statement without testing it). The full list of claims is in the "
         "{doc}`reproduction report <reproduction>`.",
         "",
-        "**The paper's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
+        "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
         "",
+        *_runs_text(runs or {}),
     ]
     problems: list[str] = []
-    for kind, title in (("statement", "The paper's statements"), ("finding", "Findings of the book")):
+    for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
         chosen = [(s, st) for s, st in rows if s.kind == kind]
         if not chosen:
             continue
-        lines += [f"## {title}", "", "| | statement | status |", "| --- | --- | --- |"]
+        lines += [f"## {title}", "", "| status | | statement |", "| --- | --- | --- |"]
         for s, st in chosen:
             text = _cell(s.statement)
+            if s.source:
+                text = f"*{SOURCES[s.source]}.* {text}"
             if s.correction:
                 text += f" *Correction:* {_cell(s.correction)}"
             if s.theorem and s.theorem in labels:
@@ -181,7 +217,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                 refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
             chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
             text += f"<br>{chapter}, key claims: {' · '.join(refs)}"
-            lines.append(f"| {_cell(s.id)} | {text} | {_MARK[st]}&nbsp;{st} |")
+            lines.append(f"| {_MARK[st]}&nbsp;{st} | {_cell(s.id)} | {text} |")
         lines.append("")
     if problems:
         lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]
@@ -211,6 +247,6 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     out = generated / "results.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(render(results, claims, labels, ran, profiles), encoding="utf-8")
+    tmp.write_text(render(results, claims, labels, ran, profiles, runs), encoding="utf-8")
     tmp.replace(out)
     return out

@@ -392,7 +392,7 @@ def execute_one(job: dict) -> dict:
 
     paths = Paths(Path(job["root"]))
     name, params, rundir = job["name"], job["params"], Path(job["rundir"])
-    from covbook.claims import CLAIMS_FILE_ENV, NOTEBOOK_ENV
+    from covbook.claims import CLAIMS_FILE_ENV, NOTEBOOK_ENV, RULES_FILE_ENV
 
     src = paths.notebooks / f"{name}.md"
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
@@ -400,6 +400,7 @@ def execute_one(job: dict) -> dict:
     pid_file = rundir / f"{name}.kernel.pid"
     os.environ[CLAIMS_FILE_ENV] = str(tmp_claims)
     os.environ[NOTEBOOK_ENV] = name
+    os.environ[RULES_FILE_ENV] = str(paths.notebooks / "rules" / f"{name}.yml")
     os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     if job.get("threads"):

@@ -9,9 +9,13 @@ Roles (usable in any MyST page or notebook markdown cell of the book):
 ``{claim}`05_icl_one_step:id``` (or ``{claim}`05:id```)
     a claim of another chapter.
 
-  Both render the measured value (four significant digits, as
-  :func:`covbook.claims.fmt`) and the verdict, ``✓`` or a red ``✗ FAILED``,
-  linked to the claim's row in the reproduction report.  A role naming a claim
+  Both render a compact verdict chip: the measured value (four significant
+  digits, as :func:`covbook.claims.fmt`), the verdict (``✓``, a red
+  ``✗ FAILED``, or ``≈ compatible, cannot exclude X`` for a claim without
+  power against its alternative X) and the window inline, linked to the claim's
+  row in the reproduction report; the statement, basis and alternatives are
+  its tooltip (details on demand).  The claims are judged against the current
+  rules (``notebooks/rules``) when the build starts.  A role naming a claim
   that the run did not record is a build warning (an error under ``-W``) with
   the page and line.
 
@@ -54,6 +58,9 @@ CSS = """\
 .covbook-claim-fail, .covbook-claim-fail .covbook-claim-mark, .covbook-claim-missing {
   color: #b3261e; font-weight: bold; }
 .covbook-claim-fail { background: #fde7e9; padding: 0 .2em; border-radius: .2em; }
+.covbook-claim-compatible .covbook-claim-mark { color: #8a6d00; }
+.covbook-claim-compatible { background: #fff6d6; padding: 0 .2em; border-radius: .2em; }
+.covbook-claim-window { color: #57606a; font-size: 90%; }
 """
 
 
@@ -82,8 +89,17 @@ def _store(env) -> dict[str, dict[str, Claim]]:
 
 
 def _mark(c: Claim) -> nodes.inline:
-    text = "✓" if c.passed else "✗ FAILED"
+    text = {"pass": "✓", "FAIL": "✗ FAILED", "compatible": "≈ " + c.power_text()}[c.verdict]
+    if c.verdict == "pass" and c.alternatives and not c.powered:
+        text = "✓ " + c.power_text()  # an evidence claim without power at this profile (smoke) says so
     return nodes.inline(text=f"\u00a0{text}", classes=["covbook-claim-mark"])
+
+
+def _title(cid: str, c: Claim) -> str:
+    """The chip's tooltip: everything the compact display leaves out."""
+    alts = f" {c.power_text().capitalize()}." if c.power_text() else ""
+    basis = f" Window: {c.basis}." if c.basis else ""
+    return f"{cid} ({c.kind}, {c.verdict}): {c.statement} Window {c.expected_text()}.{alts}{basis}"
 
 
 def _where(lineno: int) -> str:
@@ -110,13 +126,12 @@ class ClaimRole(SphinxRole):
             return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
                                  classes=["covbook-claim", "covbook-claim-missing"])], []
         self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
-        verdict = "pass" if claim.passed else "fail"
+        verdict = claim.verdict.lower()
         node = claim_link("", "", classes=["covbook-claim", f"covbook-claim-{verdict}"],
-                          target="report", anchor=anchor(chap, cid),
-                          title=f"{cid} ({claim.kind}, {'passed' if claim.passed else 'FAILED'}): "
-                                f"{claim.statement} Expected {claim.expected_text()}.")
+                          target="report", anchor=anchor(chap, cid), title=_title(cid, claim))
         node += nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"])
         node += _mark(claim)
+        node += nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])
         return [node], []
 
 

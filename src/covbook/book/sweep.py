@@ -35,15 +35,17 @@ import time
 from pathlib import Path
 
 from covbook.book.cache import last_failure
-from covbook.book.checks import read_manifest
+from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import Paths, UsageError, select
 
-__all__ = ["parse_seeds", "seed_root", "run_sweep", "calibrate", "binomial_tail", "write_calibration_page",
+__all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
 FLAG_P = 0.01
+#: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
+STATISTICAL = ("evidence", "compatible")
 NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke` (then commit "
             "`book/calibration.json`).")
 
@@ -134,7 +136,33 @@ def run_sweep(
             failed.setdefault(name, []).append(seed)
         log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed "
             f"({time.perf_counter() - start:.1f} s)")
-    data = calibrate(paths, profile, seeds, chosen)
+    return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
+
+
+def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
+    """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
+
+    Each seed's measurements stay where the sweep wrote them
+    (``book/generated/sweep/<profile>/seed-N``); a seed whose notebook did not
+    run counts as failed, as in :func:`run_sweep`.
+    """
+    if not seeds:
+        raise UsageError("--seeds names no seed")
+    chosen = list(select(paths, names))
+    failed: dict[str, list[int]] = {}
+    for seed in seeds:
+        runs = Paths(seed_root(paths, profile, seed)).runs
+        for name in chosen:
+            rec = runs / f"{name}.json"
+            if not rec.is_file() or json.loads(rec.read_text()).get("status") != "ok":
+                failed.setdefault(name, []).append(seed)
+    if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
+        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
+                         f"`covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}` first")
+    return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
+
+
+def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
     old = _read_json(paths)
@@ -149,7 +177,12 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
     from covbook.book.report import git_commit  # report imports this module
 
-    manifest = read_manifest(paths) or {}
+    manifest = {}
+    for name in names:
+        try:
+            manifest[name] = sorted(read_rules(paths, name))
+        except UsageError:
+            manifest[name] = []
     commit = git_commit(paths.root)
     out: dict[str, dict] = {}
     for name in names:
@@ -160,7 +193,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             ok = (rec.is_file() and json.loads(rec.read_text()).get("status") == "ok" and f.is_file()
                   and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
             if ok:
-                per_seed[seed] = {c.id: c for c in load_claims(f)}
+                per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
         ids: list[str] = []
         for cl in per_seed.values():
             ids += [i for i in cl if i not in ids]
@@ -225,7 +258,7 @@ def _flag_chance(n: int) -> float:
 
 def _chance_flags(data: dict) -> float:
     """Expected number of evidence claims a sweep flags when every claim is right (the flag rule's own tail)."""
-    return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] == "evidence")
+    return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] in STATISTICAL)
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
@@ -235,7 +268,7 @@ def _chance_of_at_least(data: dict, k: int) -> float:
     dist = [1.0]  # dist[j] = P(j flags among the claims so far)
     for e in data.values():
         for r in e["claims"]:
-            if r["kind"] == "evidence":
+            if r["kind"] in STATISTICAL:
                 p = _flag_chance(r["n"])
                 dist = [a * (1 - p) + b * p for a, b in zip([*dist, 0.0], [0.0, *dist], strict=True)]
     return float(min(1.0, max(0.0, sum(dist[k:]))))
@@ -286,7 +319,7 @@ def write_calibration_page(paths: Paths) -> Path:
     else:
         rows = [r for e in data.values() for r in e["claims"]]
         flagged = [r for r in rows if r["flagged"]]
-        ev = [r for r in rows if r["kind"] == "evidence"]
+        ev = [r for r in rows if r["kind"] in STATISTICAL]
         ev_flagged = [r for r in ev if r["flagged"]]
         seeds = sorted({s for e in data.values() for s in e["seeds"]})
         bad = sorted({s for e in data.values() for r in e["claims"] for s in r.get("fail_seeds", [])}

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from covbook._seeds import derive_seed
 from covbook._validate import check_positive_int, resolve_device
 from covbook.icl._common import _check_eta
 from covbook.icl.model import ICLTransformer, random_icl_transformer  # noqa: F401  (doctest)
@@ -75,7 +76,7 @@ def adam_on_tasks(model: torch.nn.Module, *, n_examples: int, steps: int, batch:
     Minimises the batch mean of :math:`(\hat y - y_q)^2` over ``batch`` tasks of
     ``n_examples`` examples (inputs of law ``x_law``, w ~ N(0, I_d)) with a learning rate
     decaying linearly from ``lr`` to ``final_lr_fraction · lr``.  Tasks are drawn
-    ``per_draw`` steps at a time from seeds derived from ``seed``, so a run is deterministic
+    ``per_draw`` steps at a time, chunk k from ``derive_seed(seed, k)``, so a run is deterministic
     on the CPU.  ``model`` needs a ``predict(tasks)`` method and an attribute ``d``; only
     parameters that require gradients are trained.  Arguments are validated by the callers
     (:func:`train_icl`, :func:`covbook.prior_work.train_on_tasks`).
@@ -106,7 +107,7 @@ class _AdamRun:
         frac = final_lr_fraction
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt,
                                                        lambda k: 1.0 - (1.0 - frac) * k / max(1, steps - 1))
-        self.gen_seed = int(np.random.SeedSequence(int(seed)).generate_state(1)[0])
+        self.seed = int(seed)
         self.k = 0
         self.pool = None
         self.log_steps: list[int] = []
@@ -122,7 +123,7 @@ class _AdamRun:
             if k % self.per_draw == 0:  # tasks for per_draw steps at a time (fewer small calls)
                 self.pool = make_regression_tasks(self.batch * self.per_draw, self.n, self.model.d,
                                                   x_law=self.x_law, cov_x=self.cov_x, noise=self.noise,
-                                                  seed=self.gen_seed + k, device=self.device, dtype=self.dtype)
+                                                  seed=derive_seed(self.seed, k), device=self.device, dtype=self.dtype)
             j = (k % self.per_draw) * self.batch
             tasks = self.pool[j:j + self.batch]
             loss = ((self.model.predict(tasks) - tasks.y_query) ** 2).mean()
