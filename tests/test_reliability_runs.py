@@ -23,7 +23,7 @@ from helpers import COVBOOK, covbook, make_notebook, with_read_only
 
 pytestmark = pytest.mark.notebooks
 
-OK = "from covbook import claims\nclaims.record('x_is_x', 'x equals itself', x, x, tolerance=0.0, kind='identity')"
+OK = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
 SLEEPER = "import time\ntime.sleep(120)\n" + OK
 
 
@@ -208,7 +208,9 @@ def test_a_dead_kernel_is_reported_with_its_cell(project):
 
 
 def test_run_counts_the_claims_that_failed(project):
-    bad = "from covbook import claims\nclaims.record('off', 'one is two', 1.0, 2.0, tolerance=0.5)"
+    bad = "from covbook import claims\nclaims.measure('wrong', 1.0, prediction=2.0)"
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(bad))
+    (project / "notebooks" / "rules" / "01_alpha.yml").write_text(
+        "wrong: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
     res = covbook(project, "run", "--profile", "smoke", "--no-progress")
     assert "0 failed" in res.stdout and "1 of 2 claims failed" in res.stdout, res.stdout
