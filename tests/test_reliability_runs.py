@@ -196,14 +196,15 @@ def test_a_notebook_past_its_time_limit_fails_naming_the_cell(project):
     res = covbook(project, "run", "02", "--profile", "smoke", "--timeout", "8", "--no-progress")
     assert time.monotonic() - t0 < 100
     assert res.returncode == 1 and "02_beta" in res.stderr and "timed out after 8 s" in res.stderr, res.stderr
-    assert "in cell 3 (index 3: 'import time')" in res.stderr, res.stderr  # parameters, injected, this one
+    assert "(index 3: 'import time')" in res.stderr, res.stderr  # after the parameters and injected cells
 
 
 def test_a_dead_kernel_is_reported_with_its_cell(project):
     crash = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + OK
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(crash))
     res = covbook(project, "run", "02", "--profile", "smoke", "--no-progress")
-    assert res.returncode == 1 and "kernel died in cell 3 (index 3: 'import os, signal')" in res.stderr, res.stderr
+    assert res.returncode == 1 and "kernel died in" in res.stderr, res.stderr
+    assert "(index 3: 'import os, signal')" in res.stderr
     assert "Traceback" not in res.stderr
 
 

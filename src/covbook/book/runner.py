@@ -280,7 +280,8 @@ def _running_cell(nb_path: Path) -> str:
         return "no cell (none had started)"
     i, cell = started[-1]
     first = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()), "")
-    return f"cell {cell.get('execution_count') or '?'} (index {i}: {first.strip()[:60]!r})"
+    n = cell.get("execution_count")  # not known yet when the kernel died before replying
+    return f"{f'cell {n}' if n else 'the cell'} (index {i}: {first.strip()[:60]!r})"
 
 
 def stderr_problem(nb: dict) -> str | None:
