@@ -6,14 +6,17 @@ PROFILE ?= quick
 DEVICE  ?= auto
 JOBS    ?= 2
 STAMP  := $(VENV)/.covbook-installed
+# `make test` runs each stage through .ci/stage.py (wall and CPU seconds per stage, a table at the end)
+STAGE  := $(PYTHON) .ci/stage.py
+stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
-.PHONY: setup book test unit notebooks-smoke lint format bench clean distclean
+.PHONY: setup book pdf test unit notebooks-smoke lint format bench clean distclean
 
 setup: $(STAMP)
 
-# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its dev
-# extras, then the Jupyter kernel the notebooks run on. Which torch build comes depends on the index:
-# on Linux PyPI serves the CUDA build (several GB); for the CPU build pass PyTorch's CPU index,
+# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and
+# dev extras, then the Jupyter kernel `covbook` the notebooks run on. Which torch build comes depends on the
+# index: on Linux PyPI serves the CUDA build (several GB); for the CPU build pass PyTorch's CPU index,
 #   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # (this project's machines hold a CPU wheel on local disk, so there the default gets the CPU build).
 TORCH_INDEX_URL ?=
@@ -21,8 +24,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (covbook)" >/dev/null
+	$(BIN)/python -m pip install --quiet -e ".[book,dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name covbook --display-name "Python 3 (covbook)" >/dev/null
 	touch $(STAMP)
 
 book: setup
@@ -30,12 +33,21 @@ book: setup
 	$(BIN)/covbook build
 	$(BIN)/covbook check > /dev/null
 
-test: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m covbook.book.nblint
-	$(BIN)/actionlint
-	$(BIN)/python -m pytest -m "not notebooks and not book"
-	$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs
+# the PDF edition of the built book: headless Chromium prints every page (covbook/book/pdf.py)
+pdf: book
+	$(BIN)/python -m covbook.book.pdf
+
+# stages: setup, lint, the fast tests, then the slow ones (notebooks at smoke with their claims, the
+# rehearsal of the full profile, the book build, the browser test); each prints its time, then a table
+test:
+	@$(STAGE) --reset
+	$(call stage,setup,$(MAKE) --no-print-directory setup)
+	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks)
+	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
+	$(call stage,actionlint,$(BIN)/actionlint)
+	$(call stage,fast-tests,$(BIN)/python -m pytest -m "not notebooks and not book")
+	$(call stage,slow-tests,$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs)
+	@$(STAGE) --summary
 
 # the fast tests only (no notebook executed, no book built): seconds
 unit: setup

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, covbook, make_notebook, pipeline_project
+from helpers import PIPELINE_STEPS, ROOT, covbook, make_notebook, pipeline_project
 
 #: The rule of the fixture notebooks' one claim (`claims.measure('x_is_x', x, prediction=x)`).
 X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
@@ -49,7 +50,8 @@ def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""
     with pipeline_project("smoke", tmp_path_factory) as root:
         jobs = str(min(2, os.cpu_count() or 1))
-        proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress")
+        proc = covbook(root, "run", "--profile", "smoke", "--device", "cpu", "--jobs", jobs, "--no-progress",
+                       timed="notebooks at smoke")
         print(proc.stdout, proc.stderr)
         yield root
 
@@ -57,4 +59,48 @@ def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def smoke_book(smoke_project: Path) -> subprocess.CompletedProcess:
     """``covbook build`` of the smoke project, once per session; the HTML is in ``smoke_project/_build/html``."""
-    return covbook(smoke_project, "build")
+    return covbook(smoke_project, "build", timed="book build (covbook build)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the slow stage's time went: each pipeline step, each notebook it ran, the slowest tests."""
+    if not PIPELINE_STEPS:
+        return
+    from covbook._jsonio import DamagedFile, read_json
+
+    tr = terminalreporter
+    tr.section("where the time went (wall under the current load; CPU = user + system)")
+    for what, _, wall, cpu, _ in PIPELINE_STEPS:
+        tr.write_line(f"{what:<32} {wall:8.1f} s wall {cpu:8.1f} s CPU")
+    phases = ("kernel", "setup", "science", "figures", "claims")
+    for what, root, _, _, started in PIPELINE_STEPS:
+        runs = sorted((root / "book" / "generated" / "runs").glob("*.json"))
+        if "build" in what or not runs:
+            continue
+        tr.write_line("")
+        tr.write_line(f"{what}: per notebook (cached: served from an earlier run; phases: wall s by cell kind)")
+        head = " ".join(f"{p:>7}" for p in phases)
+        tr.write_line(f"{'notebook':<36} {'status':<8} {'wall s':>7} {'CPU s':>7}  {head}")
+        totals = [0.0, 0.0]
+        for f in runs:
+            try:
+                meta = read_json(f, dict)
+            except (OSError, DamagedFile):
+                continue
+            fresh = meta.get("finished", "") >= time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started - 1))
+            status = meta.get("status", "?") if fresh else "cached"
+            cpu = meta.get("cpu_seconds")
+            if fresh:
+                totals[0] += meta.get("seconds", 0.0)
+                totals[1] += cpu or 0.0
+            ph = meta.get("phases") or {}
+            tr.write_line(f"{f.stem:<36} {status:<8} {meta.get('seconds', float('nan')):7.1f} "
+                          f"{cpu if cpu is not None else float('nan'):7.1f}  "
+                          + " ".join(f"{ph.get(p, float('nan')):7.1f}" for p in phases))
+        tr.write_line(f"{'executed in this session':<36} {'':<8} {totals[0]:7.1f} {totals[1]:7.1f}")
+    reports = [r for r in tr.stats.get("passed", []) + tr.stats.get("failed", []) if r.when == "call"]
+    slow = sorted(reports, key=lambda r: r.duration, reverse=True)[:5]
+    if slow:
+        tr.write_line("")
+        tr.write_line("slowest test calls (fixtures excluded): " + ", ".join(
+            f"{r.nodeid.split('::')[-1]} {r.duration:.1f} s" for r in slow))

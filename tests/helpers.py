@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +37,19 @@ def make_notebook(body: str, params: str = "x = 1") -> str:
             f"```{{code-cell}} ipython3\n{body}\n```\n")
 
 
-def covbook(cwd: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+#: ``(what, project root, wall s, CPU s, started)`` of each timed pipeline step of this session
+#: (``timed=`` in :func:`covbook`), printed by the terminal summary in conftest.py.
+PIPELINE_STEPS: list[tuple[str, Path, float, float, float]] = []
+
+
+def covbook(cwd: Path, *args: str, check: bool = False, timed: str | None = None) -> subprocess.CompletedProcess:
+    """Run the covbook command in ``cwd``; with ``timed``, record its wall and CPU seconds under that name."""
+    before, start, started = os.times(), time.perf_counter(), time.time()
     proc = subprocess.run([*COVBOOK, *args], cwd=cwd, capture_output=True, text=True)
+    if timed:
+        after = os.times()
+        cpu = after.children_user - before.children_user + after.children_system - before.children_system
+        PIPELINE_STEPS.append((timed, cwd, time.perf_counter() - start, cpu, started))
     if check and proc.returncode:
         raise AssertionError(f"covbook {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -2,9 +2,11 @@
 
 For each page: no JavaScript console error; no request leaves the machine (the book is
 served from 127.0.0.1); MathJax typeset every formula with no error; every image loaded;
-every internal link and anchor resolves; no code cell is wider than the text column.  The
-search page finds "covariance".  One screenshot per chapter goes to ``_build/screenshots/``
-for review.
+every internal link and anchor resolves; no code cell is wider than the text column; no
+figure is shown below 80 % of its designed size (rendered width over the image's natural
+width) at 1280 px; no table scrolls sideways; one search box.  At 400 px (a phone) the
+tables' last column (the status) is on screen.  The search page finds "covariance".  One
+screenshot per chapter goes to ``_build/screenshots/`` for review.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install chromium
 chromium-driver``); without them the test is skipped with that instruction, unless
@@ -33,6 +35,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.book]
 
 INSTALL = "apt-get install chromium chromium-driver  (Debian/Ubuntu; .ci/run does this when run as root)"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+#: the smallest shown size of a figure, as a fraction of its designed (natural) size, at 1280 px
+MIN_FIGURE_SCALE = 0.8
 LOCAL_SCHEMES = ("data:", "blob:", "about:", "chrome:", "chrome-extension:", "devtools:")
 
 
@@ -168,6 +172,20 @@ return {
   wide: [...document.querySelectorAll("div.cell_input div.highlight pre")]
         .filter(p => p.scrollWidth > p.clientWidth + 1)
         .map(p => p.textContent.split("\\n").reduce((a, b) => a.length >= b.length ? a : b).slice(0, 100)),
+  // figures: shown width over the image's natural width (SVG: its size in CSS px)
+  figures: [...document.querySelectorAll(".bd-article img")]
+           .filter(i => i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)
+           .map(i => [i.currentSrc.split("/").pop(), i.naturalWidth, i.getBoundingClientRect().width]),
+  // tables (or their scroll containers) wider than the column
+  wide_tables: [...document.querySelectorAll(".bd-article table")].map(t => {
+      const box = t.closest(".pst-scrollable-table-container") || t.parentElement;
+      return [t.textContent.trim().slice(0, 60), t.scrollWidth, box.clientWidth,
+              box.scrollWidth > box.clientWidth + 1 || t.getBoundingClientRect().right > innerWidth + 1];
+    }).filter(x => x[3]),
+  // visible search boxes (the sidebar's field; pydata-sphinx-theme >= 0.16 adds a second one)
+  searches: [...document.querySelectorAll(".search-button-field, form.bd-search input, input.search-field")]
+            .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0
+                           && getComputedStyle(e).visibility !== "hidden"; }).length,
   resources: performance.getEntriesByType("resource").map(e => e.name)
              .concat(performance.getEntriesByType("navigation").map(e => e.name)),
 };
@@ -205,11 +223,19 @@ def _check_page(drv, base: str, html: Path, page: str) -> list[str]:
     problems += [f"MathJax error: {t!r}" for t in info["merrors"]]
     problems += [f"image not loaded: {src}" for src in info["broken"]]
     problems += [f"code cell wider than the text column (scrolls sideways): {line!r}" for line in info["wide"]]
+    problems += [f"figure shown at {shown / natural:.0%} of its size ({shown:.0f} of {natural} px): {src}"
+                 for src, natural, shown in info["figures"] if shown < MIN_FIGURE_SCALE * natural]
+    problems += [f"table scrolls sideways ({width} px in {box} px): {text!r}"
+                 for text, width, box, _ in info["wide_tables"]]
+    if page != "search.html" and info["searches"] != 1:
+        problems.append(f"{info['searches']} search boxes (expected one)")
     for link in sorted(set(info["links"])):
         if not link.startswith(base):
             continue
         url, fragment = urldefrag(link)
         target = _target(html, base, url)
+        if target.name == "covbook.pdf" and target.parent == html:
+            continue  # the PDF edition is made after the build (make pdf); tests/test_pdf.py checks it
         if not target.is_file():
             problems.append(f"broken link: {link}")
         elif fragment and target.suffix == ".html" and unquote(fragment) not in _ids(target):
@@ -251,3 +277,26 @@ def test_search_finds_covariance(site: tuple[str, Path], driver) -> None:
     errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
     assert found > 0, "the search page found no page for 'covariance'"
+
+
+def test_tables_fit_a_phone(site: tuple[str, Path], driver) -> None:
+    """At 400 px the tables stack (covbook.css): every table's last cell (the status) is on screen."""
+    base, html = site
+    driver.set_window_size(400, 900)
+    try:
+        bad = {}
+        for page in _pages(html):
+            if not page.startswith("generated/"):
+                continue
+            driver.get(base + page)
+            off = driver.execute_script("""
+                return [...document.querySelectorAll(".bd-article table tbody tr")].map(tr => {
+                  const last = tr.lastElementChild, r = last.getBoundingClientRect();
+                  return [last.textContent.trim().slice(0, 40), r.left, r.right];
+                }).filter(x => x[2] > innerWidth + 1 || x[1] < -1).slice(0, 5);
+            """)
+            if off:
+                bad[page] = off
+        assert not bad, f"table cells off a 400 px screen: {bad}"
+    finally:
+        driver.set_window_size(1280, 1600)

@@ -8,6 +8,13 @@ paper-scale run must not fail on what this minute-long run catches (shape
 errors, memory at the full model sizes, parameters a notebook does not have).
 The claims are not asserted here: at smoke lengths with full shapes a claim's
 own uncertainty is what it is; `test_notebooks.py` checks the claims.
+
+A notebook whose full profile changes only its lengths rehearses with exactly
+the smoke run's parameters; when the rehearsal's device (``auto``) is also the
+smoke run's (``cpu``), its rehearsal would execute the same code on the same
+numbers again, so the smoke run of `test_notebooks.py` stands for it (checked
+here: same parameters but the ``profile`` label, run ok).  On a GPU machine every
+notebook rehearses, on the GPU.
 """
 
 from __future__ import annotations
@@ -19,24 +26,80 @@ from pathlib import Path
 
 import pytest
 
+from covbook.book.cache import resolve_device
+from covbook.book.config import Paths, discover, load_profiles, notebook_parameters, resolve_parameters
 from helpers import ROOT, covbook, pipeline_project
 
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
+SMOKE_DEVICE, REHEARSAL_DEVICE = "cpu", "auto"  # conftest.smoke_project runs on the CPU
+
+
+def _parameters(name: str, profile: str, rehearse: bool, injected: dict | None = None) -> dict:
+    """The values ``name`` runs with: its parameters cell updated by what `covbook run` injects.
+
+    ``injected``: the parameters of a run record instead of those `covbook run` would inject now.
+    The ``profile`` label and the device are left out; JSON-normalised (tuples read back as lists).
+    """
+    paths = Paths(ROOT)
+    defaults = notebook_parameters(discover(paths)[name])
+    if injected is None:
+        injected = resolve_parameters(name, defaults, load_profiles(paths.profiles), profile, SMOKE_DEVICE, 0,
+                                      rehearse=rehearse)
+    values = {**defaults, **injected}
+    return json.loads(json.dumps({k: v for k, v in values.items() if k not in ("profile", "device")}))
+
+
+def smoke_stands_for(name: str) -> bool:
+    """Whether the smoke run of ``name`` executes exactly what its rehearsal would (see the module docstring)."""
+    if resolve_device(REHEARSAL_DEVICE) != SMOKE_DEVICE:
+        return False
+    return _parameters(name, "smoke", False) == _parameters(name, "full", True)
+
+
+REHEARSED = [name for name in NOTEBOOKS if not smoke_stands_for(name)]
 
 
 @pytest.fixture(scope="session")
 def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pipeline_project("rehearsal", tmp_path_factory) as root:
+        if not REHEARSED:  # `covbook run` without names would run every notebook
+            yield root
+            return
         jobs = str(min(2, os.cpu_count() or 1))
-        proc = covbook(root, "run", "--profile", "full", "--rehearse", "--device", "auto", "--jobs", jobs,
-                       "--no-progress")
+        proc = covbook(root, "run", *REHEARSED, "--profile", "full", "--rehearse", "--device", REHEARSAL_DEVICE,
+                       "--jobs", jobs, "--no-progress", timed="rehearsal (full shapes)")
         print(proc.stdout, proc.stderr)
         yield root
 
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_at_full_shapes(rehearsed: Path, name: str) -> None:
-    meta = json.loads((rehearsed / "book" / "generated" / "runs" / f"{name}.json").read_text())
-    assert meta["status"] == "ok", f"{name} failed its rehearsal: {meta.get('error')}"
-    assert meta["rehearsal"] is True and meta["parameters"]["profile"] == "full"
+def test_notebook_runs_at_full_shapes(request: pytest.FixtureRequest, name: str) -> None:
+    if name in REHEARSED:
+        meta = json.loads((request.getfixturevalue("rehearsed") / "book" / "generated" / "runs" / f"{name}.json")
+                          .read_text())
+        assert meta["status"] == "ok", f"{name} failed its rehearsal: {meta.get('error')}"
+        assert meta["rehearsal"] is True and meta["parameters"]["profile"] == "full"
+        return
+    # the smoke run executed the rehearsal's parameters on the rehearsal's device
+    smoke = request.getfixturevalue("smoke_project")
+    meta = json.loads((smoke / "book" / "generated" / "runs" / f"{name}.json").read_text())
+    assert meta["status"] == "ok", f"{name} failed its smoke run, which stands for its rehearsal: {meta.get('error')}"
+    ran = _parameters(name, "smoke", False, injected=meta["parameters"])
+    assert ran == _parameters(name, "full", True), f"{name}: the smoke run no longer has the rehearsal's parameters"
+
+
+def test_a_notebook_whose_full_profile_changes_a_shape_is_rehearsed() -> None:
+    """The smoke run never stands for a rehearsal at other shapes (a full value of a name not under ``lengths``)."""
+    if resolve_device(REHEARSAL_DEVICE) != SMOKE_DEVICE:
+        assert REHEARSED == NOTEBOOKS  # on a GPU, every notebook rehearses there
+        return
+    profiles = load_profiles(ROOT / "notebooks" / "profiles.yml")
+    for name in NOTEBOOKS:
+        entry = profiles.get(name, {})
+        lengths = set(entry.get("lengths", []))
+        smoke = {**notebook_parameters(discover(Paths(ROOT))[name]), **entry.get("smoke", {})}
+        shapes = {k: v for k, v in entry.get("full", {}).items() if k not in lengths}
+        if any(json.dumps(smoke.get(k)) != json.dumps(v) for k, v in shapes.items()):
+            assert name in REHEARSED, name
+    assert "06_icl_multi_step" in REHEARSED and "02_elliptical_inputs" not in REHEARSED

@@ -250,6 +250,8 @@ def test_a_disk_full_error_is_one_line(project):
     err = shutil.Error([(f"/src/f{i}.js", f"/dst/f{i}.js", "[Errno 28] No space left on device") for i in range(900)])
     line = _one_line(err)
     assert "\n" not in line and len(line) < 200 and "No space left" in line and "900 file(s)" in line
+    fake_run(project, "01_alpha", digest="k1")
+    fake_run(project, "02_beta", digest="k2")
     res = _with_file_size_limit(project, 20_000, "build")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr) < 500 and "error:" in res.stderr, res.stderr

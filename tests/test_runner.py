@@ -27,6 +27,10 @@ def test_run_check_and_cache(project):
     assert (gen / "01_alpha.ipynb").is_file() and (gen / "claims" / "02_beta.json").is_file()
     meta = json.loads((gen / "runs" / "01_alpha.json").read_text())
     assert meta["status"] == "ok" and meta["parameters"]["x"] == 3 and meta["parameters"]["profile"] == "smoke"
+    # where the time went: CPU of the worker and its kernel, wall seconds by cell kind
+    assert meta["cpu_seconds"] > 0 and "(CPU" in first.stderr + first.stdout
+    assert set(meta["phases"]) == {"kernel", "setup", "science", "figures", "claims"}
+    assert meta["phases"]["kernel"] > 0 and meta["phases"]["science"] >= 0
     nb = json.loads((gen / "01_alpha.ipynb").read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "remove-cell" in injected[0]["metadata"]["tags"]

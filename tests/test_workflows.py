@@ -62,6 +62,23 @@ def test_book_workflow_publishes_what_the_buttons_open() -> None:
     assert deploy["steps"][0]["uses"].startswith("actions/deploy-pages@")
 
 
+@pytest.mark.parametrize(("name", "path"), [("ci.yml", ".covbook/test"), ("book.yml", "book/generated")])
+def test_workflows_cache_the_executed_notebooks(name: str, path: str) -> None:
+    """CI restores what the pipeline's own cache keys can vouch for, so an unchanged notebook is not executed."""
+    wf = _load(name)
+    ((steps, step),) = [(job["steps"], s) for job in wf["jobs"].values() for s in job.get("steps", [])
+                        if "actions/cache" in s.get("uses", "") and path in s["with"]["path"]]
+    key = step["with"]["key"]
+    assert all(f in key for f in ("notebooks/**", "src/covbook/**", "pyproject.toml")), key
+    assert step["with"]["restore-keys"] and key.startswith(step["with"]["restore-keys"])
+    runs = [i for i, s in enumerate(steps) if "make book" in s.get("run", "") or ".ci/run" in s.get("run", "")]
+    assert runs and steps.index(step) < runs[0]  # restored before the job executes notebooks
+    if name == "ci.yml":  # every page is read again under -W on CI
+        assert "!.covbook/test/*/_build" in step["with"]["path"]
+    else:  # the weekly build catches breakage from new releases: it starts from nothing
+        assert "schedule" in step["if"]
+
+
 def test_actionlint_passes() -> None:
     beside = Path(sys.executable).with_name("actionlint")  # the venv's, also when its bin/ is not on PATH
     actionlint = str(beside) if beside.is_file() else shutil.which("actionlint")

@@ -2,22 +2,44 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter
 
 from covbook.stats import loglog_slope
 
-__all__ = ["use_theme", "loglog_with_fit", "PALETTE"]
+__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "PALETTE", "FIGURE_SIZE", "MAX_WIDTH_IN"]
 
 PALETTE = "colorblind"
 
 
+#: The book's text column is about 672 px wide on a 1280 px window (7 in at 96 px per inch): a
+#: single-panel figure is 6.4 in wide, a figure of two panels side by side at most 8.4 in (shown
+#: at 83 % or more of its size); three or more panels go in a grid, two across.
+FIGURE_SIZE = (6.4, 4.0)
+MAX_WIDTH_IN = 8.4
+
+
 def use_theme() -> None:
-    """Apply the book's theme: seaborn ``whitegrid``, colour-blind palette, crisp inline figures."""
+    """Apply the book's theme: seaborn ``whitegrid``, colour-blind palette, vector (SVG) inline figures.
+
+    In a Jupyter kernel the inline backend draws SVG, so figures stay sharp at any zoom, on a
+    phone and in the PDF edition (text is drawn as paths, so it looks the same without the
+    fonts).  Outside IPython only the matplotlib and seaborn settings apply.
+    """
     sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
-    plt.rcParams.update({"figure.figsize": (6.4, 4.0), "figure.dpi": 110, "savefig.dpi": 110,
+    plt.rcParams.update({"figure.figsize": FIGURE_SIZE, "figure.dpi": 110, "savefig.dpi": 200,
                          "axes.titlesize": "medium", "legend.fontsize": "small"})
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # not in a Jupyter kernel
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("svg")
 
 
 def loglog_with_fit(ax: plt.Axes, t: object, y: object, *, label: str, color: object = None,
@@ -33,4 +55,23 @@ def loglog_with_fit(ax: plt.Axes, t: object, y: object, *, label: str, color: ob
     ax.loglog(tt, np.exp(icpt) * tt**slope, "-", color=line.get_color(), lw=1, alpha=0.7)
     if reference is not None:
         ax.loglog(tt, reference / tt, "--", color=line.get_color(), lw=1, alpha=0.9)
+    ax.xaxis.set_minor_formatter(sparse_minor_labels(ax.xaxis))
+    ax.yaxis.set_minor_formatter(sparse_minor_labels(ax.yaxis))
     return slope
+
+
+def sparse_minor_labels(axis: object, max_decades: float = 2.5) -> FuncFormatter:
+    """Minor tick labels of a log axis at 2 and 5 times a power of ten only (``20``, ``50``, ``200``).
+
+    Matplotlib labels 2, 3, 4 and 6 × 10^k on an axis spanning about a decade, which collide at
+    the width of a panel of a two-panel figure; beyond ``max_decades`` no minor tick is labelled.
+    """
+
+    def label(x: float, _pos: object) -> str:
+        lo, hi = sorted(axis.get_view_interval())
+        if x <= 0 or lo <= 0 or hi / lo > 10**max_decades:
+            return ""
+        mantissa = round(x / 10 ** math.floor(math.log10(x)))
+        return f"{x:g}" if mantissa in (2, 5) else ""
+
+    return FuncFormatter(label)

@@ -12,16 +12,60 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from covbook._validate import check_seed, resolve_device
-from covbook.book.config import PROFILES
+from covbook.book.config import PROFILES, PROFILES_FILE, UsageError, load_profiles, project_root
+from covbook.claims import NOTEBOOK_ENV  # set by `covbook run` for the notebook it runs
 from covbook.streams import Replicate, Streams
 
-__all__ = ["PROFILES", "setup", "streams", "Streams", "checkpoint_dir", "CHECKPOINT_ENV"]
+__all__ = ["PROFILES", "setup", "streams", "Streams", "profile_sizes", "apply_profile", "checkpoint_dir",
+           "CHECKPOINT_ENV"]
+
+#: The copy of ``notebooks/profiles.yml`` shipped in the package (a link to it in a checkout),
+#: for a notebook opened outside a checkout (Colab, Binder, a download).
+PACKAGED_PROFILES = Path(__file__).resolve().parent / "profiles.yml"
+
+
+def profile_sizes(notebook: str, profile: str) -> dict[str, object]:
+    """The parameters ``profile`` sets for ``notebook`` (``NN_name`` or ``NN``) in profiles.yml.
+
+    Empty for ``quick`` (the parameters cell's own values).  Read from the checkout's
+    ``notebooks/profiles.yml`` when there is one, else from the copy shipped in the package.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    try:
+        path = project_root() / PROFILES_FILE
+    except UsageError:
+        path = PACKAGED_PROFILES
+    entries = load_profiles(path)
+    hits = [k for k in entries if k == notebook or k.split("_", 1)[0] == notebook]
+    if len(hits) != 1:
+        raise ValueError(f"notebook must be a chapter named in {path.name}, got {notebook!r}")
+    return dict(entries[hits[0]].get(profile) or {})
+
+
+def apply_profile(notebook: str, profile: str, parameters: MutableMapping[str, object]) -> dict[str, object]:
+    """Set ``profile``'s sizes for ``notebook`` in ``parameters`` (a notebook's ``globals()``); return them.
+
+    Does nothing under ``covbook run``, which injects the profile's parameters itself (and a
+    rehearsal's lengths, which must not be replaced).
+    """
+    if os.environ.get(NOTEBOOK_ENV):
+        return {}
+    sizes = profile_sizes(notebook, profile)
+    unknown = sorted(set(sizes) - set(parameters))
+    if unknown:
+        raise ValueError(f"profiles.yml sets {', '.join(unknown)} for {notebook}, which its parameters cell lacks")
+    parameters.update(sizes)
+    return sizes
+
 
 #: set by ``covbook run`` for each notebook (keep in step with covbook.book.runner.CHECKPOINT_ENV)
 CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
@@ -83,7 +127,7 @@ streams = _SessionStreams()
 
 
 def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False,
-          chapter: str | None = None) -> torch.device:
+          chapter: str | None = None, *, parameters: MutableMapping[str, object] | None = None) -> torch.device:
     """Seed every generator, pick the device, make CPU runs deterministic and name the streams.
 
     With ``chapter`` (e.g. ``"01"``), :data:`streams` becomes ``Streams(seed, chapter)`` and the
@@ -92,7 +136,10 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
 
     Returns the torch device (``auto`` means CUDA when available).  Threads can be
     capped with ``COVBOOK_THREADS`` (the runner sets it when running notebooks
-    in parallel).
+    in parallel).  With ``chapter`` and ``parameters`` (the notebook's ``globals()``), a
+    reader's ``profile = "smoke"`` (or ``"full"``) in the parameters cell sets that profile's
+    sizes from profiles.yml over the cell's values (``quick``, the cell's own values, changes
+    nothing); under ``covbook run`` the runner's parameters are kept.
 
     Examples
     --------
@@ -114,7 +161,26 @@ def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bo
     threads = os.environ.get("COVBOOK_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))
-    torch.use_deterministic_algorithms(dev.type == "cpu", warn_only=True)
+    _deterministic_algorithms(dev.type == "cpu")
+    sizes = apply_profile(chapter, profile, parameters) if chapter is not None and parameters is not None else {}
+    if sizes and not quiet:
+        print(f"covbook: profile {profile} sets " + ", ".join(f"{k}={v!r}" for k, v in sizes.items()))
     if not quiet:
         print(f"covbook run: profile={profile}, device={dev.type}, seed={seed}, torch {torch.__version__}")
     return dev
+
+
+def _deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=True)`` without importing torch's compiler.
+
+    The public call also sets the flag of ``torch._inductor.config`` (for
+    ``torch.compile``, which covbook does not use), and importing that module loads
+    the whole compiler stack: about 2 s of CPU in every kernel.  When the compiler is
+    not loaded yet (and torch has the flag's setter), only torch's own flag is set;
+    operations see the same setting (``torch.are_deterministic_algorithms_enabled``).
+    """
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=True)
+    else:
+        setter(mode, warn_only=True)

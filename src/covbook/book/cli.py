@@ -5,8 +5,10 @@
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
     covbook check [--json]
     covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N] [--force] [--rejudge]
+                  [--replace]
     covbook build [--wait]
     covbook clean [--wait]
+    covbook --version
 
 Exit status: 0 success, 1 a failed notebook, claim or build, a damaged output,
 a tree locked by another covbook command (or a ``.covbook/`` that cannot be
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from covbook.book.config import (
-    DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, stop_on_sigterm,
+    DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
 )
 
 __all__ = ["main", "parser"]
@@ -70,17 +72,32 @@ def _seconds(text: str) -> float:
 _seed = _integer(0, "a non-negative integer")
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows every option's default (argparse adds it to options that have a help text)."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("covbook")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="covbook", description="Run, check and build the covbook companion book.")
+    p = argparse.ArgumentParser(prog="covbook", description="Run, check and build the covbook companion book.",
+                                formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"covbook {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     wait = argparse.ArgumentParser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
-    r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated")
+    r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated", formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
-    r.add_argument("--profile", choices=PROFILES, default="quick")
-    r.add_argument("--device", choices=DEVICES, default="auto")
-    r.add_argument("--seed", type=_seed, default=0)
-    r.add_argument("--jobs", type=_positive, default=1)
+    r.add_argument("--profile", choices=PROFILES, default="quick", help="sizes from notebooks/profiles.yml")
+    r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
+    r.add_argument("--jobs", type=_positive, default=1, help="notebooks run at the same time")
     r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
@@ -89,20 +106,26 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
-    c = sub.add_parser("check", help="verify the claims of the last run")
+    c = sub.add_parser("check", help="verify the claims of the last run", formatter_class=_Help)
     c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
-    s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table")
+    s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table",
+                       formatter_class=_Help)
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
-    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9")
-    s.add_argument("--profile", choices=PROFILES, default="smoke")
-    s.add_argument("--device", choices=DEVICES, default="auto")
-    s.add_argument("--jobs", type=_positive, default=1)
+    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required)")
+    s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
+    s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    s.add_argument("--jobs", type=_positive, default=1, help="notebooks run at the same time")
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--rejudge", action="store_true",
                    help="run nothing: judge the sweep's stored measurements against the current rules")
-    sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
-    sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
+    s.add_argument("--replace", action="store_true",
+                   help="replace a notebook's calibration in book/calibration.json made with more seeds or another "
+                        "profile")
+    sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book",
+                   formatter_class=_Help)
+    sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
+                   formatter_class=_Help)
     return p
 
 
@@ -285,6 +308,11 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
             print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
                   "from _build/html", file=sys.stderr)
             return 1
+        missing = [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]
+        if missing:
+            print(f"covbook build: {len(missing)} notebook(s) not run yet ({', '.join(missing)}): "
+                  "run `covbook run` first (e.g. `covbook run --profile smoke`)", file=sys.stderr)
+            return 1
         clean_stale(paths)  # what an interrupted run left must not reach the book
         from covbook.book.report import write_report
 
@@ -318,11 +346,28 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     return 1 if status else 0
 
 
+def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str) -> None:
+    """A :class:`UsageError` when the sweep would replace a calibration of more seeds or another profile."""
+    f = paths.root / "book" / "calibration.json"
+    try:
+        old = json.loads(f.read_text(encoding="utf-8")).get("notebooks", {}) if f.is_file() else {}
+    except (json.JSONDecodeError, AttributeError):
+        return  # a damaged file is reported by the sweep itself
+    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds, {old[n].get('profile')})" for n in names
+             if isinstance(old.get(n), dict)
+             and (len(old[n].get("seeds", [])) > len(seeds) or old[n].get("profile") != profile)]
+    if worse:
+        raise UsageError(f"book/calibration.json holds a calibration this sweep ({len(seeds)} seeds, {profile}) "
+                         f"would replace: {', '.join(worse)}; pass --replace to replace it")
+
+
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
+    if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
+        _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
         if args.rejudge:
             data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)

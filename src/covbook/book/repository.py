@@ -20,7 +20,9 @@ setup cell installs covbook from that same branch when covbook is not importable
 Command line (used by the book workflow)::
 
     python -m covbook.book.repository            # print the resolved repository, or "none"
-    python -m covbook.book.repository publish    # fill the setup cells of book/generated/*.ipynb
+    python -m covbook.book.repository publish    # book/generated/*.ipynb as the published edition
+                                                 # (covbook.book.standalone), setup cells filled, in
+                                                 # place: for the book workflow, after the build
 """
 
 from __future__ import annotations
@@ -70,8 +72,14 @@ if importlib.util.find_spec("covbook") is None:
             "covbook is not installed: run `make setup` in a clone of the book's "
             "repository"
         )
-    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, f"covbook @ {{COVBOOK_SOURCE}}"], check=True)
+    # the runtime only (numpy, scipy, matplotlib, seaborn, pandas; torch if missing)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
+    done = subprocess.run(
+        [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
+    )
+    if done.returncode:
+        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
+        raise RuntimeError("pip could not install covbook: its output is above")
     importlib.invalidate_caches()"""
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
@@ -97,6 +105,11 @@ class Repository:
     @property
     def url(self) -> str:
         return f"https://github.com/{self.slug}"
+
+    @property
+    def pages_url(self) -> str:
+        """Where the book workflow deploys the book: the repository's GitHub Pages site."""
+        return f"https://{self.owner.lower()}.github.io/{self.name}/"
 
     @property
     def install_source(self) -> str:
@@ -225,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     if repo is None:
         print(f"covbook repository: error: the repository is not known; set {ENV}=owner/name", file=sys.stderr)
         return 2
+    from covbook.book.standalone import standalone_file
+
     notebooks = sorted((root / "book" / "generated").glob("[0-9][0-9]_*.ipynb"))
+    for p in notebooks:  # in place: the published edition (roles resolved, no injected cell); CI only
+        standalone_file(p, p, root, repo.pages_url)
     filled = [p.name for p in notebooks if fill_notebook_file(p, repo.install_source)]
     print(f"covbook repository: {repo.slug}; setup cells point to {repo.install_source} in "
           f"{len(filled)} of {len(notebooks)} notebooks")

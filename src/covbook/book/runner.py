@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import errno
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -44,7 +45,7 @@ from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "commit_files", "CHECKPOINT_ENV"]
 
-KERNEL = "python3"
+KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
 STOP_GRACE_S = 3.0
 #: the folder a notebook keeps its checkpoints in (set per run: keyed on the notebook's cache key;
@@ -69,6 +70,7 @@ class Result:
     seconds: float
     error: str | None = None
     device_used: str | None = None
+    cpu_seconds: float | None = None  # CPU time of the worker and its kernel (user + system)
 
 
 @dataclass
@@ -409,6 +411,7 @@ def execute_one(job: dict) -> dict:
         os.environ["OMP_NUM_THREADS"] = str(job["threads"])
     limit = job.get("timeout")
     start = time.perf_counter()
+    cpu_start = _cpu_seconds()
     error = None
     sockets = _socket_dir()
     runtime = sockets or rundir
@@ -449,10 +452,12 @@ def execute_one(job: dict) -> dict:
         if sockets is not None:
             shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu_start  # the kernel is a reaped child by now (papermill waited for it)
     # the device the run resolved (cpu | cuda) names it without importing torch (2 s) on a CPU
     device_used = _device_name(str(job.get("device") or params.get("device", "auto")))
+    phases = _phases(tmp_nb if tmp_nb.is_file() else None)
     meta = {"notebook": name, "parameters": params, "hash": job["digest"], "seconds": seconds,
-            "device_used": device_used, "rehearsal": bool(job.get("rehearse")),
+            "cpu_seconds": cpu, "phases": phases, "device_used": device_used, "rehearsal": bool(job.get("rehearse")),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if error is None:
         try:
@@ -465,9 +470,61 @@ def execute_one(job: dict) -> dict:
         else:
             for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
                 stale.unlink(missing_ok=True)  # a failed copy no longer applies
-            return asdict(Result(name, "ok", seconds, device_used=device_used))
+            return asdict(Result(name, "ok", seconds, device_used=device_used, cpu_seconds=cpu))
     _keep_failure(paths, name, tmp_nb, {**meta, "status": "failed", "error": error})
-    return asdict(Result(name, "failed", seconds, error, device_used))
+    return asdict(Result(name, "failed", seconds, error, device_used, cpu))
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its waited-for children (the kernel)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _phases(nb_file: Path | None) -> dict[str, float]:
+    """Wall seconds of an executed notebook by phase, from papermill's per-cell times.
+
+    ``kernel``: from papermill's start to the first cell (kernel start-up); ``setup``:
+    the parameters cells, the setup cell and the first cell that imports (Python,
+    torch, covbook); ``figures``: cells that make a captioned figure; ``claims``:
+    folded cells that record claims or glue numbers; ``science``: every other cell.
+    Empty when the notebook or its times cannot be read.
+    """
+    if nb_file is None:
+        return {}
+    try:
+        import nbformat
+
+        nb = nbformat.read(str(nb_file), as_version=4)
+        start = _when(nb.metadata["papermill"]["start_time"])
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        first = min(_when(c.metadata["papermill"]["start_time"]) for c in cells)
+    except (OSError, KeyError, TypeError, ValueError):
+        return {}
+    out = {"kernel": max(0.0, first - start), "setup": 0.0, "science": 0.0, "claims": 0.0, "figures": 0.0}
+    imported = False
+    for cell in cells:
+        tags = cell.metadata.get("tags", [])
+        duration = float(cell.metadata.get("papermill", {}).get("duration") or 0.0)
+        if "parameters" in tags or "injected-parameters" in tags or "remove-cell" in tags:
+            kind = "setup"
+        elif not imported and "import " in cell.source:
+            kind, imported = "setup", True
+        elif "figure" in cell.metadata.get("mystnb", {}):
+            kind = "figures"
+        elif "hide-input" in tags and ("claims." in cell.source):
+            kind = "claims"
+        else:
+            kind = "science"
+        out[kind] += duration
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def _when(stamp: str) -> float:
+    """Seconds since the epoch of papermill's ISO time stamp."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _whole(nb_path: Path) -> bool:
@@ -608,7 +665,8 @@ def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> 
     except DamagedFile:
         timings = {}
     timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
-        "parameters": {**job.defaults, **job.params}, "seconds": result.seconds, "device_used": result.device_used,
+        "parameters": {**job.defaults, **job.params}, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
+        "device_used": result.device_used,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json_atomic(paths.timings, timings)
@@ -729,7 +787,9 @@ def run_notebooks(
                 if r.status == "ok":
                     _record_timing(paths, by_name[name], r, profile_key)
                 mark = "ok    " if r.status == "ok" else "FAILED"
-                bar.write(f"  {mark}  {r.name}  {r.seconds:6.1f} s" + (f"\n          {r.error}" if r.error else ""))
+                cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
+                err = f"\n          {r.error}" if r.error else ""
+                bar.write(f"  {mark}  {r.name}  {r.seconds:6.1f} s{cpu}{err}")
                 bar.update(1)
             time.sleep(0.05)
     except KeyboardInterrupt as stop:

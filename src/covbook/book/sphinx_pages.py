@@ -46,11 +46,37 @@ def unique_scripts(scripts: list) -> list:
 STATIC = Path(__file__).resolve().parent / "static"
 
 
+def footer_text(version: str, commit: str) -> str:
+    """The line every page's footer carries: which covbook built it, from which commit.
+
+    >>> footer_text("0.1.0", "abc1234")
+    'Built by covbook 0.1.0 from commit abc1234.'
+    """
+    return f"Built by covbook {version} from commit {commit}."
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("covbook")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _configure(app, config) -> None:
+    from covbook.book.report import git_commit
+
     config.html_static_path = [*config.html_static_path, str(STATIC)]
     context = dict(config.html_context or {})
     context.setdefault("default_mode", "light")  # pydata-sphinx-theme reads it from html_context
     config.html_context = context
+    options = dict(config.html_theme_options or {})
+    line = html.escape(footer_text(_version(), git_commit(Path(app.srcdir).resolve().parent)))
+    options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
+    extra = options.get("extra_footer") or ""
+    options["extra_footer"] = f'{extra}<p class="covbook-build">{line}</p>'
+    config.html_theme_options = options
 
 
 def _dedupe(app, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -81,6 +107,7 @@ def _write_index(app, exception: Exception | None) -> None:
 def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _configure, priority=600)
     app.add_css_file("covbook.css")
+    app.add_js_file("covbook.js")
     app.connect("html-page-context", _dedupe, priority=900)
     app.connect("build-finished", _write_index, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -9,6 +9,8 @@ the branch the book workflow publishes; without one, none of them (no dead links
 It also offers each chapter's MyST source (``notebooks/NN_name.md``) next to the executed
 ``.ipynb`` in the page's download menu, and, when the repository is known, fills the
 setup cell of the downloadable notebooks so that they install covbook where it is missing.
+The downloadable notebooks are the published edition (:mod:`covbook.book.standalone`): roles
+resolved to text and links, no papermill cell, the standard ``python3`` kernel.
 """
 
 from __future__ import annotations
@@ -98,9 +100,12 @@ def _publish_sources(app, exception: Exception | None) -> None:
             dst = sources / f"{pagename}.md"
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(md.read_bytes())
+    from covbook.book.standalone import standalone_file
+
     repo: Repository | None = getattr(app, "covbook_repository", None)
-    if repo is not None:
-        for nb in sorted((sources / "generated").glob("*.ipynb")):
+    for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
+        standalone_file(nb, nb, _project_root(app), repo.pages_url if repo else None)
+        if repo is not None:
             fill_notebook_file(nb, repo.install_source)
 
 

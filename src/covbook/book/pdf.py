@@ -1,0 +1,172 @@
+"""The PDF edition: the built HTML book printed by headless Chromium, one file with a contents page.
+
+``make pdf`` (or ``python -m covbook.book.pdf``) serves ``_build/html`` on 127.0.0.1, prints
+every page of the table of contents (``book/_toc.yml``, in order) with Chromium's
+print-to-PDF, after MathJax has typeset it, and joins the pages with pypdf behind a contents
+page that gives each chapter's first page; each chapter is also a bookmark.  The book's print
+stylesheet (``covbook.css``, ``@media print``) leaves out the code, the toggles, the sidebars
+and empty boxes.  Offline: nothing but the built book and Chromium.
+
+Why Chromium and not Jupyter Book's LaTeX builder: the PDF shows the pages a reader sees
+online (claims with their verdicts, glued numbers, MathJax math, the SVG figures, tables
+styled as on the web), it reuses the HTML build instead of a second Sphinx build, and it needs
+one Debian package (``chromium``) instead of a TeX Live of about 1 GB whose LaTeX would have
+to handle the notebooks' HTML outputs; on the 2-core machine it takes about a minute.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+__all__ = ["CHROMIUM_FLAGS", "find_chromium", "toc_pages", "build_pdf", "main"]
+
+PDF_NAME = "covbook.pdf"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                  "--disable-extensions", "--disable-sync", "--no-default-browser-check", "--no-pdf-header-footer",
+                  "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000")
+INSTALL = "apt-get install chromium  (Debian/Ubuntu)"
+
+
+def find_chromium() -> str | None:
+    """The Chromium executable (``COVBOOK_CHROMIUM``, else ``chromium`` or ``chromium-browser`` on PATH)."""
+    return os.environ.get("COVBOOK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def toc_pages(toc_file: Path) -> list[str]:
+    """The book's pages in reading order, as docnames (``intro``, ``generated/01_...``), from ``_toc.yml``."""
+    import yaml
+
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(items: list) -> None:
+        for item in items or []:
+            if "file" in item:
+                pages.append(str(item["file"]).removesuffix(".md").removesuffix(".ipynb"))
+            walk(item.get("sections", []))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    walk(toc.get("chapters", []))
+    return pages
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+def _print(chromium: str, url: str, out: Path, timeout: float = 180) -> None:
+    cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={out.parent / 'profile'}", f"--print-to-pdf={out}", url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode or not out.is_file() or out.stat().st_size == 0:
+        raise RuntimeError(f"chromium could not print {url} (exit {proc.returncode}): {proc.stderr[-2000:]}")
+
+
+def _title(page_html: Path) -> str:
+    """The page's first heading (its ``<h1>``), as text."""
+    import re
+
+    text = page_html.read_text(encoding="utf-8", errors="replace")
+    m = re.search(r"<h1[^>]*>(.*?)</h1>", text, re.DOTALL)
+    title = re.sub(r"<[^>]+>", "", m.group(1)) if m else page_html.stem
+    return html.unescape(title).replace("#", "").strip()
+
+
+def _contents_page(title: str, entries: list[tuple[str, int]], version_line: str) -> str:
+    rows = "\n".join(f"<tr><td>{html.escape(t)}</td><td class='n'>{n}</td></tr>" for t, n in entries)
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title>
+<style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}} table{{width:100%;border-collapse:collapse}}
+td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
+<body><h1>{html.escape(title)}</h1><p>{html.escape(version_line)}</p><h2>Contents</h2><table>{rows}</table></body></html>"""
+
+
+def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None = None, log=print) -> Path:
+    """Print the book in ``html_dir`` (pages from ``toc_file``) to ``out``; return ``out``."""
+    from pypdf import PdfReader, PdfWriter
+
+    chromium = chromium or find_chromium()
+    if chromium is None:
+        raise FileNotFoundError(f"Chromium not found; install it ({INSTALL}) or set COVBOOK_CHROMIUM")
+    pages = [p for p in toc_pages(toc_file) if (html_dir / f"{p}.html").is_file()]
+    missing = [p for p in toc_pages(toc_file) if p not in pages]
+    if missing:
+        raise FileNotFoundError(f"{html_dir} lacks {', '.join(missing)}: run `covbook build` first")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html_dir)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    with tempfile.TemporaryDirectory(prefix="covbook-pdf-") as tmp:
+        work = Path(tmp)
+        try:
+            parts = []
+            for i, page in enumerate(pages):
+                part = work / f"{i:03d}.pdf"
+                _print(chromium, base + f"{page}.html", part)
+                parts.append((page, part))
+                log(f"covbook pdf: printed {page}")
+            entries, start = [], 2  # page 1: the contents page
+            for page, part in parts:
+                entries.append((_title(html_dir / f"{page}.html"), start))
+                start += len(PdfReader(part).pages)
+            footer = html_dir / "intro.html"
+            import re
+
+            m = re.search(r'<p class="covbook-build">(.*?)</p>', footer.read_text(encoding="utf-8")) \
+                if footer.is_file() else None
+            contents = work / "contents.html"
+            contents.write_text(_contents_page(_title(html_dir / f"{pages[0]}.html"), entries,
+                                               html.unescape(m.group(1)) if m else ""), encoding="utf-8")
+            (html_dir / ".covbook-contents.html").write_bytes(contents.read_bytes())
+            try:
+                _print(chromium, base + ".covbook-contents.html", work / "contents.pdf")
+            finally:
+                (html_dir / ".covbook-contents.html").unlink(missing_ok=True)
+        finally:
+            server.shutdown()
+            server.server_close()
+        writer = PdfWriter()
+        writer.append(str(work / "contents.pdf"))
+        for (page, part), (title, first) in zip(parts, entries):
+            writer.append(str(part))
+            writer.add_outline_item(title=title, page_number=first - 1)
+        writer.add_metadata({"/Title": entries[0][0], "/Creator": "covbook (Chromium print-to-PDF, pypdf)"})
+        tmp_out = out.with_name(f".{out.name}.tmp")
+        with open(tmp_out, "wb") as fh:
+            writer.write(fh)
+        tmp_out.replace(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m covbook.book.pdf``: write ``_build/html/covbook.pdf`` from the built book."""
+    from covbook.book.config import UsageError, project_root
+
+    if argv if argv is not None else sys.argv[1:]:
+        print("usage: python -m covbook.book.pdf   (after `covbook build`)", file=sys.stderr)
+        return 2
+    try:
+        root = project_root()
+    except UsageError as err:
+        print(f"covbook pdf: error: {err}", file=sys.stderr)
+        return 2
+    html_dir = root / "_build" / "html"
+    try:
+        out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / PDF_NAME)
+    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"covbook pdf: error: {err}", file=sys.stderr)
+        return 1
+    print(f"covbook pdf: wrote {out.relative_to(root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

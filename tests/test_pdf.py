@@ -1,0 +1,99 @@
+"""The PDF edition of the book (``make pdf``: covbook.book.pdf), made from the smoke build.
+
+Every chapter's title and a sample of the glued numbers of the prose are in the PDF's text;
+the PDF holds a figure for every figure of the HTML book (each an SVG image in the pages, which
+Chromium embeds as a form XObject, or a raster image); the contents page lists every page.
+
+Needs Debian's ``chromium``; skipped with that hint without it, unless ``COVBOOK_BROWSER_REQUIRED``
+is set (``.ci/run`` sets it after installing Chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from covbook.book.pdf import INSTALL, find_chromium, toc_pages
+
+pytestmark = pytest.mark.book
+
+
+@pytest.fixture(scope="module")
+def pdf(request: pytest.FixtureRequest) -> Path:
+    if find_chromium() is None:
+        why = f"PDF test skipped: Chromium not found; install it with: {INSTALL}"
+        if os.environ.get("COVBOOK_BROWSER_REQUIRED"):
+            pytest.fail(why.replace("skipped", "required (COVBOOK_BROWSER_REQUIRED is set)"))
+        pytest.skip(why)
+    build = request.getfixturevalue("smoke_book")
+    root = request.getfixturevalue("smoke_project")
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "covbook.book.pdf"], cwd=root, capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = root / "_build" / "html" / "covbook.pdf"
+    assert out.is_file()
+    return out
+
+
+def _text(pdf: Path) -> str:
+    from pypdf import PdfReader
+
+    text = "\n".join(page.extract_text() or "" for page in PdfReader(pdf).pages)
+    return re.sub(r"\s+", " ", text)
+
+
+def _html(root: Path, page: str) -> str:
+    return (root / "_build" / "html" / f"{page}.html").read_text(encoding="utf-8")
+
+
+def _plain(fragment: str) -> str:
+    import html
+
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", fragment))).strip()
+
+
+def _figures(pdf: Path) -> int:
+    """Images in the PDF: raster images and form XObjects (Chromium draws an SVG image as one)."""
+    from pypdf import PdfReader
+
+    seen = set()
+    for page in PdfReader(pdf).pages:
+        xobjects = (page.get("/Resources") or {}).get("/XObject") or {}
+        for obj in xobjects.values():
+            ref = getattr(obj, "idnum", id(obj))
+            if obj.get_object().get("/Subtype") in ("/Image", "/Form"):
+                seen.add(ref)
+    return len(seen)
+
+
+def test_pdf_has_every_chapter_and_the_glued_numbers(pdf: Path, smoke_project: Path) -> None:
+    text = _text(pdf)
+    pages = toc_pages(smoke_project / "book" / "_toc.yml")
+    for page in pages:
+        m = re.search(r"<h1[^>]*>(.*?)</h1>", _html(smoke_project, page), re.DOTALL)
+        title = _plain(m.group(1)).replace("#", "").strip()
+        assert title[:40] in text, f"chapter title {title!r} of {page} not in the PDF's text"
+    glued = []
+    for page in pages:
+        if page.startswith("generated/0") or page.startswith("generated/1"):
+            spans = re.findall(r'<span class="pasted-text">(.*?)</span>', _html(smoke_project, page))
+            found = [_plain(s) for s in spans]
+            glued += [g for g in found if len(g) >= 4 and re.search(r"\d", g)][:3]
+    assert len(glued) >= 10, glued
+    missing = [g for g in glued if g not in text]
+    assert not missing, f"glued numbers not in the PDF's text: {missing}"
+    assert "Contents" in text[:3000]
+
+
+def test_pdf_embeds_every_figure(pdf: Path, smoke_project: Path) -> None:
+    n_html = 0
+    for page in toc_pages(smoke_project / "book" / "_toc.yml"):
+        n_html += len(re.findall(r'<img [^>]*src="[^"]*_images/', _html(smoke_project, page)))
+    assert n_html >= 30  # the book's figures
+    assert _figures(pdf) >= n_html, f"{_figures(pdf)} images in the PDF, {n_html} in the HTML book"
