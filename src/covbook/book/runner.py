@@ -498,8 +498,9 @@ def _phases(nb_file: Path | None) -> dict[str, float]:
         nb = nbformat.read(str(nb_file), as_version=4)
         start = _when(nb.metadata["papermill"]["start_time"])
         cells = [c for c in nb.cells if c.cell_type == "code"]
-        first = min(_when(c.metadata["papermill"]["start_time"]) for c in cells)
-    except (OSError, KeyError, TypeError, ValueError):
+        first = min(_when(c.metadata["papermill"]["start_time"]) for c in cells
+                    if c.metadata.get("papermill", {}).get("start_time"))
+    except (OSError, KeyError, TypeError, ValueError, AttributeError):
         return {}
     out = {"kernel": max(0.0, first - start), "setup": 0.0, "science": 0.0, "claims": 0.0, "figures": 0.0}
     imported = False
