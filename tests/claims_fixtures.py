@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -42,10 +43,12 @@ def fake_run(generated: Path, name: str, claims: list[dict], status: str = "ok",
     """Write ``generated/runs/NAME.json`` and ``generated/claims/NAME.json`` (the measurements) as the runner would."""
     (generated / "runs").mkdir(parents=True, exist_ok=True)
     (generated / "claims").mkdir(parents=True, exist_ok=True)
-    meta = {"notebook": name, "status": status, "seconds": 1.0, "parameters": {"profile": profile, "seed": seed,
-                                                                               "device": "cpu"}}
-    (generated / "runs" / f"{name}.json").write_text(json.dumps(meta))
     (generated / "claims" / f"{name}.json").write_text(json.dumps(measurements(claims)))
+    digest = hashlib.sha256((generated / "claims" / f"{name}.json").read_bytes()).hexdigest()
+    meta = {"notebook": name, "status": status, "seconds": 1.0, "parameters": {"profile": profile, "seed": seed,
+                                                                               "device": "cpu"},
+            "outputs": {"claims": digest}}  # the runner's record names the files committed with it
+    (generated / "runs" / f"{name}.json").write_text(json.dumps(meta))
 
 
 def write_rules(root: Path, name: str, claims: list[dict]) -> Path:

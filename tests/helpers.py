@@ -109,3 +109,71 @@ def _replace_sources(root: Path) -> None:
     for out in [*gen.glob("runs/*.json"), *gen.glob("claims/*.json"), *gen.glob("[0-9][0-9]_*.ipynb")]:
         if out.stem not in names:
             out.unlink()
+
+
+
+def _can_bind_read_only() -> bool:
+    """Whether ``unshare -rm`` may make a read-only bind mount here (a container's root usually may)."""
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount --bind / / 2>/dev/null; echo ok"],
+                           capture_output=True, text=True)
+    return probe.returncode == 0 and "ok" in probe.stdout
+
+
+def with_read_only(cwd: Path, read_only: list[Path], *args: str, env: dict | None = None,
+                   preexec_fn=None) -> subprocess.CompletedProcess:
+    """``covbook ARGS`` with the folders ``read_only`` unwritable (read-only bind mounts when run as root).
+
+    Root ignores file modes, so as root each folder is bind-mounted read-only in a
+    private mount namespace (``unshare -rm``); otherwise its mode is set to 0555 for
+    the call.  Skips the test where neither is possible.
+    """
+    import pytest
+
+    full = {**os.environ, **(env or {})}
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in read_only}
+        try:
+            for p in read_only:
+                p.chmod(0o555)
+            return subprocess.run([*COVBOOK, *args], cwd=cwd, capture_output=True, text=True, env=full,
+                                  preexec_fn=preexec_fn)
+        finally:
+            for p, m in modes.items():
+                p.chmod(m)
+    if not _can_bind_read_only():
+        pytest.skip("running as root without a way to make a folder read-only")
+    import shlex
+
+    mounts = " && ".join(f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))} && "
+                         f"mount -o remount,bind,ro {shlex.quote(str(p))}" for p in read_only)
+    cmd = f"{mounts} && exec {' '.join(shlex.quote(c) for c in [*COVBOOK, *args])}"
+    return subprocess.run(["unshare", "-rm", "sh", "-c", cmd], cwd=cwd, capture_output=True, text=True, env=full,
+                          preexec_fn=preexec_fn)
+
+
+def fake_run(project: Path, name: str, *, digest: str, claims: int = 1, seed: int = 0) -> None:
+    """Outputs of a successful run of ``name`` (notebook, claims, record naming their digests), without a kernel."""
+    import hashlib
+    import json
+
+    gen = project / "book" / "generated"
+    for d in (gen / "claims", gen / "runs"):
+        d.mkdir(parents=True, exist_ok=True)
+    nb = {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
+                     "source": f"seed = {seed}"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    from claims_fixtures import claim, measurements
+
+    rows = measurements([claim(f"c{i}", name) for i in range(claims)])
+    (gen / f"{name}.ipynb").write_text(json.dumps(nb))
+    (gen / "claims" / f"{name}.json").write_text(json.dumps(rows))
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    rec = {"notebook": name, "parameters": {"profile": "smoke", "device": "cpu", "seed": seed}, "hash": digest,
+           "seconds": 1.0, "device_used": "cpu", "rehearsal": False, "finished": "2026-01-01T00:00:00+0000",
+           "status": "ok",
+           "outputs": {"notebook": sha(gen / f"{name}.ipynb"), "claims": sha(gen / "claims" / f"{name}.json")}}
+    (gen / "runs" / f"{name}.json").write_text(json.dumps(rec))

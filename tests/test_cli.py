@@ -224,14 +224,17 @@ def test_wait_blocks_until_the_lock_is_free(project):
 
 
 def _fake_outputs(project: Path, name: str = "01_alpha") -> Paths:
-    """The outputs of a successful run of ``name``, written by hand (no kernel)."""
+    """The outputs of a successful run of ``name``, written by hand (no kernel); the record names their digests."""
     paths = Paths(project)
     claim = {"id": "x_is_x", "notebook": name, "value": 1.0, "prediction": 1.0, "extra": {}}
     write_json_atomic(paths.claims / f"{name}.json", [claim])
-    write_json_atomic(paths.runs / f"{name}.json", {"notebook": name, "status": "ok", "hash": "h", "seconds": 1.0,
-                                                    "parameters": {"profile": "smoke", "device": "cpu", "seed": 0}})
     write_json_atomic(paths.generated / f"{name}.ipynb", {"cells": [], "metadata": {}, "nbformat": 4,
                                                           "nbformat_minor": 5})
+    outputs = {"claims": cache.file_digest(paths.claims / f"{name}.json"),
+               "notebook": cache.file_digest(paths.generated / f"{name}.ipynb")}
+    write_json_atomic(paths.runs / f"{name}.json", {"notebook": name, "status": "ok", "hash": "h", "seconds": 1.0,
+                                                    "parameters": {"profile": "smoke", "device": "cpu", "seed": 0},
+                                                    "outputs": outputs})
     return paths
 
 

@@ -24,7 +24,8 @@ from covbook.book.config import PROFILES, PROFILES_FILE, UsageError, load_profil
 from covbook.claims import NOTEBOOK_ENV  # set by `covbook run` for the notebook it runs
 from covbook.streams import Replicate, Streams
 
-__all__ = ["PROFILES", "setup", "streams", "Streams", "profile_sizes", "apply_profile"]
+__all__ = ["PROFILES", "setup", "streams", "Streams", "profile_sizes", "apply_profile", "checkpoint_dir",
+           "CHECKPOINT_ENV"]
 
 #: The copy of ``notebooks/profiles.yml`` shipped in the package (a link to it in a checkout),
 #: for a notebook opened outside a checkout (Colab, Binder, a download).
@@ -64,6 +65,31 @@ def apply_profile(notebook: str, profile: str, parameters: MutableMapping[str, o
         raise ValueError(f"profiles.yml sets {', '.join(unknown)} for {notebook}, which its parameters cell lacks")
     parameters.update(sizes)
     return sizes
+
+
+#: set by ``covbook run`` for each notebook (keep in step with covbook.book.runner.CHECKPOINT_ENV)
+CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
+
+
+def checkpoint_dir() -> Path:
+    """The folder this notebook keeps its training checkpoints in, keyed on the code that makes them.
+
+    Under ``covbook run`` it is ``book/generated/checkpoints/NAME/KEY/``, where KEY is
+    the notebook's cache key (its source, parameters, the science code, versions,
+    device): a checkpoint is part of the cache, so editing the science code (or
+    ``covbook run --force``) retrains.  A notebook opened alone in Jupyter gets
+    ``book/generated/checkpoints/interactive/KEY/`` with KEY the science code's hash.
+    """
+    given = os.environ.get(CHECKPOINT_ENV)
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        return Path(given)
+    from covbook.book.cache import science_hash
+    from covbook.book.config import Paths, project_root
+
+    d = Paths(project_root()).checkpoints / "interactive" / science_hash()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 class _SessionStreams:

@@ -4,21 +4,30 @@ A notebook is served from ``book/generated`` when its key is unchanged.  The
 key covers what can change a result and nothing else:
 
 - the notebook's source and the parameters injected into it;
-- the *science* code: every file of the ``covbook`` package outside
-  ``covbook/book/`` (the pipeline: runner, CLI, report, lock ... never change a
-  number, so editing them re-executes nothing);
+- the *science* code: the syntax tree of every ``.py`` file of the ``covbook``
+  package outside ``covbook/book/`` (the pipeline: runner, CLI, report, lock ...
+  never change a number, so editing them re-executes nothing; nor do comments,
+  docstrings, formatting, a ``notes.txt`` or an editor's ``.ipynb_checkpoints/``);
 - the versions of Python, torch and numpy;
 - the device the notebook resolves to (``auto`` becomes ``cpu`` or ``cuda``).
 
-A stored result is served only if it parses: a run record, claims file or
-notebook that is truncated or not JSON is re-executed.
+A stored result is served only if it parses and matches its run record: the
+record holds the SHA-256 of the notebook and claims file it was committed with
+(:func:`covbook.book.runner.commit_files` moves the three into place as one
+unit), so a notebook or claims file that is truncated, not JSON, or from another
+run is re-executed, and ``check`` and ``build`` refuse it.  A run that failed
+keeps the last good outputs and writes its own record to
+``book/generated/failed/NAME.json``; ``check`` and ``build`` refuse such a
+notebook until a run succeeds (or the cache serves a result of the same key).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import platform
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,21 +35,46 @@ from covbook.book.config import DEVICES, Paths, UsageError
 from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["PACKAGE", "science_hash", "environment", "resolve_device", "content_hash", "is_cached",
-           "damaged_outputs", "verify_outputs"]
+           "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
 
 
+def _code_of(f: Path) -> bytes:
+    """What in a ``.py`` file can change a result: its syntax tree without docstrings (no comments, no formatting)."""
+    text = f.read_bytes()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. an invalid escape sequence: the bytes still key it
+            tree = ast.parse(text, filename=str(f))
+    except (SyntaxError, ValueError):
+        return text  # not Python this interpreter reads: key on its bytes
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 def science_hash(package: Path = PACKAGE) -> str:
-    """Hash of the science code: every file of ``package`` outside ``book/`` and ``__pycache__``."""
+    """Hash of the science code: the syntax tree of every ``.py`` file of ``package`` outside ``book/``.
+
+    Only Python code can change a result (the package ships no data files):
+    comments, docstrings, formatting, a ``notes.txt``, ``__pycache__`` and
+    ``.ipynb_checkpoints`` folders do not change the key.
+    """
     h = hashlib.sha256()
     pipeline = package / "book"
-    for f in sorted(package.rglob("*")):
-        if not f.is_file() or "__pycache__" in f.parts or f.suffix == ".pyc" or pipeline in f.parents:
+    for f in sorted(package.rglob("*.py")):
+        rel = f.relative_to(package)
+        if not f.is_file() or pipeline in f.parents or any(part.startswith(".") or part == "__pycache__"
+                                                            for part in rel.parts):
             continue
-        h.update(f.relative_to(package).as_posix().encode() + b"\0")
-        h.update(f.read_bytes())
+        h.update(rel.as_posix().encode() + b"\0")
+        h.update(_code_of(f) + b"\0")
     return h.hexdigest()
 
 
@@ -95,10 +129,20 @@ def _outputs(paths: Paths, name: str) -> tuple[Path, Path, Path]:
     return paths.runs / f"{name}.json", paths.claims / f"{name}.json", paths.generated / f"{name}.ipynb"
 
 
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (what a run record says it was committed with)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def verify_outputs(paths: Paths, name: str) -> dict | None:
     """Parse the outputs of ``name`` that exist; the run record (``None`` if absent).
 
-    Raises :class:`DamagedFile` for the first one that does not parse.
+    Raises :class:`DamagedFile` for the first one that does not parse, or that is
+    not the file its run record was committed with.
     """
     from covbook.claims import Measurement
 
@@ -114,11 +158,18 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
         nb = read_json(nb_path, dict)
         if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("nbformat"), int):
             raise DamagedFile(nb_path, "not a Jupyter notebook (no cells or nbformat)")
+    if rec is not None and rec.get("status") == "ok":
+        outputs = rec.get("outputs")
+        if not isinstance(outputs, dict):
+            raise DamagedFile(rec_path, "a run record of an older covbook, which does not name its outputs")
+        for key, path in (("claims", claims_path), ("notebook", nb_path)):
+            if path.is_file() and outputs.get(key) != file_digest(path):
+                raise DamagedFile(path, f"not the file its run record {rec_path.name} was committed with")
     return rec
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if all three outputs of ``name`` exist, parse, and were made by a successful run with key ``digest``."""
+    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key ``digest``."""
     if not all(p.is_file() for p in _outputs(paths, name)):
         return False
     try:
@@ -128,6 +179,17 @@ def is_cached(paths: Paths, name: str, digest: str) -> bool:
     return rec is not None and rec.get("status") == "ok" and rec.get("hash") == digest
 
 
+def _repair_command(paths: Paths, name: str) -> str:
+    profile = None
+    for rec in (paths.failed / f"{name}.json", paths.runs / f"{name}.json"):
+        try:
+            profile = read_json(rec, dict).get("parameters", {}).get("profile")
+            break
+        except (OSError, DamagedFile, AttributeError):
+            continue
+    return f"covbook run {name.split('_', 1)[0]}" + (f" --profile {profile}" if profile else "")
+
+
 def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
     """One line per damaged output among ``names``: the file and the command that repairs it."""
     problems = []
@@ -135,12 +197,31 @@ def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
         try:
             verify_outputs(paths, name)
         except DamagedFile as err:
-            profile = None
-            try:
-                profile = read_json(paths.runs / f"{name}.json", dict).get("parameters", {}).get("profile")
-            except (OSError, DamagedFile):
-                pass
-            cmd = f"covbook run {name.split('_', 1)[0]}" + (f" --profile {profile}" if profile else "")
             rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
-            problems.append(f"{rel} is damaged ({err.reason}); repair it with: {cmd}")
+            problems.append(f"{rel} is damaged ({err.reason}); repair it with: {_repair_command(paths, name)}")
     return problems
+
+
+def last_failure(paths: Paths, name: str) -> dict | None:
+    """The record of ``name``'s last run if it failed (``book/generated/failed/NAME.json``), else ``None``."""
+    path = paths.failed / f"{name}.json"
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path, dict)
+    except (OSError, DamagedFile):
+        return {"error": f"its failure record {path.name} is unreadable"}
+
+
+def failed_runs(paths: Paths, names: list[str]) -> list[str]:
+    """One line per notebook among ``names`` whose last run failed: the error and what to do."""
+    out = []
+    for name in names:
+        rec = last_failure(paths, name)
+        if rec is None:
+            continue
+        error = str(rec.get("error") or "unknown error").strip().splitlines()[0]
+        kept = " (the last good outputs are kept, not used)" if paths.runs.joinpath(f"{name}.json").is_file() else ""
+        out.append(f"{name}: notebook failed: {error}{kept}; see book/generated/failed/{name}.ipynb, "
+                   f"then rerun: {_repair_command(paths, name)}")
+    return out

@@ -1,7 +1,7 @@
 """The ``covbook`` command: run the notebooks, check the claims, build the book.
 
     covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
-                [--seed N] [--jobs N | --cluster SPEC] [--force] [--rehearse] [--wait]
+                [--seed N] [--jobs N | --cluster SPEC] [--timeout SECONDS] [--force] [--rehearse] [--wait]
     covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
     covbook check [--json]
     covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N | --cluster SPEC] [--force]
@@ -11,8 +11,10 @@
     covbook --version
 
 Exit status: 0 success, 1 a failed notebook, claim or build, a damaged output,
-or a tree locked by another covbook command; 2 bad usage (found before any
-kernel starts); 130 interrupted (Ctrl-C).
+a tree locked by another covbook command (or a ``.covbook/`` that cannot be
+written), or an error of the environment (a full disk: one line); 2 bad usage
+(found before any kernel starts); 130 interrupted (Ctrl-C); 143 stopped by
+SIGTERM (handled like Ctrl-C: what finished is kept and named).
 
 Only ``run`` (without ``--plan``) imports the execution machinery; the other
 commands import no torch.
@@ -22,14 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
-from covbook.book.config import DEVICES, PROFILES, Paths, UsageError, discover, project_root, select
+from covbook.book.config import (
+    DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
+)
 
 __all__ = ["main", "parser"]
 
@@ -50,6 +57,19 @@ def _integer(minimum: int, expected: str) -> Callable[[str], int]:
 
 
 _positive = _integer(1, "a positive integer")
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type``: a positive, finite number of seconds."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return x
+
+
 _seed = _integer(0, "a non-negative integer")
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
@@ -84,7 +104,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
     r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
     r.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
-    r.add_argument("--force", action="store_true", help="ignore the cache")
+    r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
+    r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
+                        "without an estimate 20 min smoke, 2 h quick, 12 h full)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
@@ -153,24 +176,38 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.runner import Interrupted, run_notebooks
 
     cluster = _cluster(args)
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held, cluster as engine:
         try:
             results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                                     jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
-                                    rehearse=args.rehearse, cluster=engine)
+                                    rehearse=args.rehearse, cluster=engine, timeout=args.timeout, lock_fd=held.fd)
         except Interrupted as stop:
             done = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
-            print(f"covbook run: interrupted; finished and kept: {done}; not finished: "
+            print(f"covbook run: {stop.how}; finished and kept: {done}; not finished: "
                   f"{', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
-            return 130
+            return stop.exit_status
     failed = [r for r in results if r.status == "failed"]
     ran = sum(r.status == "ok" for r in results)
     cached = sum(r.status == "cached" for r in results)
     total = sum(r.seconds for r in results)
-    print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)")
+    n_claims, bad_claims = _claim_counts(paths, [r.name for r in results if r.status != "failed"])
+    claims_text = f"; {bad_claims} of {n_claims} claims failed" + (" (see covbook check)" if bad_claims else "")
+    print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)"
+          f"{claims_text}")
     for r in failed:
         print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _claim_counts(paths: Paths, names: list[str]) -> tuple[int, int]:
+    """How many claims the notebooks ``names`` have, judged as ``covbook check`` judges them, and how many failed."""
+    from covbook.book.checks import check
+
+    try:
+        claims = [c for c in check(paths).claims if c.notebook in set(names)]
+    except Exception:  # noqa: BLE001 - the count is a courtesy: `covbook check` reports what is wrong
+        return 0, 0
+    return len(claims), sum(not c.passed for c in claims)
 
 
 def _damaged(paths: Paths, command: str) -> bool:
@@ -183,9 +220,20 @@ def _damaged(paths: Paths, command: str) -> bool:
     return bool(problems)
 
 
+def _failed(paths: Paths, command: str) -> list[str]:
+    """Print every notebook whose last run failed (its error, what to do); their names."""
+    from covbook.book.cache import failed_runs, last_failure
+
+    names = [n for n in discover(paths) if last_failure(paths, n) is not None]
+    for line in failed_runs(paths, names):
+        print(f"covbook {command}: {line}", file=sys.stderr)
+    return names
+
+
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     if _damaged(paths, "check"):
         return 1
+    failed = _failed(paths, "check")
     import time
 
     from covbook.book.checks import check
@@ -206,7 +254,61 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
         print(f"  note: {n}", file=sys.stderr)
     for p in v.problems:
         print(f"  {p}", file=sys.stderr)
-    return 0 if v.ok else 1
+    return 0 if v.ok and not failed else 1
+
+
+def _forget_pages(paths: Paths, names: list[str]) -> None:
+    """Remove the built pages of chapters ``names`` (a failed chapter must not show its old results)."""
+    build = paths.root / "_build"
+    for name in names:
+        for p in [build / "html" / "generated" / f"{name}.html", *(build / "html" / "_sources" / "generated").glob(
+                f"{name}.*"), build / "html" / "_sources" / "generated" / f"{name}.ipynb",
+                  *(build / ".doctrees" / "generated").glob(f"{name}.*"),
+                  *(build / "jupyter_execute" / "generated").glob(f"{name}.*")]:
+            p.unlink(missing_ok=True)
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of the build's child: SIGKILL it when covbook dies (Linux), so no build outlives its lock."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the child still holds the lock's file, so the tree stays locked while it runs
+
+
+def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[str]]:
+    """Run the book build as a child that holds the tree's lock; returns its status and the chapters it warned about.
+
+    On Ctrl-C or SIGTERM the child's process group is stopped and waited for
+    before the exception goes on (and the lock is released).
+    """
+    chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
+    proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1, pass_fds=(lock_fd,), start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    warned: set[str] = set()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if "WARNING" in line or "ERROR" in line:
+                warned.update(chapter.findall(line))
+        return proc.wait(), warned
+    except BaseException:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            proc.wait()
+        raise
 
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
@@ -214,8 +316,17 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
 
     from covbook.book.runner import clean_stale
 
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held:
         if _damaged(paths, "build"):
+            from covbook.book.cache import damaged_outputs
+
+            _forget_pages(paths, [n for n in discover(paths) if damaged_outputs(paths, [n])])
+            return 1
+        failed = _failed(paths, "build")
+        if failed:
+            _forget_pages(paths, failed)
+            print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
+                  "from _build/html", file=sys.stderr)
             return 1
         missing = [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]
         if missing:
@@ -232,19 +343,27 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
         if not jb.is_file():
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
         cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
-        proc = subprocess.run(cmd, cwd=paths.root)
-        if proc.returncode:
+        try:
+            status, warned = _jupyter_book(cmd, paths, held.fd)
+        except KeyboardInterrupt:
+            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
+            raise
+        if status:
             # Sphinx re-reads only changed pages, so a warning in an unchanged page would not come back on
             # the next build and -W would pass: forget the environment so that the next build reads all pages
             shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
-    if proc.returncode == 0:
+            _forget_pages(paths, sorted(warned))
+            if warned:
+                print(f"covbook build: failed; removed the pages of {', '.join(sorted(warned))} from _build/html",
+                      file=sys.stderr)
+    if status == 0:
         from covbook.book.checks import check
 
         for n in check(paths).notes:
             if n.startswith("chapters were run at mixed"):
                 print(f"covbook build: warning: {n}", file=sys.stderr)
         print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
-    return 1 if proc.returncode else 0
+    return 1 if status else 0
 
 
 def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str) -> None:
@@ -305,17 +424,49 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.runner import clean_stale
 
     with tree_lock(paths.lock, _command_line(args), wait=args.wait):
-        clean_stale(paths)
-        for p in (paths.generated, paths.root / "_build", paths.tmp):
-            shutil.rmtree(p, ignore_errors=True)
-    print("covbook clean: removed book/generated, _build and .covbook/tmp")
+        stale = clean_stale(paths)
+        targets = [p for p in (paths.generated, paths.root / "_build", paths.tmp) if p.exists()]
+        for p in targets:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    gone = [str(p.relative_to(paths.root)) for p in targets]
+    if gone:
+        print(f"covbook clean: removed {', '.join(gone)}")
+    elif stale:
+        print(f"covbook clean: removed {len(stale)} leftover(s) of interrupted runs")
+    else:
+        print("covbook clean: nothing to remove")
     return 0
 
 
+def _one_line(err: OSError) -> str:
+    """An OS error in one line; a ``shutil.Error`` (one entry per file) by its first entry and a count."""
+    if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
+        entries = err.args[0]
+        first = entries[0]
+        why = first[2] if isinstance(first, tuple) and len(first) == 3 else str(first)
+        where = first[1] if isinstance(first, tuple) and len(first) == 3 else ""
+        return f"{why} (writing {where}; {len(entries)} file(s) failed)"
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"{err.strerror or err}{where}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `covbook check --json | head`: the reader left; say nothing more
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141  # 128 + SIGPIPE, as a tool killed by the pipe would exit
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     from covbook.book.lock import Busy
 
+    stop_on_sigterm()  # SIGTERM (CI systems, `timeout`) is handled like Ctrl-C
     try:
         paths = Paths(project_root())
         return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean,
@@ -326,9 +477,17 @@ def main(argv: list[str] | None = None) -> int:
     except Busy as err:
         print(f"covbook {args.command}: {err}", file=sys.stderr)
         return 1
+    except Terminated:
+        print(f"covbook {args.command}: stopped by SIGTERM", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"covbook {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
+    except OSError as err:  # the environment failed (a full disk, a read-only folder): one line, no traceback
+        print(f"covbook {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "PROFILES", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
-    "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters",
+    "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
+    "stop_on_sigterm",
 ]
 
 PROFILES = ("smoke", "quick", "full")
@@ -32,6 +34,19 @@ ENTRY_KEYS = ("lengths", "work")
 
 class UsageError(ValueError):
     """Bad command-line input (unknown notebook, profile, parameter, device): exit status 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what CI systems and ``timeout`` send), handled like Ctrl-C; exit status 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in the main thread, as Ctrl-C raises ``KeyboardInterrupt``."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,11 @@ class Paths:
     @property
     def runs(self) -> Path:
         return self.generated / "runs"
+
+    @property
+    def checkpoints(self) -> Path:
+        """Training checkpoints, one folder per notebook and cache key (see ``covbook.session.checkpoint_dir``)."""
+        return self.generated / "checkpoints"
 
     @property
     def failed(self) -> Path:

@@ -1,27 +1,44 @@
 """One writer per tree: ``covbook run``, ``build`` and ``clean`` hold ``.covbook/lock``.
 
-The lock is the ``filelock`` package's (an OS file lock, released by the kernel
-when its holder dies, so ``kill -9`` leaves no stale lock).  Next to it,
-``.covbook/lock.json`` says who holds it (pid, command, start time), so a second
-invocation can say whom it is waiting for.
+The lock is an OS file lock (``flock``) on ``.covbook/lock``, released by the
+kernel when the last process holding it dies, so ``kill -9`` leaves no stale
+lock.  It belongs to the open file, not to the process: a child started with
+:attr:`TreeLock.fd` in ``pass_fds`` (the build's ``jupyter-book``, a run's
+workers) holds the tree until it exits too, even if its parent was killed.
+Next to it, ``.covbook/lock.json`` says who holds it (pid, command, start time),
+so a second invocation can say whom it is waiting for.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
-__all__ = ["Busy", "tree_lock"]
+__all__ = ["Busy", "Unwritable", "TreeLock", "tree_lock"]
 
 
 class Busy(RuntimeError):
     """Another covbook command holds the tree's lock (exit status 1)."""
+
+
+class Unwritable(Busy):
+    """``.covbook/`` cannot be written, so the tree cannot be locked (exit status 1)."""
+
+
+@dataclass(frozen=True)
+class TreeLock:
+    """The held lock: ``fd`` is the locked file, to pass to children that must hold the tree too."""
+
+    fd: int
 
 
 def _holder(info: Path) -> str:
@@ -32,29 +49,43 @@ def _holder(info: Path) -> str:
     return f"pid {who.get('pid')} ({who.get('command')}, since {who.get('since')})"
 
 
+def _unwritable(path: Path, err: OSError) -> Unwritable:
+    return Unwritable(f"cannot lock the tree: {path} cannot be written ({err.strerror}); covbook keeps its lock, "
+                      f"temporaries and timings in {path.parent}, which must be writable")
+
+
 @contextmanager
-def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[None]:
+def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[TreeLock]:
     """Hold the tree's lock for the duration of the block.
 
     Raises :class:`Busy`, naming the holder, when another process holds it and
     ``wait`` is false; with ``wait``, blocks until it is free (saying so once).
+    Raises :class:`Unwritable` when ``.covbook/`` cannot be written.
     """
-    from filelock import FileLock, Timeout
-
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
     info = lock_path.with_name(lock_path.name + ".json")
-    lock = FileLock(str(lock_path))
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if not wait:
-            raise Busy(f"this tree is locked by {_holder(info)}; wait for it to finish, or pass --wait") from None
-        print(f"covbook: waiting for {_holder(info)} to release {lock_path} ...", file=sys.stderr, flush=True)
-        lock.acquire()
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise _unwritable(lock_path, err) from None
     try:
-        write_json_atomic(info, {"pid": os.getpid(), "command": command,
-                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            if not wait:
+                raise Busy(f"this tree is locked by {_holder(info)}; wait for it to finish, or pass --wait") from None
+            print(f"covbook: waiting for {_holder(info)} to release {lock_path} ...", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            write_json_atomic(info, {"pid": os.getpid(), "command": command,
+                                     "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        except OSError as err:
+            raise _unwritable(info, err) from None
+        try:
+            yield TreeLock(fd)
+        finally:
+            info.unlink(missing_ok=True)
     finally:
-        info.unlink(missing_ok=True)
-        lock.release()
+        os.close(fd)  # releases the lock (unless a child still holds the file open)

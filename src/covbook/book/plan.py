@@ -23,7 +23,13 @@ from covbook.book.cache import resolve_device
 from covbook.book.config import Paths, UsageError, load_profiles
 from covbook._jsonio import DamagedFile, read_json
 
-__all__ = ["work_of", "estimate", "print_plan"]
+__all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR"]
+
+#: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
+DEFAULT_LIMITS = {"smoke": 20 * 60, "quick": 2 * 3600, "full": 12 * 3600}
+#: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
+LIMIT_FACTOR = 5.0
+LIMIT_FLOOR = 10 * 60
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
@@ -112,6 +118,26 @@ def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float
     low, high = sorted((s, s * work / w))
     return low, high, (f"one run ({label}, {s:.1f} s): start-up unknown, so between all start-up and none; "
                        "measure a second profile to narrow it")
+
+
+def time_limit(paths: Paths, job: object, profile: str) -> float:
+    """The time limit of one planned notebook (a :class:`covbook.book.runner.Job`), in seconds.
+
+    ``LIMIT_FACTOR`` × the upper end of the plan's estimate on this device (at least
+    ``LIMIT_FLOOR``: a loaded machine or a cold cache is slower), or the profile's
+    ``DEFAULT_LIMITS`` entry when there is no estimate.  ``covbook run --timeout`` overrides it.
+    """
+    fallback = float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
+    try:
+        spec = load_profiles(paths.profiles).get(job.name, {}).get("work")  # type: ignore[attr-defined]
+        if not spec:
+            return fallback
+        params = {**job.defaults, **job.params}  # type: ignore[attr-defined]
+        work = work_of(spec["expr"], params)
+        _, high, _ = estimate(work, _measurements(paths, job.name, job.device, spec["expr"], job.defaults))  # type: ignore[attr-defined]
+    except (UsageError, OSError, TypeError, ValueError):
+        return fallback
+    return fallback if high is None else max(LIMIT_FLOOR, LIMIT_FACTOR * high)
 
 
 def _fmt_seconds(s: float | None) -> str:

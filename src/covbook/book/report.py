@@ -59,7 +59,16 @@ def versions() -> dict[str, str]:
 
 
 def git_commit(root: Path) -> str:
+    """This project's commit (short hash, and whether it has uncommitted changes).
+
+    Only when ``root`` is the top of its git checkout: a book copied inside
+    another repository is not that repository's commit.
+    """
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        if not top or Path(top).resolve() != Path(root).resolve():
+            return "unknown (not a git checkout of its own)"
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,

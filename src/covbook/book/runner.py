@@ -21,6 +21,8 @@ Temporaries live in ``.covbook/tmp/<run-id>/``, never under ``book/``.
 
 from __future__ import annotations
 
+import ast
+import errno
 import os
 import resource
 import shutil
@@ -34,18 +36,30 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from covbook.book.cache import content_hash, is_cached, resolve_device, science_hash
+from covbook.book.cache import content_hash, file_digest, is_cached, resolve_device, science_hash
 from covbook.book.config import (
-    DEVICES, Paths, UsageError, discover, load_profiles, notebook_parameters, resolve_parameters, select,
+    DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
+    select,
 )
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "execute_one", "execute_uncommitted",
-           "commit_outcome"]
+           "commit_outcome", "commit_files", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
 STOP_GRACE_S = 3.0
+#: the folder a notebook keeps its checkpoints in (set per run: keyed on the notebook's cache key;
+#: read by covbook.session.checkpoint_dir, which the pipeline must not import)
+CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
+#: the longest temp folder a kernel's socket paths fit under (Unix sockets: ~107 bytes in all)
+SOCKET_BASE_MAX = 48
+#: where the kernels' config and cache homes live, inside .covbook/ (never the user's HOME)
+KERNEL_HOMES = {"MPLCONFIGDIR": "matplotlib", "XDG_CACHE_HOME": "cache", "XDG_CONFIG_HOME": "config",
+                "XDG_DATA_HOME": "data", "IPYTHONDIR": "ipython", "JUPYTER_CONFIG_DIR": "jupyter/config",
+                "JUPYTER_DATA_DIR": "jupyter/data"}
+#: tags under which myst-nb does not show a cell's stderr (so the build does not refuse it)
+STDERR_HIDDEN = {"remove-stderr", "remove-output", "remove-cell"}
 
 
 @dataclass
@@ -74,28 +88,35 @@ class Job:
 
 @dataclass
 class Interrupted(Exception):
-    """Ctrl-C during a run; ``results`` are the notebooks that finished, ``unfinished`` the others."""
+    """Ctrl-C or SIGTERM during a run; ``results`` are the notebooks that finished, ``unfinished`` the others.
+
+    ``exit_status`` is 130 for Ctrl-C (SIGINT), 143 for SIGTERM; ``how`` names the signal.
+    """
 
     results: list[Result] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
+    exit_status: int = 130
+    how: str = "interrupted"
 
 
 # ----------------------------------------------------------------------------- the worker
 
 
-def _ipc_kernel_manager(socket_dir: Path, pid_file: Path):
-    """A kernel manager on IPC sockets in ``socket_dir`` (no TCP ports), its connection file there too.
+def _kernel_manager(socket_dir: Path | None, pid_file: Path):
+    """A kernel manager on IPC sockets in ``socket_dir`` (TCP on localhost when ``None``).
 
-    It writes the kernel's pid to ``pid_file`` so that whoever cleans up after an
-    interruption can stop a kernel that outlived its worker.
+    Its connection file lies in ``socket_dir`` too.  It writes the kernel's pid to
+    ``pid_file`` so that whoever cleans up after an interruption can stop a kernel
+    that outlived its worker.
     """
     from jupyter_client.manager import AsyncKernelManager
 
-    class IPCKernelManager(AsyncKernelManager):
+    class CovbookKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs: object) -> None:
-            kwargs.setdefault("transport", "ipc")
-            kwargs.setdefault("ip", str(socket_dir / "kernel"))
-            kwargs.setdefault("connection_file", str(socket_dir / "kernel.json"))
+            if socket_dir is not None:
+                kwargs.setdefault("transport", "ipc")
+                kwargs.setdefault("ip", str(socket_dir / "kernel"))
+                kwargs.setdefault("connection_file", str(socket_dir / "kernel.json"))
             super().__init__(**kwargs)
 
         async def start_kernel(self, **kw: object) -> None:  # type: ignore[override]
@@ -106,7 +127,32 @@ def _ipc_kernel_manager(socket_dir: Path, pid_file: Path):
                 tmp.write_text(str(pid))
                 os.replace(tmp, pid_file)
 
-    return IPCKernelManager
+    return CovbookKernelManager
+
+
+def _clocked_engine(limit: float | None) -> str:
+    """Register papermill's engine with the notebook's clock: ``limit`` seconds from its first cell, then SIGALRM.
+
+    The clock starts at the first cell, not at the kernel's start, so that a machine
+    slow to start kernels does not eat into a notebook's limit.
+    """
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class ClockedEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):  # type: ignore[override]
+            start = nb_man.cell_start
+
+            def cell_start(cell, cell_index=None, **kw):
+                if limit and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+                    signal.setitimer(signal.ITIMER_REAL, float(limit))
+                return start(cell, cell_index, **kw)
+
+            nb_man.cell_start = cell_start
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    papermill_engines.register("covbook", ClockedEngine)
+    return "covbook"
 
 
 def _hide_injected(nb) -> None:
@@ -162,11 +208,22 @@ def _is_kernel(pid: int) -> bool:
 _KERNEL_PID_FILE: list[Path] = []  # the worker's kernel pid file, for the signal handler
 
 
+class NotebookTimeout(BaseException):
+    """The notebook ran past its time limit (a BaseException, so no ``except Exception`` swallows it)."""
+
+
 def _interrupt(signum: int, frame: object) -> None:
     """Stop the worker: its kernel first (frees the CPU at once), then unwind with ``KeyboardInterrupt``."""
     for pid_file in _KERNEL_PID_FILE:
         _kill_kernel(pid_file)
     raise KeyboardInterrupt
+
+
+def _time_is_up(signum: int, frame: object) -> None:
+    """SIGALRM: the notebook's time limit has passed; stop its kernel and unwind."""
+    for pid_file in _KERNEL_PID_FILE:
+        _kill_kernel(pid_file)
+    raise NotebookTimeout
 
 
 def _watch_parent(parent: int) -> None:
@@ -176,6 +233,159 @@ def _watch_parent(parent: int) -> None:
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
             return
+
+
+def socket_parents() -> list[Path]:
+    """Where kernel socket folders may be: the temp folder, or a short one when that is too long."""
+    return [Path(tempfile.gettempdir()), Path("/tmp") / f"covbook-{os.getuid()}"]
+
+
+def _socket_dir() -> Path | None:
+    """A new folder for a kernel's sockets whose paths fit the Unix limit; ``None``: use TCP instead."""
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > SOCKET_BASE_MAX:  # e.g. a CI's deep TMPDIR: socket paths would pass ~107 bytes
+        base = socket_parents()[1]
+        try:
+            base.mkdir(mode=0o700, exist_ok=True)
+            if base.stat().st_uid != os.getuid() or not os.access(base, os.W_OK):
+                return None
+        except OSError:
+            return None
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"{KERNEL_DIR_PREFIX}{os.getpid()}-", dir=base))
+    except OSError:
+        return None
+
+
+def _kernel_environment(paths: Paths, runtime: Path) -> None:
+    """Give the kernel writable config and cache homes inside ``.covbook/home`` (HOME may be read-only)."""
+    home = paths.state / "home"
+    for var, sub in KERNEL_HOMES.items():
+        d = home / sub
+        d.mkdir(parents=True, exist_ok=True)
+        os.environ[var] = str(d)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
+    os.environ["JUPYTER_PLATFORM_DIRS"] = "1"
+
+
+def _running_cell(nb_path: Path) -> str:
+    """The cell that was running when the notebook was stopped: the last one papermill started.
+
+    Papermill saves its copy of the notebook at each cell's start, with the cell's start time.
+    """
+    try:
+        nb = read_json(nb_path, dict)
+    except (OSError, DamagedFile):
+        return "no cell (the kernel was starting)"
+    started = [(i, c) for i, c in enumerate(nb.get("cells", []))
+               if c.get("cell_type") == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    if not started:
+        return "no cell (none had started)"
+    i, cell = started[-1]
+    first = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()), "")
+    n = cell.get("execution_count")  # not known yet when the kernel died before replying
+    return f"{f'cell {n}' if n else 'the cell'} (index {i}: {first.strip()[:60]!r})"
+
+
+def stderr_problem(nb: dict) -> str | None:
+    """The first visible cell whose outputs hold stderr (``nb_output_stderr: warn`` + ``-W``: the build refuses it)."""
+    for i, cell in enumerate(nb.get("cells", [])):
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.get("cell_type") != "code" or tags & STDERR_HIDDEN:
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                text = "".join(out.get("text", "")).strip().splitlines()
+                return (f"cell {cell.get('execution_count')} (index {i}) wrote to stderr, which the book build "
+                        f"refuses: {text[0][:200] if text else ''!r}")
+    return None
+
+
+def _stage(src: Path, dst: Path) -> Path:
+    """A copy of ``src`` in a temporary file next to ``dst`` (same filesystem): a hard link, or copy + fsync.
+
+    ``src`` stays where it is until the commit succeeds; across filesystems (a tmpfs,
+    a CI cache volume, a symlink to another disk) a link is impossible and the bytes
+    are copied and synced to disk before anything is renamed.
+    """
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError as err:
+            if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EEXIST):
+                raise
+            with open(src, "rb") as fin, open(tmp, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                fout.flush()
+                os.fsync(fout.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def commit_files(moves: list[tuple[Path, Path]]) -> None:
+    """Move each ``(src, dst)`` into place as one unit: all of them, or (on any error) none.
+
+    Every file is first staged next to its destination (so a full disk or a
+    read-only folder fails before anything changes, and ``src`` may be on another
+    filesystem; on an error every ``src`` is left as it was); then each old file is moved aside and the new one renamed in, and
+    an error half-way puts the old ones back.  A crash half-way leaves files whose
+    run record names other digests: never served (:func:`covbook.book.cache.verify_outputs`).
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for src, dst in moves:
+            staged.append((_stage(Path(src), Path(dst)), Path(dst)))
+        done: list[tuple[Path, Path | None]] = []
+        try:
+            for tmp, dst in staged:
+                backup = None
+                if dst.exists():
+                    backup = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+                    os.replace(dst, backup)
+                done.append((dst, backup))
+                os.replace(tmp, dst)
+        except BaseException:
+            for dst, backup in reversed(done):
+                if backup is not None:
+                    os.replace(backup, dst)
+                else:
+                    dst.unlink(missing_ok=True)
+            raise
+        for _, backup in done:
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+        for src, _ in moves:
+            Path(src).unlink(missing_ok=True)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+
+
+def _oserror_text(err: OSError) -> str:
+    """One line for an OS error: what failed, on which file."""
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"{err.strerror or err}{where}"
+
+
+def _checkpoints(paths: Paths, job: dict) -> Path:
+    """The notebook's checkpoint folder, keyed on its cache key: new code, settings or versions, new folder.
+
+    Checkpoints of the notebook made under other keys are removed (they can never
+    be used again); with ``--force`` the current one is removed too (it retrains).
+    """
+    base = paths.checkpoints / job["name"]
+    here = base / job["digest"][:16]
+    if base.is_dir():
+        for d in base.iterdir():
+            if d != here or job.get("force"):
+                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
+    return here  # made by covbook.session.checkpoint_dir() when a notebook asks for it
 
 
 def execute_one(job: dict) -> dict:
@@ -201,6 +411,7 @@ def execute_uncommitted(job: dict) -> dict:
 
     src = paths.notebooks / f"{name}.md"
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+    tmp_record = rundir / f"{name}.run.json"
     pid_file = rundir / f"{name}.kernel.pid"
     os.environ[CLAIMS_FILE_ENV] = str(tmp_claims)
     os.environ[NOTEBOOK_ENV] = name
@@ -210,29 +421,48 @@ def execute_uncommitted(job: dict) -> dict:
     if job.get("threads"):
         os.environ["COVBOOK_THREADS"] = str(job["threads"])
         os.environ["OMP_NUM_THREADS"] = str(job["threads"])
+    limit = job.get("timeout")
     start = time.perf_counter()
     cpu_start = _cpu_seconds()
     error = None
-    sockets = Path(tempfile.mkdtemp(prefix=f"{KERNEL_DIR_PREFIX}{os.getpid()}-"))
+    sockets = _socket_dir()
+    runtime = sockets or rundir
     try:
+        os.environ[CHECKPOINT_ENV] = str(_checkpoints(paths, job))
+        _kernel_environment(paths, runtime)
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-        out = pm.execute_notebook(
-            nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, cwd=str(paths.notebooks),
-            progress_bar=False, log_output=False, kernel_manager_class=_ipc_kernel_manager(sockets, pid_file),
-        )
+        manager = _kernel_manager(sockets, pid_file)
+        try:
+            out = pm.execute_notebook(
+                nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, cwd=str(paths.notebooks),
+                progress_bar=False, log_output=False, kernel_manager_class=manager,
+                engine_name=_clocked_engine(limit),
+            )
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         _hide_injected(out)
         nbformat.write(out, str(tmp_nb))
-        if not tmp_claims.is_file():
+        error = stderr_problem(out)
+        if error is None and not tmp_claims.is_file():
             error = "the notebook recorded no claims"
+    except NotebookTimeout:
+        error = (f"timed out after {limit:g} s (the notebook's time limit, from its first cell; set it with "
+                 f"--timeout) in {_running_cell(tmp_nb)}")
     except pm.PapermillExecutionError as err:
         error = f"cell {err.exec_count} (index {err.cell_index}) raised {err.ename}: {err.evalue}".strip()
+    except OSError as err:  # a full disk, a read-only folder: one line, not a traceback
+        error = f"could not write the notebook: {_oserror_text(err)}"
     except Exception as err:  # noqa: BLE001 - report any failure, keep the other notebooks going
-        error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+        if type(err).__name__ == "DeadKernelError":
+            error = f"the kernel died in {_running_cell(tmp_nb)} ({err}; out of memory, or a crash in native code)"
+        else:
+            error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
     finally:
         _kill_kernel(pid_file)
         pid_file.unlink(missing_ok=True)
-        shutil.rmtree(sockets, ignore_errors=True)
+        if sockets is not None:
+            shutil.rmtree(sockets, ignore_errors=True)
     seconds = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_start  # the kernel is a reaped child by now (papermill waited for it)
     # the device the run resolved (cpu | cuda) names it without importing torch (2 s) on a CPU
@@ -254,20 +484,22 @@ def commit_outcome(paths: Paths, outcome: dict) -> dict:
     seconds, device_used, cpu = meta["seconds"], meta["device_used"], meta.get("cpu_seconds")
     rundir = Path(outcome["rundir"])
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+    tmp_record = rundir / f"{name}.run.json"
     for d in (paths.claims, paths.runs):
         d.mkdir(parents=True, exist_ok=True)
     if error is None:
-        os.replace(tmp_claims, paths.claims / f"{name}.json")
-        os.replace(tmp_nb, paths.generated / f"{name}.ipynb")
-        write_json_atomic(paths.runs / f"{name}.json", {**meta, "status": "ok"})
-        (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)  # a failed copy no longer applies
-        return asdict(Result(name, "ok", seconds, device_used=device_used, cpu_seconds=cpu))
-    paths.failed.mkdir(parents=True, exist_ok=True)
-    if tmp_nb.is_file():
-        os.replace(tmp_nb, paths.failed / f"{name}.ipynb")
-    for stale in (paths.generated / f"{name}.ipynb", paths.claims / f"{name}.json"):
-        stale.unlink(missing_ok=True)
-    write_json_atomic(paths.runs / f"{name}.json", {**meta, "status": "failed", "error": error})
+        try:
+            outputs = {"notebook": file_digest(tmp_nb), "claims": file_digest(tmp_claims)}
+            write_json_atomic(tmp_record, {**meta, "status": "ok", "outputs": outputs})
+            commit_files([(tmp_claims, paths.claims / f"{name}.json"), (tmp_nb, paths.generated / f"{name}.ipynb"),
+                          (tmp_record, paths.runs / f"{name}.json")])
+        except OSError as err:
+            error = f"could not write the outputs: {_oserror_text(err)}; the last good outputs are kept"
+        else:
+            for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
+                stale.unlink(missing_ok=True)  # a failed copy no longer applies
+            return asdict(Result(name, "ok", seconds, device_used=device_used, cpu_seconds=cpu))
+    _keep_failure(paths, name, tmp_nb, {**meta, "status": "failed", "error": error})
     return asdict(Result(name, "failed", seconds, error, device_used, cpu))
 
 
@@ -324,10 +556,38 @@ def _when(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _whole(nb_path: Path) -> bool:
+    """Whether ``nb_path`` is a whole notebook (a write cut short by a full disk is not)."""
+    try:
+        return isinstance(read_json(nb_path, dict).get("cells"), list)
+    except (OSError, DamagedFile):
+        return False
+
+
+def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
+    """Write the failed notebook and its record to ``failed/`` as one unit; the last good outputs stay.
+
+    Best effort: where even that cannot be written (a full disk), nothing is
+    half-written and the error still reaches the summary.
+    """
+    rec_tmp = tmp_nb.with_name(f"{name}.failed.json")
+    try:
+        write_json_atomic(rec_tmp, record)
+        moves = [(rec_tmp, paths.failed / f"{name}.json")]
+        if _whole(tmp_nb):
+            moves.insert(0, (tmp_nb, paths.failed / f"{name}.ipynb"))
+        else:  # none, or cut short by a full disk: an older failed copy would not be this run's
+            (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)
+        commit_files(moves)
+    except OSError:
+        pass
+
+
 def _worker_main(job_file: str) -> int:
     """Entry point of a worker: run the job in ``job_file``, write its result next to it."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGALRM, _time_is_up)
     job = read_json(job_file, dict)
     _KERNEL_PID_FILE.append(Path(job["rundir"]) / f"{job['name']}.kernel.pid")
     threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
@@ -361,7 +621,7 @@ def clean_stale(paths: Paths) -> list[str]:
     if legacy.exists():
         shutil.rmtree(legacy, ignore_errors=True)
         removed.append(str(legacy))
-    for d in Path(tempfile.gettempdir()).glob(f"{KERNEL_DIR_PREFIX}*"):
+    for d in [d for parent in socket_parents() for d in parent.glob(f"{KERNEL_DIR_PREFIX}*")]:
         pid_text = d.name[len(KERNEL_DIR_PREFIX):].split("-", 1)[0]
         if not pid_text.isdigit():
             continue  # not ours, or from an old covbook: leave it
@@ -402,10 +662,29 @@ def plan_jobs(
     science = science_hash()
     jobs = []
     for name, path in chosen.items():
+        check_cells(path)
         defaults = notebook_parameters(path)
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
         jobs.append(Job(name, path, params, content_hash(path, params, science, dev), dev, defaults))
     return jobs
+
+
+def check_cells(path: Path) -> None:
+    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError` before any kernel starts.
+
+    IPython's line magics and shell escapes (``%...``, ``!...``) are not Python and are skipped;
+    a cell magic (``%%...``) makes its cell not Python.
+    """
+    for index, (_, source) in enumerate(_myst_code_cells(path.read_text(encoding="utf-8"))):
+        if source.lstrip().startswith("%%"):
+            continue
+        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                 for ln in source.splitlines()]
+        try:
+            ast.parse("\n".join(lines), filename=path.name)
+        except SyntaxError as err:
+            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
+                             f"(found before any kernel started)") from None
 
 
 def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> None:
@@ -434,10 +713,10 @@ def _stop(running: dict[str, tuple[subprocess.Popen, Path]], rundir: Path) -> No
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    for pid_file in rundir.glob("*.kernel.pid"):
-        _kill_kernel(pid_file)
+    for name in running:
+        _kill_kernel(rundir / f"{name}.kernel.pid")
     for proc, _ in running.values():  # a worker killed before its clean-up leaves its socket folder
-        for d in Path(tempfile.gettempdir()).glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*"):
+        for d in [d for parent in socket_parents() for d in parent.glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*")]:
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -453,26 +732,39 @@ def run_notebooks(
     progress: bool = True,
     rehearse: bool = False,
     cluster: object | None = None,
+    timeout: float | None = None,
+    lock_fd: int | None = None,
 ) -> list[Result]:
     """Execute (or serve from cache) the selected notebooks; never stops at the first failure.
 
-    Call it holding the tree's lock (the CLI does).  Raises :class:`UsageError`
-    before starting anything, and :class:`Interrupted` on Ctrl-C.  With ``cluster``
-    (a :class:`covbook.book.distributed.Cluster`) the notebooks run on its workers
-    instead of ``jobs`` local processes.
+    Call it holding the tree's lock (the CLI does; ``lock_fd``, its file, is passed on
+    to the workers so that the tree stays locked until the last of them is gone).
+    Each notebook has a time limit: ``timeout`` seconds, or by default
+    :func:`covbook.book.plan.time_limit` (from the plan's estimate, else the
+    profile's); past it the notebook fails, naming the running cell.  Raises
+    :class:`UsageError` before starting anything, and :class:`Interrupted` on
+    Ctrl-C or SIGTERM (:class:`~covbook.book.config.Terminated`).
+    With ``cluster`` (a :class:`covbook.book.distributed.Cluster`) the notebooks run on
+    its workers instead of ``jobs`` local processes.
     """
     from tqdm import tqdm
+
+    from covbook.book.plan import time_limit
 
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"--jobs must be a positive integer, got {jobs}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}")
     if cluster is not None:
         from covbook.book.distributed import run_trees
 
         return run_trees(cluster, [(paths, seed)], names, profile=profile, device=device, force=force,
                          progress=progress, rehearse=rehearse)[0]
     plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
+    limits = {j.name: float(timeout) if timeout else time_limit(paths, j, profile) for j in plan}
     clean_stale(paths)
     order = [j.name for j in plan]
     results: list[Result] = []
@@ -480,7 +772,8 @@ def run_notebooks(
     for job in plan:
         if not force and is_cached(paths, job.name, job.digest):
             results.append(Result(job.name, "cached", 0.0))
-            (paths.failed / f"{job.name}.ipynb").unlink(missing_ok=True)  # no longer applies
+            for stale in (paths.failed / f"{job.name}.ipynb", paths.failed / f"{job.name}.json"):
+                stale.unlink(missing_ok=True)  # a failure under this key no longer applies: its good result stands
         else:
             todo.append(job)
     bar = tqdm(total=len(plan), desc=f"notebooks ({profile})", unit="nb", disable=not progress, file=sys.stderr)
@@ -497,6 +790,7 @@ def run_notebooks(
     queue = list(todo)
     by_name = {j.name: j for j in todo}
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    started: dict[str, float] = {}
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -505,17 +799,27 @@ def run_notebooks(
                 write_json_atomic(job_file, {"root": str(paths.root), "name": job.name, "params": job.params,
                                              "digest": job.digest, "threads": threads, "rundir": str(rundir),
                                              "rehearse": rehearse, "parent": os.getpid(),
-                                             "device": job.device})
+                                             "device": job.device, "force": force, "timeout": limits[job.name]})
                 log = open(rundir / f"{job.name}.log", "wb")  # noqa: SIM115 - closed when the worker ends
                 proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)],
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        pass_fds=(lock_fd,) if lock_fd is not None else ())
                 log.close()
                 running[job.name] = (proc, job_file)
+                started[job.name] = time.monotonic()
             for name, (proc, job_file) in list(running.items()):
                 if proc.poll() is None:
-                    continue
+                    overdue = time.monotonic() - started[name] > limits[name] + STOP_GRACE_S + 30
+                    if not overdue:
+                        continue
+                else:
+                    overdue = False
+                if overdue:  # the worker did not stop itself at its limit: stop it from here
+                    _stop({name: (proc, job_file)}, rundir)
                 del running[name]
                 r = _collect(name, proc, job_file)
+                if overdue and r.error and r.error.startswith("worker exited"):
+                    r.error = f"timed out after {limits[name]:g} s (the notebook's time limit; set it with --timeout)"
                 results.append(r)
                 if r.status == "ok":
                     _record_timing(paths, by_name[name], r, profile_key)
@@ -525,7 +829,9 @@ def run_notebooks(
                 bar.write(f"  {mark}  {r.name}  {r.seconds:6.1f} s{cpu}{err}")
                 bar.update(1)
             time.sleep(0.05)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        term = isinstance(stop, Terminated)
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
         try:
             _stop(running, rundir)
@@ -536,9 +842,10 @@ def run_notebooks(
             bar.close()
             shutil.rmtree(rundir, ignore_errors=True)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous)
         done = {r.name for r in results}
-        raise Interrupted(sorted(results, key=lambda r: order.index(r.name)),
-                          [n for n in order if n not in done]) from None
+        raise Interrupted(sorted(results, key=lambda r: order.index(r.name)), [n for n in order if n not in done],
+                          143 if term else 130, "stopped by SIGTERM" if term else "interrupted") from None
     bar.close()
     shutil.rmtree(rundir, ignore_errors=True)
     return sorted(results, key=lambda r: order.index(r.name))

@@ -34,6 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
+from covbook.book.cache import last_failure
 from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import Paths, UsageError, select
@@ -219,7 +220,8 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
         for seed in seeds:
             f = Paths(seed_root(paths, profile, seed)).claims / f"{name}.json"
             rec = Paths(seed_root(paths, profile, seed)).runs / f"{name}.json"
-            ok = rec.is_file() and json.loads(rec.read_text()).get("status") == "ok" and f.is_file()
+            ok = (rec.is_file() and json.loads(rec.read_text()).get("status") == "ok" and f.is_file()
+                  and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
             if ok:
                 per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
         ids: list[str] = []

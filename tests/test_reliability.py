@@ -1,0 +1,333 @@
+"""Nothing stale, nothing lost (issue 19), without kernels: the cache key, the commit of a run's outputs,
+the lock, the CLI's error paths.  The tests that execute stub notebooks are in test_reliability_runs.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from covbook.book import cache, runner
+from covbook.book.cache import is_cached
+from covbook.book.config import Paths
+from covbook.book.lock import Busy, tree_lock
+from helpers import COVBOOK, ROOT, covbook, fake_run, make_notebook, with_read_only
+
+# ----------------------------------------------------------------------------- the cache key
+
+
+def test_science_hash_ignores_comments_notes_and_editor_folders(tmp_path):
+    copy = tmp_path / "covbook"
+    shutil.copytree(cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache.science_hash(copy)
+    stats = copy / "stats.py"
+    edited = stats.read_text().replace("\n\n\ndef ", "\n\n\n\n# note\ndef ", 2)
+    stats.write_text("# a comment\n" + edited + "\n# another\n")
+    (copy / "notes.txt").write_text("to do\n")
+    (copy / ".ipynb_checkpoints").mkdir()
+    (copy / ".ipynb_checkpoints" / "stats-checkpoint.py").write_text("x = 1\n")
+    assert cache.science_hash(copy) == before
+    stats.write_text(stats.read_text() + "\nSOMETHING = 1\n")  # code that could change a result
+    assert cache.science_hash(copy) != before
+
+
+# ----------------------------------------------------------------------------- outputs and their record
+
+
+def test_outputs_whose_record_does_not_match_are_never_served(project):
+    """A seed-5 notebook and claims under a seed-0 record (a run that failed half-way): not cached, refused."""
+    paths = Paths(project)
+    fake_run(project, "02_beta", digest="key-seed-0")
+    assert is_cached(paths, "02_beta", "key-seed-0")
+    nb = paths.generated / "02_beta.ipynb"
+    nb.write_text(nb.read_text().replace('"seed = 0"', '"seed = 5"'))  # other outputs, same record
+    assert not is_cached(paths, "02_beta", "key-seed-0")
+    res = covbook(project, "check")
+    assert res.returncode == 1 and "not the file its run record" in res.stderr and "covbook run 02" in res.stderr
+
+
+def test_a_record_of_an_older_covbook_is_not_served(project):
+    paths = Paths(project)
+    fake_run(project, "02_beta", digest="k")
+    rec = json.loads((paths.runs / "02_beta.json").read_text())
+    del rec["outputs"]
+    (paths.runs / "02_beta.json").write_text(json.dumps(rec))
+    assert not is_cached(paths, "02_beta", "k")
+
+
+def test_commit_is_all_or_nothing_when_a_folder_refuses(tmp_path, monkeypatch):
+    """The run record's folder refuses the rename (read-only): the notebook and claims are put back."""
+    dst = {n: tmp_path / n / "02.json" for n in ("claims", "gen", "runs")}
+    src = {}
+    for n, d in dst.items():
+        d.parent.mkdir()
+        d.write_text(f"old {n}")
+        src[n] = tmp_path / f"new-{n}"
+        src[n].write_text(f"new {n}")
+    real = os.replace
+
+    def refuse_runs(a, b):  # the last rename, of the staged record into place, fails
+        if Path(b) == dst["runs"] and Path(a).parent == dst["runs"].parent and ".old-" not in Path(a).name:
+            raise PermissionError(errno.EACCES, "Permission denied", str(b))
+        return real(a, b)
+
+    monkeypatch.setattr(runner.os, "replace", refuse_runs)
+    with pytest.raises(PermissionError):
+        runner.commit_files([(src[n], dst[n]) for n in ("claims", "gen", "runs")])
+    assert {n: d.read_text() for n, d in dst.items()} == {n: f"old {n}" for n in dst}
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and p.parent != tmp_path) == ["02.json"] * 3
+
+
+def test_commit_across_filesystems_copies_and_syncs(tmp_path, monkeypatch):
+    """A temporary on another filesystem (EXDEV) is copied next to its destination, then renamed."""
+    src, dst = tmp_path / "tmp" / "a.ipynb", tmp_path / "gen" / "a.ipynb"
+    src.parent.mkdir()
+    src.write_text("new")
+
+    def cross_device(a, b):
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(a))
+
+    monkeypatch.setattr(runner.os, "link", cross_device)
+    runner.commit_files([(src, dst)])
+    assert dst.read_text() == "new" and [p.name for p in dst.parent.iterdir()] == ["a.ipynb"] and not src.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a tmpfs at /dev/shm")
+def test_commit_onto_a_real_tmpfs(tmp_path):
+    other = Path("/dev/shm") / f"covbook-test-{os.getpid()}"
+    other.mkdir()
+    try:
+        if other.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("/dev/shm is on the same filesystem here")
+        src = tmp_path / "a.json"
+        src.write_text("[1]")
+        runner.commit_files([(src, other / "claims" / "a.json")])
+        assert (other / "claims" / "a.json").read_text() == "[1]" and not src.exists()
+    finally:
+        shutil.rmtree(other)
+
+
+def test_a_failed_last_run_is_refused_by_check_and_build_and_its_old_page_removed(project):
+    paths = Paths(project)
+    fake_run(project, "01_alpha", digest="k1")
+    fake_run(project, "02_beta", digest="k2")
+    paths.failed.mkdir()
+    (paths.failed / "02_beta.json").write_text(json.dumps({"status": "failed", "error": "cell 2 raised OSError",
+                                                           "parameters": {"profile": "smoke"}}))
+    page = project / "_build" / "html" / "generated" / "02_beta.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<p>old results</p>")
+    keep = page.with_name("01_alpha.html")
+    keep.write_text("<p>fine</p>")
+    chk = covbook(project, "check")
+    assert chk.returncode == 1 and "02_beta: notebook failed: cell 2 raised OSError" in chk.stderr
+    assert "last good outputs are kept" in chk.stderr and "covbook run 02 --profile smoke" in chk.stderr
+    res = covbook(project, "build")
+    assert res.returncode == 1 and "02_beta: notebook failed" in res.stderr
+    assert not page.exists() and keep.exists()
+
+
+# ----------------------------------------------------------------------------- the kernels' environment
+
+
+def test_stderr_in_a_visible_cell_is_what_the_build_refuses():
+    def nb(tags, name="stderr"):
+        return {"cells": [{"cell_type": "code", "execution_count": 3, "metadata": {"tags": tags},
+                           "outputs": [{"output_type": "stream", "name": name, "text": "Matplotlib warning\n"}]}]}
+
+    assert "cell 3 (index 0) wrote to stderr" in runner.stderr_problem(nb([]))
+    assert "Matplotlib warning" in runner.stderr_problem(nb(["hide-input"]))
+    assert runner.stderr_problem(nb(["remove-stderr"])) is None
+    assert runner.stderr_problem(nb(["remove-cell"])) is None
+    assert runner.stderr_problem(nb([], "stdout")) is None
+
+
+def test_kernel_sockets_go_to_a_short_folder_under_a_long_tmpdir(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(runner.tempfile, "tempdir", None)
+    d = runner._socket_dir()
+    try:
+        assert d is not None and len(str(d / "kernel-12345-99")) < 100, d
+        assert d.parent in runner.socket_parents()
+    finally:
+        if d is not None:
+            shutil.rmtree(d)
+        runner.tempfile.tempdir = None
+
+
+# ----------------------------------------------------------------------------- time limits
+
+
+def test_time_limit_from_the_estimate_or_the_profile(project):
+    from covbook.book.plan import DEFAULT_LIMITS, LIMIT_FACTOR, LIMIT_FLOOR, time_limit
+
+    paths = Paths(project)
+    job = runner.plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0)[0]
+    assert time_limit(paths, job, "smoke") == DEFAULT_LIMITS["smoke"]  # no work: key, nothing measured
+    (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n  work: {expr: 'x'}\n")
+    (project / ".covbook").mkdir()
+    (project / ".covbook" / "timings.json").write_text(json.dumps(
+        {"01_alpha": {"cpu": {"smoke": {"parameters": {"x": 3}, "seconds": 500.0}}}}))
+    assert time_limit(paths, job, "smoke") == LIMIT_FACTOR * 500.0
+    (project / ".covbook" / "timings.json").write_text(json.dumps(
+        {"01_alpha": {"cpu": {"smoke": {"parameters": {"x": 3}, "seconds": 1.0}}}}))
+    assert time_limit(paths, job, "smoke") == LIMIT_FLOOR
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "soon"])
+def test_timeout_must_be_a_positive_number(project, value):
+    res = covbook(project, "run", "--timeout", value)
+    assert res.returncode == 2 and "positive number of seconds" in res.stderr
+
+
+# ----------------------------------------------------------------------------- usage and CLI edges
+
+
+def test_a_syntax_error_in_any_cell_is_found_before_a_kernel_starts(project):
+    body = "y = 1\n```\n\n```{code-cell} ipython3\n%matplotlib inline\nz = (1,\n"
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook(body))
+    t0 = time.monotonic()
+    res = covbook(project, "run", "--profile", "smoke", "--no-progress")
+    assert res.returncode == 2, res.stderr
+    assert "02_beta.md: code cell 3 line" in res.stderr and "before any kernel" in res.stderr
+    assert not (project / "book" / "generated").exists() and time.monotonic() - t0 < 30
+
+
+def test_clean_says_when_there_was_nothing_to_remove(project):
+    res = covbook(project, "clean", check=True)
+    assert "nothing to remove" in res.stdout
+    (project / "_build").mkdir()
+    res = covbook(project, "clean", check=True)
+    assert "removed _build" in res.stdout and "book/generated" not in res.stdout
+
+
+def test_the_report_names_only_this_repository_s_commit(project):
+    from covbook.book.report import git_commit
+
+    def git(*args, cwd):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                       capture_output=True)
+
+    outer = project.parent
+    git("init", "-q", cwd=outer)
+    git("commit", "-q", "--allow-empty", "-m", "outer", cwd=outer)
+    assert git_commit(project).startswith("unknown")  # the enclosing repository's commit is not the book's
+    git("init", "-q", cwd=project)
+    git("commit", "-q", "--allow-empty", "-m", "book", cwd=project)
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
+                         text=True).stdout.strip()
+    assert git_commit(project) == sha
+
+
+def test_a_read_only_covbook_folder_is_one_clear_line(project):
+    state = project / ".covbook"
+    state.mkdir()
+    res = with_read_only(project, [state], "run", "--profile", "smoke", "--no-progress")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "cannot be written" in res.stderr and ".covbook" in res.stderr
+
+
+def test_check_json_into_head_is_quiet(project):
+    fake_run(project, "01_alpha", digest="k", claims=3000)
+    proc = subprocess.run(f"{' '.join(COVBOOK)} check --json | head -c 100", shell=True, cwd=project,
+                          capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_a_disk_full_error_is_one_line(project):
+    from covbook.book.cli import _one_line
+
+    err = shutil.Error([(f"/src/f{i}.js", f"/dst/f{i}.js", "[Errno 28] No space left on device") for i in range(900)])
+    line = _one_line(err)
+    assert "\n" not in line and len(line) < 200 and "No space left" in line and "900 file(s)" in line
+    fake_run(project, "01_alpha", digest="k1")
+    fake_run(project, "02_beta", digest="k2")
+    res = _with_file_size_limit(project, 20_000, "build")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr) < 500 and "error:" in res.stderr, res.stderr
+
+
+def _with_file_size_limit(project: Path, limit: int, *args: str, env: dict | None = None):
+    """``covbook ARGS`` where no file may grow past ``limit`` bytes (a full disk, for one process tree)."""
+
+    def limit_writes():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([*COVBOOK, *args], cwd=project, capture_output=True, text=True, preexec_fn=limit_writes,
+                          env={**os.environ, **(env or {})})
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+def test_a_child_given_the_lock_file_holds_the_tree_until_it_exits(project):
+    paths = Paths(project)
+    with tree_lock(paths.lock, "covbook build") as held:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"], pass_fds=(held.fd,))
+    with pytest.raises(Busy):  # the parent let go; the child still holds it
+        with tree_lock(paths.lock, "covbook run"):
+            pass
+    child.wait()
+    with tree_lock(paths.lock, "covbook run"):
+        pass
+
+
+def test_a_killed_build_takes_its_jupyter_book_child_and_the_lock_with_it(project):
+    """``kill -9`` of the build: its child (here a stand-in for jupyter-book) dies too; then the tree is free."""
+    script = ("import sys\nfrom pathlib import Path\nfrom covbook.book.cli import _jupyter_book\n"
+              "from covbook.book.config import Paths\nfrom covbook.book.lock import tree_lock\n"
+              "paths = Paths(Path.cwd())\n"
+              "with tree_lock(paths.lock, 'covbook build') as held:\n"
+              "    _jupyter_book([sys.executable, '-c', 'import time; print(\"child up\", flush=True); "
+              "time.sleep(60)'], paths, held.fd)\n")
+    for how in ("SIGKILL", "SIGTERM"):
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=project, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "child up"
+        children = _children(proc.pid)
+        assert children
+        os.kill(proc.pid, getattr(__import__("signal"), how))
+        proc.wait(timeout=20)
+        deadline = time.monotonic() + 10
+        while any(_running(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_running(c) for c in children), how
+        with tree_lock(Paths(project).lock, "next build"):
+            pass
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_file_digest_is_sha256(tmp_path):
+    import hashlib
+
+    f = tmp_path / "x"
+    f.write_bytes(b"abc" * 1000)
+    assert cache.file_digest(f) == hashlib.sha256(b"abc" * 1000).hexdigest()
+
+
+assert ROOT.is_dir()
