@@ -29,7 +29,7 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n")
     rules = tmp_path / "notebooks" / "rules"
     rules.mkdir()
-    for name in ("01_alpha", "02_beta", "03_gamma"):
+    for name in ("01_alpha", "02_beta"):
         (rules / f"{name}.yml").write_text(X_IS_X)
     return tmp_path
 

@@ -15,6 +15,7 @@ import pytest
 
 from covbook.book.config import Paths, UsageError, notebook_parameters, resolve_parameters
 from covbook.book.runner import run_notebooks
+from conftest import X_IS_X
 from helpers import COVBOOK, covbook, make_notebook
 
 pytestmark = pytest.mark.notebooks
@@ -67,17 +68,17 @@ def test_failing_notebook_does_not_stop_the_others(project):
 
 
 def test_failed_claim_and_missing_claims_fail_check(project):
-    bad = "from covbook import claims\nclaims.measure('off', 1.0, prediction=2.0)"
+    bad = "from covbook import claims\nclaims.measure('one_is_two', 1.0, prediction=2.0)"
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(bad))
     (project / "notebooks" / "rules" / "01_alpha.yml").write_text(
-        "off: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
+        "one_is_two: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("y = 1"))
     res = covbook(project, "run", "--profile", "smoke", "--no-progress")
     assert res.returncode == 1 and "recorded no claims" in res.stderr  # 02 recorded none
     chk = covbook(project, "check")
     assert chk.returncode == 1
-    assert "claim off failed" in chk.stderr and "02_beta" in chk.stderr
-    assert "[FAIL] off" in chk.stdout
+    assert "claim one_is_two failed" in chk.stderr and "02_beta" in chk.stderr
+    assert "[FAIL] one_is_two" in chk.stdout
 
 
 def test_parameters_cell_is_read_and_resolved(project):
@@ -144,6 +145,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     ok = "from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)"
     (project / "notebooks" / "03_gamma.md").write_text(make_notebook(ok))
+    (project / "notebooks" / "rules" / "03_gamma.yml").write_text(X_IS_X)
     proc = _start(project, "run", "--profile", "smoke", "--jobs", "1", "--no-progress")
     gen = project / "book" / "generated"
     _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
