@@ -177,3 +177,14 @@ def fake_run(project: Path, name: str, *, digest: str, claims: int = 1, seed: in
            "status": "ok",
            "outputs": {"notebook": sha(gen / f"{name}.ipynb"), "claims": sha(gen / "claims" / f"{name}.json")}}
     (gen / "runs" / f"{name}.json").write_text(json.dumps(rec))
+
+
+def wait_for(pred, timeout: float = 120.0) -> None:
+    """Poll ``pred`` every 0.2 s until it is true; an ``AssertionError`` after ``timeout`` seconds."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.2)

@@ -19,7 +19,7 @@ import pytest
 from covbook.book import runner
 from covbook.book.config import Paths
 from covbook.book.lock import tree_lock
-from helpers import COVBOOK, covbook, make_notebook, with_read_only
+from helpers import COVBOOK, covbook, make_notebook, wait_for, with_read_only
 
 pytestmark = pytest.mark.notebooks
 
@@ -159,19 +159,11 @@ def _start(project, *args: str) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
-def _wait_for(pred, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.2)
-
-
 def test_sigterm_is_handled_like_ctrl_c(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "--profile", "smoke", "--no-progress")
     tmp = project / ".covbook" / "tmp"
-    _wait_for(lambda: list(tmp.glob("*/02_beta.kernel.pid")))
+    wait_for(lambda: list(tmp.glob("*/02_beta.kernel.pid")))
     kernel = int(next(tmp.glob("*/02_beta.kernel.pid")).read_text())
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)  # to covbook alone, as `timeout` or a CI runner sends it
@@ -181,7 +173,7 @@ def test_sigterm_is_handled_like_ctrl_c(project):
     [line] = [ln for ln in err.splitlines() if "SIGTERM" in ln]
     assert "01_alpha (ok)" in line and "not finished: 02_beta" in line
     assert not list(tmp.glob("*"))
-    _wait_for(lambda: not Path(f"/proc/{kernel}").exists() or "Z" in Path(f"/proc/{kernel}/stat").read_text()
+    wait_for(lambda: not Path(f"/proc/{kernel}").exists() or "Z" in Path(f"/proc/{kernel}/stat").read_text()
               .rsplit(")", 1)[1].split()[:1], timeout=5)
     with tree_lock(Paths(project).lock, "next"):
         pass

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import X_IS_X
 from covbook.book.config import Paths, UsageError, notebook_parameters, resolve_parameters
 from covbook.book.runner import run_notebooks
-from conftest import X_IS_X
-from helpers import COVBOOK, covbook, make_notebook
+from helpers import COVBOOK, covbook, make_notebook, wait_for
 
 pytestmark = pytest.mark.notebooks
 
@@ -114,14 +114,6 @@ def _terminal_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _wait_for(pred, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.2)
-
-
 def _kernel_pid_files(project, name: str = "*"):
     return list((project / ".covbook" / "tmp").glob(f"*/{name}.kernel.pid"))
 
@@ -148,7 +140,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     (project / "notebooks" / "rules" / "03_gamma.yml").write_text(X_IS_X)
     proc = _start(project, "run", "--profile", "smoke", "--jobs", "1", "--no-progress")
     gen = project / "book" / "generated"
-    _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
+    wait_for(lambda: _kernel_pid_files(project, "02_beta"))
     kernel = int(_kernel_pid_files(project, "02_beta")[0].read_text())
     time.sleep(1.0)
     t0 = time.monotonic()
@@ -163,7 +155,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
     assert len(summary) == 1 and "01_alpha (ok)" in summary[0] and "not finished: 02_beta, 03_gamma" in summary[0]
     assert (gen / "01_alpha.ipynb").is_file() and (gen / "claims" / "01_alpha.json").is_file()
     assert not (gen / "runs" / "02_beta.json").exists() and not (gen / "runs" / "03_gamma.json").exists()
-    _wait_for(lambda: not _alive(kernel), timeout=5)
+    wait_for(lambda: not _alive(kernel), timeout=5)
     assert not list((project / ".covbook" / "tmp").glob("*"))  # temporaries removed
     assert not (gen / ".tmp").exists()
 
@@ -172,7 +164,7 @@ def test_ctrl_c_stops_the_run_within_seconds(project):
 def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
-    _wait_for(lambda: _kernel_pid_files(project))
+    wait_for(lambda: _kernel_pid_files(project))
     kernel = int(_kernel_pid_files(project)[0].read_text())
     worker = int(Path(f"/proc/{kernel}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the kernel's parent
     sockets = list(Path(tempfile.gettempdir()).glob(f"covbook-kernel-{worker}-*"))
@@ -180,7 +172,7 @@ def test_kill_9_leaves_nothing_a_later_run_does_not_clean(project):
     os.kill(proc.pid, signal.SIGKILL)  # the covbook process
     os.kill(worker, signal.SIGKILL)  # and its worker: nothing gets to clean up
     proc.wait()
-    _wait_for(lambda: not _alive(kernel), timeout=10)  # the kernel notices its parent is gone
+    wait_for(lambda: not _alive(kernel), timeout=10)  # the kernel notices its parent is gone
     leftovers = list((project / ".covbook" / "tmp").glob("*"))
     assert leftovers  # kill -9 cleaned nothing ...
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("y = 1"))
@@ -242,7 +234,7 @@ def test_two_runs_at_once_the_second_is_refused_and_the_first_kept(project):
     """Two runs of one notebook at once: the second says who holds the tree and leaves the first alone."""
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("import time\ntime.sleep(6)\n" + OK))
     first = _start(project, "run", "02", "--profile", "smoke", "--no-progress")
-    _wait_for(lambda: _kernel_pid_files(project, "02_beta"))
+    wait_for(lambda: _kernel_pid_files(project, "02_beta"))
     second = covbook(project, "run", "02", "--profile", "smoke", "--no-progress")
     assert second.returncode == 1 and f"locked by pid {first.pid}" in second.stderr
     assert "covbook run 02" in second.stderr
