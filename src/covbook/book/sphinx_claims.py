@@ -61,6 +61,9 @@ CSS = """\
 .covbook-claim-compatible .covbook-claim-mark { color: #8a6d00; }
 .covbook-claim-compatible { background: #fff6d6; padding: 0 .2em; border-radius: .2em; }
 .covbook-claim-window { color: #57606a; font-size: 90%; }
+/* in a table a chip wraps like the cell's text, and its window is left to the tooltip */
+table .covbook-claim { white-space: normal; }
+table .covbook-claim-window { display: none; }
 """
 
 
