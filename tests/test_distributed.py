@@ -123,7 +123,7 @@ def _outputs(tree: Path, name: str) -> list:
 @pytest.mark.notebooks
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
 def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tmp_path):
-    seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", *FAST]
+    seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", "--replace", *FAST]
     local = _book_project(tmp_path / "local")
     res = covbook(local, "sweep", *seeds, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
