@@ -153,7 +153,7 @@ def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tm
             assert ra["hash"] == rb["hash"] and rb["status"] == "ok"  # the same cache key
     calib_a, calib_b = (json.loads((t / "book" / "calibration.json").read_text()) for t in (local, dist))
     for name in FAST:
-        assert calib_a["notebooks"][name]["claims"] == calib_b["notebooks"][name]["claims"]
+        assert calib_a["profiles"]["smoke"][name]["claims"] == calib_b["profiles"]["smoke"][name]["claims"]
     # the client wrote the tree: no temporaries left, no worker scratch inside it
     assert not [p for p in dist.rglob("*") if ".covbook/tmp/" in str(p.relative_to(dist)) and p.is_file()]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -31,8 +32,10 @@ def use_theme() -> None:
     fonts).  Outside IPython only the matplotlib and seaborn settings apply.
     """
     sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
+    # svg.hashsalt fixes the SVG's element ids and SOURCE_DATE_EPOCH its date: the same run gives the same bytes
     plt.rcParams.update({"figure.figsize": FIGURE_SIZE, "figure.dpi": 110, "savefig.dpi": 200,
-                         "axes.titlesize": "medium", "legend.fontsize": "small"})
+                         "axes.titlesize": "medium", "legend.fontsize": "small", "svg.hashsalt": "covbook"})
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
     try:
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
