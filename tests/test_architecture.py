@@ -13,6 +13,8 @@ from helpers import ROOT
 SRC = ROOT / "src" / "covbook"
 SCIENCE = {"attention", "processes", "theory", "linalg", "stats", "icl", "transformer", "markov", "prior_work"}
 NOTEBOOK_FACING = {"claims", "session", "streams", "plotting", "profiles"}
+#: What the chapters' experiments may import besides the science and the shared helpers.
+EXPERIMENTS_MAY_USE = {"rules", "plotting", "streams"}
 
 
 def _unit(module: str) -> str:
@@ -67,6 +69,14 @@ def test_the_science_imports_neither_the_pipeline_nor_the_notebook_layer() -> No
         assert unit in graph, f"covbook.{unit} is missing: update SCIENCE here and ARCHITECTURE.md"
         bad = graph[unit] & ({"book"} | NOTEBOOK_FACING)
         assert not bad, f"covbook.{unit} imports {sorted(bad)}"
+
+
+def test_the_experiments_sit_between_the_science_and_the_notebooks() -> None:
+    graph = import_graph()
+    bad = graph["experiments"] - SCIENCE - EXPERIMENTS_MAY_USE - {"_validate", "_jsonio", "_seeds"}
+    assert not bad, f"covbook.experiments imports {sorted(bad)} (the pipeline, claims or session)"
+    users = sorted(u for u, deps in graph.items() if "experiments" in deps)
+    assert users == [], f"{users} import covbook.experiments: only the notebooks do"
 
 
 def test_the_pipeline_imports_no_science() -> None:

@@ -24,9 +24,22 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 _CALL = re.compile(r"streams\.(?:seed_for|generator|torch_generator|sequence)\(\s*f?\"([^\"]+)\"")
 
 
+EXPERIMENTS = sorted(p for p in (ROOT / "src" / "covbook" / "experiments").glob("*.py")
+                     if re.search(r'^CHAPTER = "\d\d"', p.read_text(encoding="utf-8"), flags=re.M))
+
+
+def _chapter_of(path) -> str:
+    """The chapter an experiments module serves (its ``CHAPTER = "NN"``)."""
+    return re.search(r'^CHAPTER = "(\d\d)"', path.read_text(encoding="utf-8"), flags=re.M).group(1)
+
+
 def _names_used() -> dict[str, set[str]]:
-    """``{chapter: experiment names}`` as written in the notebooks (f-string fields kept literally)."""
-    return {p.name[:2]: set(_CALL.findall(p.read_text(encoding="utf-8"))) for p in NOTEBOOKS}
+    """``{chapter: experiment names}`` as written in the notebooks and their experiments modules
+    (f-string fields kept literally)."""
+    used = {p.name[:2]: set(_CALL.findall(p.read_text(encoding="utf-8"))) for p in NOTEBOOKS}
+    for p in EXPERIMENTS:
+        used.setdefault(_chapter_of(p), set()).update(_CALL.findall(p.read_text(encoding="utf-8")))
+    return used
 
 
 def test_same_names_same_stream() -> None:
@@ -141,6 +154,13 @@ def test_no_seed_arithmetic_in_notebooks(path) -> None:
     assert not bad, f"{path.name} derives seeds by hand (use covbook.session.streams): {bad}"
     assert re.search(rf'setup\(profile, seed, device, chapter="{path.name[:2]}"(, parameters=globals\(\))?\)', code), (
         f"{path.name} must call setup(profile, seed, device, chapter=\"{path.name[:2]}\")")
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_no_seed_arithmetic_in_experiments(path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    bad = [line.strip() for line in lines if _ARITHMETIC.search(_strip(line))]
+    assert not bad, f"{path.name} derives seeds by hand (draw from the streams it is given): {bad}"
 
 
 def test_the_lint_catches_arithmetic() -> None:

@@ -44,7 +44,7 @@ from covbook.rules import LEVEL, RULE_KINDS, Claim, Measurement, Rule, Z, fmt, j
 __all__ = [
     "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic",
     "load_claims", "load_measurements", "judge_file", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV",
-    "RULES_FILE_ENV", "KINDS", "LEVEL", "Z",
+    "RULES_FILE_ENV", "KINDS", "LEVEL", "Z", "record",
 ]
 
 KINDS = RULE_KINDS
@@ -204,6 +204,28 @@ def measure(
     if show:
         _show(claim)
     return claim
+
+
+def record(*results: object, show: bool = True) -> dict[str, Claim]:
+    """Record experiment results (:class:`covbook.experiments.Result`): glue their numbers, measure their claims.
+
+    Each result's numbers are glued for the prose, then each of its measurements goes through
+    :func:`measure` in the order the experiment made them.  Returns ``{claim id: judged Claim}``.
+
+    Raises ``ValueError`` when an argument has no ``measurements`` and ``numbers`` mappings.
+    """
+    judged: dict[str, Claim] = {}
+    for r in results:
+        ms, ns = getattr(r, "measurements", None), getattr(r, "numbers", None)
+        if not isinstance(ms, dict) or not isinstance(ns, dict):
+            raise ValueError(f"results must be covbook.experiments.Result objects, got {type(r).__name__}")
+        for name, value in ns.items():
+            glue(name, value)
+        for cid, fields in ms.items():
+            fields = dict(fields)
+            value = fields.pop("value")
+            judged[cid] = measure(cid, value, show=show, **fields)
+    return judged
 
 
 def reset() -> None:
