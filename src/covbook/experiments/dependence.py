@@ -124,9 +124,9 @@ class Var1Readout(Result):
         r"""C_A/C_iid along the first query direction at logit variances ``s``: {transition: (n_s,)}."""
         curves = {}
         for name, v in self.runs.items():
-            qs = [np.sqrt(x) * v.unit[0] for x in s]  # (2,) each
-            curves[name] = np.array([float(var1_rate_constant(_EYE, _EYE, _EYE, v.A, Q, qq)
-                                           / readout_mse_constant(_EYE, _EYE, _EYE, v.sigma, qq)) for qq in qs])
+            qs = torch.stack([np.sqrt(x) * v.unit[0] for x in s])  # (n_s, 2)
+            c_a = var1_rate_constant(_EYE, _EYE, _EYE, v.A, Q, qs)  # (n_s,)
+            curves[name] = (c_a / readout_mse_constant(_EYE, _EYE, _EYE, v.sigma, qs)).numpy()
         return curves
 
     def plot_constant(self, ax: plt.Axes) -> None:
