@@ -21,7 +21,7 @@ from covbook.streams import Streams  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "07_trained_attention.md"
 RULES = ROOT / "notebooks" / "rules" / "07_trained_attention.yml"
-D, N, N_SEEDS, N_EVAL = 2, 4, 2, 16
+D, N, N_SEEDS, N_EVAL, N_RANDOM = 3, 4, 2, 16, 300
 SIZES = dict(d=D, n_examples=N, steps=4, batch=8, lr=0.02, n_seeds=N_SEEDS, restarts=2, select_fraction=0.5,
              n_eval=N_EVAL, init_scale=0.1)
 
@@ -30,7 +30,7 @@ def _all(seed: int = 0):
     s = Streams(seed, "07")
     models = th.train(**SIZES, streams=s)
     refs = th.references(models, streams=s, n_mc=64)
-    return models, refs, th.one_layer(models, refs, n_random=4, streams=s), th.two_layers(models, refs)
+    return models, refs, th.one_layer(models, refs, n_random=N_RANDOM, streams=s), th.two_layers(models, refs)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,7 +57,7 @@ def test_shapes(results) -> None:
         assert len(r.restart_logs) == SIZES["restarts"] - 1
     assert refs.eta_grid.shape == refs.c_risk.shape == refs.c_scale.shape == (2 * th.HEAD_SCALES.size,)
     assert refs.gd2_sq.shape == refs.head[1]["sq"].shape == (N_EVAL,) and refs.best_sign in (-1, 1)
-    assert all(v.shape == (N_SEEDS,) for v in one.align.values()) and one.cos_random.shape == (4,)
+    assert all(v.shape == (N_SEEDS,) for v in one.align.values()) and one.cos_random.shape == (N_RANDOM,)
     assert two.risk.shape == two.relay.shape == (N_SEEDS,)
     assert two.table().shape == (2 * N_SEEDS, 7)
 
@@ -71,14 +71,11 @@ def test_deterministic_for_the_streams(results) -> None:
 
 
 def test_closed_forms(results) -> None:
-    refs = results[1]
+    _, refs, one, _ = results
     assert refs.gd1_risk == pytest.approx((D + 1) / (N + D + 1))
     assert refs.gd1_step == pytest.approx(float(icl.gd_optimal_step(N, D)))
     assert refs.best_head["risk"] == min(refs.head[-1]["risk"], refs.head[1]["risk"])
     # the random baseline: d · E|cos(B_xx, I)| is near √(2/π) (the claim's window at a moderate size)
-    models = th.train(**{**SIZES, "d": 3, "n_seeds": 1}, streams=Streams(0, "07"))
-    one = th.one_layer(models, th.references(models, streams=Streams(0, "07"), n_mc=64), n_random=300,
-                       streams=Streams(0, "07"))
     m = one.measurements["random_cos_order_1_over_d"]
     assert abs(m["value"] - m["prediction"]) < m["allowance"] + 4 * m["se"]
 

@@ -75,8 +75,10 @@ def _cov_vo() -> torch.Tensor:
     return torch.eye(VO_D, dtype=torch.float64) * VO_VAR  # (d, d)
 
 
-def _vo_tasks(n: int, seed: int, device: torch.device) -> RegressionTasks:
-    return icl.make_regression_tasks(n, VO_N, VO_D, cov_x=_cov_vo(), x_law="uniform", seed=seed, device=device)
+def _vo_tasks(n: int, stream_seed: int, device: torch.device) -> RegressionTasks:
+    """``n`` tasks of the von Oswald et al. setting drawn from the stream seed ``stream_seed``."""
+    return icl.make_regression_tasks(n, VO_N, VO_D, cov_x=_cov_vo(), x_law="uniform", seed=stream_seed,
+                                     device=device)
 
 
 def _half_sq(pred: torch.Tensor, tasks: RegressionTasks) -> np.ndarray:
