@@ -1,4 +1,5 @@
-"""The book's figure style and helpers (seaborn theme, log-log plots with fitted slopes)."""
+"""The book's figure style and helpers (seaborn theme, log-log plots with fitted slopes, measured points
+with error bars against a closed form)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from matplotlib.ticker import FuncFormatter
 
 from covbook.stats import loglog_slope
 
-__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "PALETTE", "FIGURE_SIZE", "MAX_WIDTH_IN"]
+__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "errorbar_with_curve", "PALETTE", "FIGURE_SIZE",
+           "MAX_WIDTH_IN"]
 
 PALETTE = "colorblind"
 
@@ -78,3 +80,23 @@ def sparse_minor_labels(axis: object, max_decades: float = 2.5) -> FuncFormatter
         return f"{x:g}" if mantissa in (2, 5) else ""
 
     return FuncFormatter(label)
+
+
+def errorbar_with_curve(ax: plt.Axes, x: object, mean: object, se: object, *, label: str, color: object = None,
+                        curve: tuple[object, object] | None = None, ms: float | None = None,
+                        n_se: float = 2.0) -> None:
+    """Measured points ``mean ± n_se·se`` at ``x`` (markers, no line) and, optionally, a closed form.
+
+    ``curve = (x_line, y_line)`` draws the prediction as a thin line of the same colour (the book's
+    "points: measured, lines: closed forms" figures, e.g. chapters 5 and 11). ``ms`` is the marker
+    size (matplotlib's default when ``None``).
+
+    Raises ``ValueError`` when ``x``, ``mean`` and ``se`` differ in length.
+    """
+    xx, m, s = (np.asarray(a, dtype=float).reshape(-1) for a in (x, mean, se))
+    if not xx.size == m.size == s.size:
+        raise ValueError(f"x, mean and se must have the same length, got {xx.size}, {m.size} and {s.size}")
+    style = {} if ms is None else {"ms": ms}
+    ax.errorbar(xx, m, yerr=n_se * s, fmt="o", color=color, label=label, **style)
+    if curve is not None:
+        ax.plot(np.asarray(curve[0], dtype=float), np.asarray(curve[1], dtype=float), "-", color=color, lw=1)

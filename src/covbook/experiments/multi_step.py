@@ -1,0 +1,323 @@
+r"""Chapter 06's experiments: stacked GD heads with residual connections iterate gradient descent.
+
+Serves ``notebooks/06_icl_multi_step.md`` and its {prf:ref}`thm-06-stacked`: (1) the K-layer model is
+exactly :math:`Y^{(K)} = (I - A)^K (y_1, \dots, y_N, 0)^\top` at every N; (2) as :math:`N \to \infty` at
+fixed K it tends to :math:`x_q^\top w_K`, :math:`w_K = (I - (I - \eta\Sigma_x)^K)w` (preconditioned:
+:math:`(I - (I - \eta\Gamma\Sigma_x)^K)w`); (3) :math:`w_K \to w` iff :math:`0 < \eta < 2/\lambda_{\max}`; and,
+at a fixed N, :math:`(I - A)^K \to 0`: depth first helps, then forgets the labels.
+
+Random streams (of the chapter's :class:`~covbook.streams.Streams`): ``configs`` (the rotation of
+:math:`\Sigma_x`, then :math:`w`, by :func:`setting`), ``unroll`` (replicate: step size), ``track``
+(replicate: context length), ``bootstrap-plain-k1``, ``bootstrap-plain-kmax``,
+``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth`` (replicate: context length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from covbook import icl
+from covbook._validate import check_positive_float, check_positive_int, resolve_device
+from covbook.experiments.result import RandomStreams, Result
+from covbook.plotting import loglog_with_fit
+from covbook.stats import mean_with_se, slope_with_se
+
+__all__ = ["CHAPTER", "Setting", "setting", "identity", "Tracking", "tracking", "Convergence", "convergence",
+           "unstable", "Depth", "depth", "predictions_by_depth", "identity_by_depth", "UNROLL_STEPS",
+           "CONVERGENCE_ETAS", "K_CONV", "ETA_UNSTABLE", "K_UNSTABLE", "ETA_DEPTH"]
+
+CHAPTER = "06"
+#: Step sizes of the identity check (the last one with the Newton preconditioner Γ = Σ_x⁻¹).
+UNROLL_STEPS = ((0.5, False), (1.5, False), (3.0, False), (0.5, True))
+#: Step sizes and depth of the convergence experiment (2/λ_max = 2 for the chapter's Σ_x).
+CONVERGENCE_ETAS = (0.5, 1.0, 1.8, 2.2)
+K_CONV = 12
+#: The unstable step and depth of experiment 3b, and the step of the depth experiment.
+ETA_UNSTABLE, K_UNSTABLE = 2.2, 3
+ETA_DEPTH = 0.5
+_F64 = torch.float64
+
+
+@dataclass
+class Setting(Result):
+    """The chapter's fixed problem: Σ_x (d, d) with eigenvalues 1, 1/2, 1/4 (then 1/4), w (d,), Γ = Σ_x⁻¹."""
+
+    d: int
+    eta: float
+    cov_x: torch.Tensor  # (d, d)
+    w: torch.Tensor  # (d,)
+    gamma: torch.Tensor  # (d, d) the Newton preconditioner
+    eta_crit: float  # 2/λ_max(Σ_x)
+
+
+def setting(d: int, *, eta: float, streams: RandomStreams) -> Setting:
+    r"""Draw :math:`\Sigma_x = Q\,\mathrm{diag}(1, \tfrac12, \tfrac14, \dots)Q^\top` and :math:`w` (stream ``configs``).
+
+    Q is the Q factor of a standard normal (d, d) matrix, drawn first, then w (d,). Glues
+    ``eta_crit`` (:math:`2/\lambda_{\max}`) and ``eta``.
+    """
+    d = check_positive_int(d, "d")
+    eta = check_positive_float(eta, "eta")
+    gen = streams.torch_generator("configs")
+    q_rot, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=_F64))  # (d, d)
+    lam = torch.tensor([1.0, 0.5, 0.25][:d] + [0.25] * max(0, d - 3), dtype=_F64)  # (d,)
+    cov_x = q_rot @ torch.diag(lam) @ q_rot.T  # (d, d) eigenvalues 1, 1/2, 1/4
+    w = torch.randn(d, generator=gen, dtype=_F64)  # (d,)
+    out = Setting(d, eta, cov_x, w, torch.linalg.inv(cov_x), icl.max_stable_step(cov_x))
+    out.glue("eta_crit", out.eta_crit)
+    out.glue("eta", eta)
+    return out
+
+
+def _in_batches(fn: Callable[[icl.RegressionTasks], torch.Tensor], tasks: icl.RegressionTasks,
+                batch: int = 16) -> torch.Tensor:
+    """``fn(tasks) -> (K+1, b)`` over batches of tasks (the attention matrix is (T, T) per task), on the CPU."""
+    with torch.no_grad():
+        return torch.cat([fn(tasks[i: i + batch]).cpu() for i in range(0, len(tasks), batch)], 1)
+
+
+def predictions_by_depth(model: icl.ICLTransformer, tasks: icl.RegressionTasks) -> torch.Tensor:
+    """The literal model's predictions after 0..K layers, shape (K+1, B)."""
+    return _in_batches(model.to(tasks.tokens.device).predict_by_depth, tasks)
+
+
+def identity_by_depth(tasks: icl.RegressionTasks, eta: float, layers: int) -> torch.Tensor:
+    """The same through the identity Y^{(K)} = (I − A)^K (y, 0), shape (K+1, B)."""
+    return _in_batches(lambda t: icl.power_identity_predictions(t, eta, layers), tasks)
+
+
+def _tasks(problem: Setting, n_tasks: int, n: int, drawn: int, device: torch.device) -> icl.RegressionTasks:
+    """``n_tasks`` contexts of ``n`` examples for the chapter's fixed task w (label noise 0.1)."""
+    return icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, w=problem.w, noise=0.1,
+                                     seed=drawn, device=device)
+
+
+def identity(problem: Setting, *, streams: RandomStreams) -> Result:
+    r"""Largest relative difference :math:`|\hat y^{\rm lit} - \hat y^{\rm id}|/(1 + |\hat y^{\rm id}|)`.
+
+    Between the literal 10-layer model and the identity :math:`(I - A)^K`, over 8 random tasks
+    (w ~ N(0, I)) of 64 examples for each step of ``UNROLL_STEPS``. Measures ``identity_max_error``.
+    """
+    worst = 0.0
+    for i, (eta_i, newton) in enumerate(UNROLL_STEPS):
+        pre = problem.gamma if newton else None
+        tasks = icl.make_regression_tasks(8, 64, problem.d, cov_x=problem.cov_x, noise=0.1,
+                                          seed=streams.seed_for("unroll", replicate=i))
+        model = icl.stacked_gd_transformer(problem.d, eta_i, 10, precondition=pre)
+        literal = predictions_by_depth(model, tasks)  # (11, 8)
+        ident = icl.power_identity_predictions(tasks, eta_i, 10, precondition=pre)  # (11, 8)
+        worst = max(worst, ((literal - ident).abs() / (1 + ident.abs())).max().item())
+    out = Result()
+    out.measure("identity_max_error", worst)
+    return out
+
+
+@dataclass
+class Tracking(Result):
+    """Squared errors of the K-layer model to x_qᵀw_K against N, plain and preconditioned."""
+
+    ns: np.ndarray  # (n_points,)
+    sq: dict[str, np.ndarray]  # "plain"/"newton" → (B, n_points, K+1)
+    k_track: int
+
+    def plot(self, ax: plt.Axes) -> None:
+        """Log-log error against N for K = 1, 2, k_track and the preconditioned K = 2, with fitted slopes."""
+        for i, k in enumerate([1, 2, self.k_track]):
+            loglog_with_fit(ax, self.ns, self.sq["plain"][:, :, k].mean(0), label=f"K = {k}", color=f"C{i}")
+        loglog_with_fit(ax, self.ns, self.sq["newton"][:, :, 2].mean(0), label="K = 2, preconditioned",
+                        color="C3", marker="s")
+        ax.set(xlabel="examples $N$", ylabel=r"$\mathbb{E}(\hat y_K - x_q^\top w_K)^2$",
+               title="The K-layer model tracks K steps of population GD")
+        ax.legend()
+
+
+def tracking(problem: Setting, *, n_tasks: int, n_max: int, k_track: int, streams: RandomStreams,
+             device: str | torch.device = "cpu") -> Tracking:
+    r""":math:`\mathbb E(\hat y_K - x_q^\top w_K)^2` of the literal model for K ≤ ``k_track`` at 4 N up to ``n_max``.
+
+    N from ``n_max // 8`` (geometric); the plain model against :math:`w_K = (I - (I - \eta\Sigma_x)^K)w`, the
+    preconditioned (Γ = Σ_x⁻¹) against its own iterates. Measures the log-log slopes (bootstrap SE
+    over tasks) of plain K = 1, plain K = ``k_track`` and preconditioned K = 2.
+    """
+    n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
+    k_track = check_positive_int(k_track, "k_track")
+    if k_track < 2:
+        raise ValueError(f"k_track must be at least 2 (the preconditioned curve is K = 2), got {k_track}")
+    if n_max < 16 or n_tasks < 2:
+        raise ValueError(f"n_max must be at least 16 and n_tasks at least 2, got {n_max} and {n_tasks}")
+    dev = resolve_device(device)
+    cov_x, w, eta, gamma = problem.cov_x, problem.w, problem.eta, problem.gamma
+    ns = np.unique(np.geomspace(n_max // 8, n_max, 4).astype(int))
+    targets = {"plain": icl.population_gd(cov_x, w, eta, k_track, check_stable=True),  # (K+1, d)
+               "newton": icl.population_gd(cov_x, w, eta, k_track, precondition=gamma, check_stable=True)}
+    sq = {key: np.zeros((n_tasks, len(ns), k_track + 1)) for key in targets}
+    for j, n in enumerate(ns):
+        tasks = _tasks(problem, n_tasks, n, streams.seed_for("track", replicate=j), dev)
+        for key, pre in (("plain", None), ("newton", gamma)):
+            pred = predictions_by_depth(icl.stacked_gd_transformer(problem.d, eta, k_track, pre), tasks)  # (K+1, B)
+            sq[key][:, j] = ((pred - targets[key] @ tasks.x_query.cpu().T) ** 2).T.numpy()  # (B, K+1)
+    out = Tracking(ns, sq, k_track)
+    for name, value in (("n_min_track", int(ns[0])), ("n_tasks", n_tasks), ("k_track", k_track), ("n_max", n_max)):
+        out.glue(name, value)
+    for cid, key, k, boot in (("track_slope_plain_k1", "plain", 1, "bootstrap-plain-k1"),
+                              ("track_slope_plain_kmax", "plain", k_track, "bootstrap-plain-kmax"),
+                              ("track_slope_newton_k2", "newton", 2, "bootstrap-newton-k2")):
+        slope, se = slope_with_se(ns, sq[key][:, :, k], seed=streams.seed_for(boot))
+        out.measure(cid, slope, prediction=-1.0, se=se, key=key, k=k, n_tasks=n_tasks)
+    return out
+
+
+@dataclass
+class Convergence(Result):
+    """Relative errors against K of population GD and of the model at N = ``n_max``, per step size."""
+
+    conv: dict[float, dict[str, np.ndarray]]  # η → "pop", "model": (K_CONV+1,)
+    eta_crit: float
+    n_max: int
+
+    def plot(self, axes: np.ndarray) -> None:
+        """Left: population GD; right: the model at the longest context (log scale)."""
+        ks = range(K_CONV + 1)
+        for i, (e, c) in enumerate(self.conv.items()):
+            lab = f"η = {e}" + (" (unstable)" if e >= self.eta_crit else "")
+            axes[0].semilogy(ks, c["pop"], "-", color=f"C{i}", label=lab)
+            axes[1].semilogy(ks, c["model"], "o-", ms=3, color=f"C{i}", label=lab)
+        axes[0].set(xlabel="steps $K$", ylabel=r"$\mathbb{E}(x_q^\top(w_K - w))^2 / \mathbb{E}(x_q^\top w)^2$",
+                    title="Population GD")
+        axes[1].set(xlabel="layers $K$", ylabel=r"$\mathbb{E}(\hat y_K - x_q^\top w)^2 / \mathbb{E}(x_q^\top w)^2$",
+                    title=f"The model at N = {self.n_max}")
+        axes[0].legend()
+        axes[1].legend()
+
+
+def convergence(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStreams,
+                device: str | torch.device = "cpu") -> Convergence:
+    r"""Relative errors :math:`\mathbb E(x_q^\top(w_K - w))^2/\mathbb E(x_q^\top w)^2` and the model's, K ≤ ``K_CONV``.
+
+    For each η of ``CONVERGENCE_ETAS``, on ``n_tasks`` contexts of ``n_max`` examples (the model through
+    the identity). Measures ``pop_converges`` (η = 1.8), ``pop_diverges`` (η = 2.2, last over first
+    step) and ``model_converges`` (η = 0.5, last over first layer).
+    """
+    n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
+    dev = resolve_device(device)
+    cov_x, w = problem.cov_x, problem.w
+    tasks = _tasks(problem, n_tasks, n_max, streams.seed_for("convergence"), dev)
+    x_query, clean = tasks.x_query.cpu(), tasks.clean_target.cpu()  # (B, d), (B,)
+    norm_q = (clean**2).mean()
+    conv = {}
+    for e in CONVERGENCE_ETAS:
+        it = icl.population_gd(cov_x, w, e, K_CONV)  # (K+1, d)
+        pop_err = (((it - w) @ x_query.T) ** 2).mean(1) / norm_q  # (K+1,)
+        model_pred = identity_by_depth(tasks, e, K_CONV)  # (K+1, B), = the literal model
+        model_err = ((model_pred - clean) ** 2).mean(1) / norm_q  # (K+1,)
+        conv[e] = dict(pop=pop_err.numpy(), model=model_err.numpy())
+    out = Convergence(conv, problem.eta_crit, n_max)
+    out.measure("pop_converges", conv[1.8]["pop"][-1], eta_crit=problem.eta_crit, k_conv=K_CONV)
+    out.measure("pop_diverges", conv[2.2]["pop"][-1] / conv[2.2]["pop"][1])
+    out.measure("model_converges", conv[0.5]["model"][-1] / conv[0.5]["model"][1], n_max=n_max, k_conv=K_CONV)
+    out.glue("model_unstable_last", conv[2.2]["model"][-1])
+    out.glue("pop_unstable_last", conv[2.2]["pop"][-1])
+    return out
+
+
+def unstable(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStreams,
+             device: str | torch.device = "cpu") -> Result:
+    r"""The model at the unstable step η = ``ETA_UNSTABLE`` and query :math:`x_q = 0.15\,v_{\max}`.
+
+    The population-step model's relative error :math:`((x_q^\top w_K - x_q^\top w)/x_q^\top w)^2` against
+    :math:`(1 - \eta)^{2K}` (:math:`\lambda_{\max} = 1`), the literal layer 1 against :math:`x_q^\top w_1`, and
+    the gap :math:`|\bar{\hat y}_K - x_q^\top w_K|/\mathrm{SE}` after K = ``K_UNSTABLE`` layers.
+    """
+    n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
+    if n_tasks < 2:
+        raise ValueError(f"n_tasks must be at least 2 (standard errors), got {n_tasks}")
+    dev = resolve_device(device)
+    cov_x, w, eta_u, k_u = problem.cov_x, problem.w, ETA_UNSTABLE, K_UNSTABLE
+    _, vec_all = torch.linalg.eigh(cov_x)
+    xq_u = 0.15 * vec_all[:, -1]  # (d,) along the top eigenvector, λ_max = 1
+    tasks_u = _tasks(problem, n_tasks, n_max, streams.seed_for("unstable"), dev).with_query(xq_u)
+    pred_u = identity_by_depth(tasks_u, eta_u, k_u)  # (K+1, B), = the literal model
+    pop_u = icl.population_gd(cov_x, w, eta_u, k_u) @ xq_u  # (K+1,) the N = ∞ model
+    rel_pop = ((pop_u - xq_u @ w) / (xq_u @ w)) ** 2  # (K+1,) relative error of the N = ∞ model
+    out = Result()
+    out.measure("t3_population_model_diverges", float(rel_pop[k_u]), prediction=float((1 - eta_u) ** (2 * k_u)),
+                eta_u=eta_u, k_u=k_u, v_1_eta_u_2_k_u=(1 - eta_u) ** (2 * k_u))
+    m1, se1 = mean_with_se(pred_u[1].numpy())
+    out.measure("t3_model_layer1_tracks", m1, prediction=float(pop_u[1]), se=se1, eta_u=eta_u, n_max=n_max,
+                n_tasks=n_tasks)
+    mk, sek = mean_with_se(pred_u[k_u].numpy())
+    out.measure("t3_model_not_yet_diverged", abs(mk - float(pop_u[k_u])) / sek, prediction=0.0, se=1.0,
+                dof=n_tasks - 1, n_max=n_max, k_u=k_u, n_tasks_1=n_tasks - 1, n_tasks=n_tasks)
+    out.glue("t3_pop_k", float(pop_u[k_u]))
+    out.glue("t3_model_k", mk)
+    out.glue("k_u", k_u)
+    return out
+
+
+@dataclass
+class Depth(Result):
+    """Relative error to the truth against depth K ≤ k_max at several N, with population GD (N = ∞)."""
+
+    depth: dict[int, np.ndarray]  # N → (k_max+1,)
+    pop_err: np.ndarray  # (k_max+1,)
+    k_max: int
+
+    def plot(self, ax: plt.Axes) -> None:
+        """The error against K (log-log) for every N, and population GD dashed."""
+        ks = np.arange(1, self.k_max + 1)
+        for i, (n, err) in enumerate(self.depth.items()):
+            ax.semilogx(ks, err[1:], "-", color=f"C{i}", label=f"N = {n}")
+        ax.semilogx(ks, self.pop_err[1:], "k--", lw=1, label=r"population GD ($N = \infty$)")
+        ax.set(xlabel="layers $K$", ylabel=r"$\mathbb{E}(\hat y_K - x_q^\top w)^2 / \mathbb{E}(x_q^\top w)^2$",
+               ylim=(1e-3, 2), yscale="log", title=f"Depth helps, then hurts: η = {ETA_DEPTH}")
+        ax.legend()
+
+
+def _population_depth_error(cov_x: torch.Tensor, eta: float, k_max: int) -> np.ndarray:
+    r"""Relative error of population GD for :math:`w \sim \mathcal N(0, I)`, :math:`x_q \sim \mathcal N(0, \Sigma_x)`.
+
+    :math:`\operatorname{tr}((P_K - I)^\top\Sigma_x(P_K - I)\Sigma_x)/\operatorname{tr}\Sigma_x^2` with
+    :math:`P_K = I - (I - \eta\Sigma_x)^K`, for K = 0..k_max; shape (k_max+1,).
+    """
+    d = cov_x.shape[0]
+    eye = torch.eye(d, dtype=_F64)
+    pop = icl.population_gd(cov_x, eye, eta, k_max)  # (K+1, d, d) = I − (I−ηΣ)^K
+    return np.array([torch.trace((p - eye).T @ cov_x @ (p - eye) @ cov_x).item() / torch.trace(cov_x @ cov_x).item()
+                     for p in pop])
+
+
+def depth(problem: Setting, *, n_tasks: int, n_depth: Sequence[int], k_max: int, streams: RandomStreams,
+          device: str | torch.device = "cpu") -> Depth:
+    r""":math:`\mathbb E(\hat y_K - x_q^\top w)^2/\mathbb E(x_q^\top w)^2` for K ≤ ``k_max`` at η = ``ETA_DEPTH``.
+
+    For each N of ``n_depth``, ``n_tasks`` random tasks (w ~ N(0, I)), through the identity. Measures,
+    at the first N, the rise from the best depth to ``k_max`` and the forgetting at ``k_max``, and the
+    ratio of the best errors at the last and first N.
+    """
+    n_tasks, k_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(k_max, "k_max")
+    ns = [check_positive_int(n, "n_depth") for n in n_depth]
+    if len(ns) < 2:
+        raise ValueError(f"n_depth must hold at least two context lengths, got {list(n_depth)}")
+    dev = resolve_device(device)
+    errs = {}
+    for i, n in enumerate(ns):
+        tasks = icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, noise=0.1,
+                                          seed=streams.seed_for("depth", replicate=i), device=dev)
+        pred = identity_by_depth(tasks, ETA_DEPTH, k_max)  # (K+1, B)
+        clean = tasks.clean_target.cpu()  # (B,)
+        errs[n] = (((pred - clean) ** 2).mean(1) / (clean**2).mean()).numpy()  # (K+1,)
+    out = Depth(errs, _population_depth_error(problem.cov_x, ETA_DEPTH, k_max), k_max)
+    n0, n1 = ns[0], ns[-1]
+    k_best = int(np.argmin(errs[n0]))
+    out.glue("k_best", k_best)
+    out.glue("k_max", k_max)
+    out.glue("n_depth_0", n0)
+    out.measure("depth_tradeoff", errs[n0][-1] / errs[n0][k_best], n0=n0, k_max=k_max, k_best=k_best)
+    out.measure("depth_forgets", errs[n0][-1], n0=n0, k_max=k_max)
+    out.measure("depth_larger_n_better", errs[n1].min() / errs[n0].min(), n1=n1, n0=n0)
+    return out
