@@ -89,6 +89,7 @@ class Setting(Result):
     generator: torch.Generator = field(repr=False)
     streams: RandomStreams = field(repr=False)
     device: torch.device = field(repr=False)
+    n_boot: int = 400
 
     @property
     def fit(self) -> np.ndarray:
@@ -124,21 +125,23 @@ class Setting(Result):
 
 
 def setting(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
-            quad_nodes: int, streams: RandomStreams, device: str | torch.device = "cpu") -> Setting:
+            quad_nodes: int, streams: RandomStreams, device: str | torch.device = "cpu",
+            n_boot: int = 400) -> Setting:
     """Draw the chapter's context laws and fix its checkpoints.
 
     Σ = A Aᵀ/d_in + 0.3 I with A (d_in, d_in) from the ``"draws"`` stream, and the token
     frequencies π ~ Dirichlet(1, ..., 1) from the ``"global"`` stream (the stream
     :func:`covbook.session.setup` seeds torch's global generator with, which the chapter drew
     them from).  Glues ``t_max``, ``n_streams``, ``n_pairs``, ``vocab``, ``d_model`` and
-    ``fit_from`` (the first fitted checkpoint).
+    ``fit_from`` (the first fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples
+    of every slope's standard error (the chapter keeps the default of :mod:`covbook.stats`).
 
     Raises ``ValueError`` for a non-positive size, an odd ``n_streams`` (the streams come in
     pairs), ``t_max`` below 32 or a ``vocab`` below 2.
     """
     sizes = {k: check_positive_int(v, k) for k, v in dict(
         d_in=d_in, d_model=d_model, n_layers=n_layers, vocab=vocab, t_max=t_max,
-        n_streams=n_streams, quad_nodes=quad_nodes).items()}
+        n_streams=n_streams, quad_nodes=quad_nodes, n_boot=n_boot).items()}
     if sizes["n_streams"] % 2:
         raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
     if sizes["t_max"] < 32:
@@ -290,7 +293,8 @@ def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs
     d = Depths(tag=tag, title=title, checkpoints=s.checkpoints, fit=s.fit, sq=sq, hs=hs, reach=reach)
     for l in range(1, s.n_layers + 1):
         pairs = (sq[l][0::2] + sq[l][1::2]) / 2  # (R/2, n_t): a pair shares its checkpoint tokens
-        slope, se = slope_with_se(s.t_fit, pairs[:, s.fit], seed=s.streams.seed_for("bootstrap-pairs", l))
+        slope, se = slope_with_se(s.t_fit, pairs[:, s.fit], n_boot=s.n_boot,
+                                  seed=s.streams.seed_for("bootstrap-pairs", l))
         b = reach[l - 1]
         d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=pairs.shape[0] - 1,
                   allowance=b / 2, statement=statement, l=l, pairs_shape_0=pairs.shape[0])
@@ -386,7 +390,7 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
                             query_is_key=True)[:, :, 0].cpu()  # (R, n_t, d)
         limit = qs[:, 0] @ (mean_field_gaussian(one, s.cov)[1] - E).T  # (R, d): the head's limit
         sq = ((out - limit[:, None]) ** 2).sum(-1).numpy()  # (R, n_t)
-        slope, se = slope_with_se(t_stream, sq, seed=streams.seed_for(f"bootstrap-tail-{name}"))
+        slope, se = slope_with_se(t_stream, sq, n_boot=s.n_boot, seed=streams.seed_for(f"bootstrap-tail-{name}"))
         r.kappa[name], r.scale[name] = gaussian_tail_exponents(one, s.cov)[0], scale
         r.sq[name], r.slope[name], r.se[name] = sq, slope, se
         r.glue(f"kappa_{name}", float(r.kappa[name]))
@@ -496,7 +500,9 @@ def models(s: Setting, gauss: Depths) -> Models:
     d_mlp = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
                               mlp=True, layer_norm=True, seed=streams.seed_for("positions")).to(dev)
     F_mlp, sq, hs, reach = _discrete(s, d_mlp, xd)
-    torch.testing.assert_close(F_mlp[-1], mean_field_discrete(d_mlp, s.freqs.to(dev)))
+    exact = mean_field_discrete(d_mlp, s.freqs.to(dev))  # (V, d)
+    if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
+        raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
     dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
                    "Discrete context, two heads, MLP and layer norm, exact F_L.", sq, hs, reach)
 
@@ -539,15 +545,17 @@ class Positions(Result):
         ax_g.legend()
 
 
-def _bias_slope_learned(t_fit: np.ndarray, bias: np.ndarray, seed: int) -> tuple[float, float, int | None]:
+def _bias_slope_learned(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
+                        streams: RandomStreams) -> tuple[float, float, int | None]:
     """The slope of the bias part (R/2, n_fit), checkpoints as replicates; NaN where a resample is ≤ 0."""
     try:
-        return slope_with_checkpoint_se(t_fit, bias, seed=seed)
+        return slope_with_checkpoint_se(t_fit, bias, n_boot=n_boot, seed=streams.seed_for("bootstrap-bias-learned"))
     except ValueError:  # an unbiased estimate of a squared bias can be ≤ 0 in a resample
         return np.nan, 0.0, None
 
 
-def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray, seed: int) -> tuple[float, float]:
+def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
+                       streams: RandomStreams) -> tuple[float, float]:
     """The slope of the bias part over the means of 4 groups of consecutive checkpoints (NaN as above).
 
     t_g is the geometric mean of each group's t; the groups' means (R/2, 4) are fitted.
@@ -556,7 +564,7 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray, seed: int) -> tuple[
     t_g = np.array([np.exp(np.log(t_fit[g]).mean()) for g in groups])  # (4,)
     bias_g = np.stack([bias[:, g].mean(1) for g in groups], 1)  # (R/2, 4)
     try:
-        return slope_with_se(t_g, bias_g, seed=seed)
+        return slope_with_se(t_g, bias_g, n_boot=n_boot, seed=streams.seed_for("bootstrap-bias-groups-rotary"))
     except ValueError:
         return np.nan, 0.0
 
@@ -587,15 +595,15 @@ def positions(s: Setting, m: Models) -> Positions:
         r.variance[pos], r.gap[pos] = context_variance(hs), sq[-1]
 
     cv = r.variance["none"]  # (R/2, n_t)
-    slope, se = slope_with_se(tf, cv[:, fit], seed=streams.seed_for("bootstrap-nope"))
+    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
     b = m.dmlp.reach[-1]
     r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
               allowance=b / 2)
-    slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit],
+    slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,
                                               seed=streams.seed_for("bootstrap-learned"))
     r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof)
     cv = r.variance["rotary"]  # (R/2, n_t)
-    slope, se = slope_with_se(tf, cv[:, fit], seed=streams.seed_for("bootstrap-rotary"))
+    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-rotary"))
     r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1)
 
     reason = "the bias part is not positive at every checkpoint in a resample"
@@ -605,13 +613,11 @@ def positions(s: Setting, m: Models) -> Positions:
     bias = {pos: (r.gap[pos][0::2] + r.gap[pos][1::2]) / 2 - r.variance[pos]  # (R/2, n_t)
             for pos in ("learned", "rotary")}
     # E[h_t | x_t, t] → G(x_t, p_t) with p_t ~ N(0, I): a plateau
-    slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit],
-                                         seed=streams.seed_for("bootstrap-bias-learned"))
+    slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit], s.n_boot, streams)
     r.measure("gap_plateau_learned", slope, prediction=0.0, se=se, dof=dof,
               reason=reason if np.isnan(slope) else None)
     # the lag average of the slowest rotary frequency still moves at these t: no plateau predicted yet
-    slope, se = _bias_slope_groups(tf, bias["rotary"][:, fit],
-                                   seed=streams.seed_for("bootstrap-bias-groups-rotary"))
+    slope, se = _bias_slope_groups(tf, bias["rotary"][:, fit], s.n_boot, streams)
     r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se,
               reason=reason if np.isnan(slope) else None,
               basis=f"bootstrap SE of the slope over {bias['rotary'].shape[0]} pairs of streams")
@@ -686,7 +692,7 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
         r.glue(name, value)
     for cid, depth in (("t4_markov_slope_L1", 1), ("t4_markov_slope_L2", 2)):
-        slope, se = slope_with_se(s.t_fit, r.sq[depth][:, s.fit],
+        slope, se = slope_with_se(s.t_fit, r.sq[depth][:, s.fit], n_boot=s.n_boot,
                                   seed=streams.seed_for("bootstrap-markov", depth))
         b = reach[depth]
         r.measure(cid, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, depth=depth,
