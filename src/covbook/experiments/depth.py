@@ -1,0 +1,702 @@
+"""Chapter 08, depth collapse: the terminal state of a NoPE transformer forgets the context.
+
+The experiments of ``notebooks/08_depth_collapse.md``, serving the book's theorems
+``thm-08-depth-collapse`` (E|h^(L)_t − F_L(x_t)|² = O(1/t) for the mean-field map F_L of the
+recursion F_{l+1}(x) = F_l(x) + Θ_V E_μ[F_l(X) e^{a_l(x)ᵀF_l(X)}] / E_μ[e^{a_l(x)ᵀF_l(X)}]) and
+``thm-08-gaussian-recursion`` (for Gaussian tokens and attention only, F_l(x) = M_l x with
+M_{l+1} = M_l + Θ_V M_lΣM_lᵀΘ_KᵀΘ_Q M_l): result T4 of the book's theorem index.
+
+The chapter first draws its :class:`Setting` (the Gaussian and discrete context laws, the
+checkpoints) and then runs, in this order, :func:`recursion`, :func:`gaussian` (Experiment 1),
+:func:`tail` (2), :func:`models` (3), :func:`positions` (4) and :func:`markov` (5).  The setting's
+generator is the chapter's one ``"draws"`` stream: the covariance, the query points of the
+recursion check and every context of Experiments 1, 3 and 5 come from it one after the other, so
+the experiments must be called in the chapter's order for the chapter's numbers.  The other draws
+(model weights, pilot contexts, tail queries, bootstraps) come from streams of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from covbook._validate import check_nonnegative_float, check_positive_int, resolve_device
+from covbook.attention import readout_paths
+from covbook.experiments.result import RandomStreams, Result
+from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
+from covbook.plotting import loglog_with_fit
+from covbook.processes import GaussianIID
+from covbook.rules import Z
+from covbook.stats import loglog_slope, mean_with_se, slope_with_checkpoint_se, slope_with_se
+from covbook.theory import reach_allowance
+from covbook.transformer import (
+    CausalTransformer,
+    collapse_constant,
+    early_attention_ratio,
+    gauss_hermite_rule,
+    gaussian_polar_rule,
+    gaussian_tail_exponents,
+    hidden_states_at,
+    mean_field,
+    mean_field_discrete,
+    mean_field_gaussian,
+    mean_field_logit_variances,
+    sink_free_logit_scale,
+    tail_safe_logit_scale,
+)
+
+__all__ = [
+    "CHAPTER", "SCALES", "Setting", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
+    "setting", "recursion", "gaussian", "tail", "models", "positions", "markov",
+    "paired", "squared_gaps", "reach_of", "context_variance",
+]
+
+CHAPTER = "08"
+
+#: The grid of logit scales from which the models' scales are selected.
+SCALES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+
+#: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
+KAPPA_MIN = 2.0
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+@dataclass
+class Setting(Result):
+    """The chapter's sizes, context laws and checkpoints, and its ``"draws"`` generator.
+
+    ``cov`` is the Gaussian context law Σ = A Aᵀ/d_in + 0.3 I (A with standard normal entries),
+    ``freqs`` the token law of the discrete contexts (a flat Dirichlet draw), ``checkpoints``
+    24 log-spaced positions from 16 to ``t_max`` and ``fit`` those of the last decade.
+    """
+
+    d_in: int
+    d_model: int
+    n_layers: int
+    vocab: int
+    t_max: int
+    n_streams: int
+    quad_nodes: int
+    cov: torch.Tensor = field(repr=False)  # (d_in, d_in)
+    freqs: torch.Tensor = field(repr=False)  # (V,)
+    checkpoints: np.ndarray = field(repr=False)  # (n_t,)
+    generator: torch.Generator = field(repr=False)
+    streams: RandomStreams = field(repr=False)
+    device: torch.device = field(repr=False)
+    n_boot: int = 400
+
+    @property
+    def fit(self) -> np.ndarray:
+        """The checkpoints the slopes are fitted over, t ≥ t_max/10: a mask of shape (n_t,)."""
+        return self.checkpoints >= self.t_max / 10
+
+    @property
+    def t_fit(self) -> np.ndarray:
+        """The fitted checkpoints, shape (n_fit,)."""
+        return self.checkpoints[self.fit]
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """The sizes of the Gaussian models (``CausalTransformer`` keywords)."""
+        return dict(d_in=self.d_in, d_model=self.d_model, n_layers=self.n_layers)
+
+    @cached_property
+    def hermite(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tensor-product Gauss–Hermite rule of N(0, Σ): nodes (quad_nodes^d_in, d_in), weights."""
+        return gauss_hermite_rule(self.cov, self.quad_nodes)
+
+    def gaussian_contexts(self) -> torch.Tensor:
+        """Paired N(0, Σ) contexts from the ``"draws"`` stream: shape (R, T, d_in), on the device."""
+        z = torch.randn(self.n_streams, self.t_max, self.d_in, generator=self.generator,
+                        dtype=torch.float64)  # (R, T, d_in)
+        return paired(z @ torch.linalg.cholesky(self.cov).T, self.checkpoints).to(self.device)
+
+    def discrete_contexts(self) -> torch.Tensor:
+        """Paired iid contexts with token law ``freqs`` from the ``"draws"`` stream: (R, T), on the device."""
+        x = torch.multinomial(self.freqs, self.n_streams * self.t_max, replacement=True,
+                              generator=self.generator)  # (R T,)
+        return paired(x.view(self.n_streams, self.t_max), self.checkpoints).to(self.device)
+
+
+def setting(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
+            quad_nodes: int, streams: RandomStreams, device: str | torch.device = "cpu",
+            n_boot: int = 400) -> Setting:
+    """Draw the chapter's context laws and fix its checkpoints.
+
+    Σ = A Aᵀ/d_in + 0.3 I with A (d_in, d_in) from the ``"draws"`` stream, and the token
+    frequencies π ~ Dirichlet(1, ..., 1) from the ``"global"`` stream (the stream
+    :func:`covbook.session.setup` seeds torch's global generator with, which the chapter drew
+    them from).  Glues ``t_max``, ``n_streams``, ``n_pairs``, ``vocab``, ``d_model`` and
+    ``fit_from`` (the first fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples
+    of every slope's standard error (the chapter keeps the default of :mod:`covbook.stats`).
+
+    Raises ``ValueError`` for a non-positive size, an odd ``n_streams`` (the streams come in
+    pairs), ``t_max`` below 32 or a ``vocab`` below 2.
+    """
+    sizes = {k: check_positive_int(v, k) for k, v in dict(
+        d_in=d_in, d_model=d_model, n_layers=n_layers, vocab=vocab, t_max=t_max,
+        n_streams=n_streams, quad_nodes=quad_nodes, n_boot=n_boot).items()}
+    if sizes["n_streams"] % 2:
+        raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
+    if sizes["t_max"] < 32:
+        raise ValueError(f"t_max must be at least 32 (checkpoints from 16 to t_max), got {t_max}")
+    if sizes["vocab"] < 2:
+        raise ValueError(f"vocab must be at least 2, got {vocab}")
+    dev = resolve_device(device)
+    gen = streams.torch_generator("draws")
+    checkpoints = np.unique(np.logspace(np.log10(16), np.log10(t_max), 24).astype(int))  # (n_t,)
+    a = torch.randn(d_in, d_in, generator=gen, dtype=torch.float64)  # (d_in, d_in)
+    cov = a @ a.T / d_in + 0.3 * torch.eye(d_in, dtype=torch.float64)  # (d_in, d_in)
+    freqs = torch._sample_dirichlet(torch.ones(vocab, dtype=torch.float64),
+                                    generator=streams.torch_generator("global"))  # (V,)
+    s = Setting(**sizes, cov=cov, freqs=freqs, checkpoints=checkpoints, generator=gen,
+                streams=streams, device=dev)
+    for name, value in dict(t_max=t_max, n_streams=n_streams, n_pairs=n_streams // 2, vocab=vocab,
+                            d_model=d_model, fit_from=int(s.t_fit[0])).items():
+        s.glue(name, value)
+    return s
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def paired(x: torch.Tensor, checkpoints: np.ndarray) -> torch.Tensor:
+    """Streams 2k and 2k+1 share the tokens at the checkpoints (a copy of ``x``, shape (R, T, ...)).
+
+    Raises ``ValueError`` for an odd number of streams.
+    """
+    if x.shape[0] % 2:
+        raise ValueError(f"x must hold an even number of streams (pairs), got {x.shape[0]}")
+    x = x.clone()
+    x[1::2, checkpoints - 1] = x[0::2, checkpoints - 1]
+    return x
+
+
+def squared_gaps(model: CausalTransformer, x: torch.Tensor, F: torch.Tensor,
+                 checkpoints: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    """|h^(l)_t − F_l(x_t)|² at the checkpoints, shape (L+1, R, n_t), and the states h (L+1, R, n_t, d).
+
+    ``F`` holds F_l(x_t) at the checkpoints, shape (L+1, R, n_t, d).
+    """
+    hs = hidden_states_at(model, x, checkpoints)  # (L+1, R, n_t, d)
+    return ((hs - F) ** 2).sum(-1).cpu().numpy(), hs
+
+
+def _logit_variances(model: CausalTransformer, support: torch.Tensor, weights: torch.Tensor,
+                     queries: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Mean-field logit variances s_l(x) of the queries, shape (L, m)."""
+    return mean_field_logit_variances(model, support.to(device), weights.to(device), queries)
+
+
+def reach_of(s_layers: torch.Tensor, t_fit: np.ndarray) -> list[float]:
+    """Pre-asymptotic allowance b per depth from the logit variances (L, m) of the queries.
+
+    b_L is the slope over ``t_fit`` of the reach ρ(s, t) (:func:`covbook.theory.reach_allowance`)
+    at s = max_{l ≤ L} s_l(x): the deepest-reaching layer at or below each depth counts.
+    """
+    s_max = torch.cummax(s_layers, dim=0).values.cpu().numpy()  # (L, m)
+    return [reach_allowance(s_max[l], t_fit)[0] for l in range(s_max.shape[0])]
+
+
+def context_variance(hs: torch.Tensor) -> np.ndarray:
+    """Half the mean squared difference within pairs at the last layer, shape (R/2, n_t).
+
+    ½ |h^(L)_t(2k) − h^(L)_t(2k+1)|² estimates E Var(h^(L)_t | x_t, t): the two streams of a
+    pair share their checkpoint tokens.
+    """
+    h = hs[-1]  # (R, n_t, d)
+    return (((h[0::2] - h[1::2]) ** 2).sum(-1) / 2).cpu().numpy()
+
+
+# --------------------------------------------------------------------------- the recursion check
+
+
+@dataclass
+class Recursion(Result):
+    """The closed-form Gaussian recursion against the tilted means by quadrature."""
+
+    logit_scale: float
+    rel: float
+
+
+def recursion(s: Setting) -> Recursion:
+    """The largest relative difference max |F_quad − M_l x| / |M_l x| over depths and 64 queries.
+
+    M_{l+1} = M_l + Θ_V M_lΣM_lᵀΘ_KᵀΘ_Q M_l (:func:`mean_field_gaussian`) against :func:`mean_field`
+    on the Gauss–Hermite rule, for a probe model at the largest scale of :data:`SCALES` with every
+    κ_l ≥ 2.  Draws the 64 queries from the setting's ``"draws"`` stream.  Measures
+    ``recursion_vs_quadrature``; glues ``gh_nodes_sq``.
+    """
+    streams, dev = s.streams, s.device
+    pts, wts = s.hermite
+    scale_p = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape,
+                                    seed=streams.seed_for("probe"))
+    probe = CausalTransformer(**s.shape, logit_scale=scale_p, seed=streams.seed_for("probe")).to(dev)
+    xq = (torch.randn(64, s.d_in, generator=s.generator, dtype=torch.float64)
+          @ torch.linalg.cholesky(s.cov).T)  # (64, d_in)
+    Ms = mean_field_gaussian(probe, s.cov)
+    F_quad = mean_field(probe, pts.to(dev), wts.to(dev), xq.to(dev))  # (L+1, 64, d)
+    F_closed = torch.stack([xq.to(dev) @ M.T for M in Ms])  # (L+1, 64, d)
+    rel = ((F_quad - F_closed).norm(dim=-1) / F_closed.norm(dim=-1)).max().item()
+    r = Recursion(logit_scale=scale_p, rel=rel)
+    r.glue("gh_nodes_sq", s.quad_nodes**s.d_in)
+    r.measure("recursion_vs_quadrature", rel)
+    return r
+
+
+# --------------------------------------------------------------------------- the gap at every depth
+
+
+@dataclass
+class Depths(Result):
+    """One model read at every depth: the squared gaps to the mean field and their fitted slopes."""
+
+    tag: str
+    title: str
+    checkpoints: np.ndarray = field(repr=False)  # (n_t,)
+    fit: np.ndarray = field(repr=False)  # (n_t,) mask
+    sq: np.ndarray = field(repr=False)  # (L+1, R, n_t)
+    hs: torch.Tensor = field(repr=False)  # (L+1, R, n_t, d)
+    reach: list[float] = field(default_factory=list)  # (L,) allowances b
+    slopes: list[float] = field(default_factory=list)  # (L,)
+    model: CausalTransformer | None = field(default=None, repr=False)
+    contexts: torch.Tensor | None = field(default=None, repr=False)  # (R, T, ...)
+
+    def plot(self, ax: plt.Axes) -> None:
+        """Every checkpoint's mean gap per depth; the line and slope fitted over the claims' range."""
+        tf = self.checkpoints[self.fit]
+        for l in range(1, self.sq.shape[0]):
+            y = self.sq[l].mean(0)  # (n_t,)
+            slope, icpt = loglog_slope(tf, y[self.fit])  # the slope the claim records
+            (line,) = ax.loglog(self.checkpoints, y, "o", color=f"C{l - 1}", ms=4,
+                                label=f"L = {l} (slope {slope:.2f})")
+            ax.loglog(tf, np.exp(icpt) * tf**slope, "-", color=line.get_color(), lw=1)
+        ax.set(xlabel="context length $t$", ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
+               title=self.title)
+        ax.legend()
+
+
+def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs: torch.Tensor,
+            reach: list[float]) -> Depths:
+    """Measure ``slope_<tag>_L1`` ... ``slope_<tag>_L<n_layers>``: the log-log slope of the gap.
+
+    Each slope is fitted over the pair means (sq_{2k} + sq_{2k+1})/2, shape (R/2, n_fit) (a pair
+    shares its checkpoint tokens), with a bootstrap SE over the pairs; its prediction is −1 + b/2
+    with allowance b/2, b = ``reach[L − 1]``.
+    """
+    d = Depths(tag=tag, title=title, checkpoints=s.checkpoints, fit=s.fit, sq=sq, hs=hs, reach=reach)
+    for l in range(1, s.n_layers + 1):
+        pairs = (sq[l][0::2] + sq[l][1::2]) / 2  # (R/2, n_t): a pair shares its checkpoint tokens
+        slope, se = slope_with_se(s.t_fit, pairs[:, s.fit], n_boot=s.n_boot,
+                                  seed=s.streams.seed_for("bootstrap-pairs", l))
+        b = reach[l - 1]
+        d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=pairs.shape[0] - 1,
+                  allowance=b / 2, statement=statement, l=l, pairs_shape_0=pairs.shape[0])
+        d.slopes.append(slope)
+    return d
+
+
+def gaussian(s: Setting) -> Depths:
+    """Experiment 1: Gaussian contexts through an attention-only model, F_L(x) = M_L x.
+
+    The model has the largest logit scale of :data:`SCALES` with every tail exponent κ_l ≥ 2;
+    the contexts are paired draws from the ``"draws"`` stream.  Measures ``slope_gauss_L1`` ...
+    (see :func:`_depths`); glues ``n_layers_text``, ``scale_g`` and ``kappa_g`` (the smallest κ_l).
+    The result keeps the model and its contexts for the early-attention ratio of :func:`models`.
+    """
+    streams, dev, cp = s.streams, s.device, s.checkpoints
+    scale_g = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape,
+                                    seed=streams.seed_for("gauss"))
+    model = CausalTransformer(**s.shape, logit_scale=scale_g, seed=streams.seed_for("gauss")).to(dev)
+    kappa_g = float(min(gaussian_tail_exponents(model, s.cov)))
+    xg = s.gaussian_contexts()  # (R, T, d_in)
+    xt = xg[:, cp - 1]  # (R, n_t, d_in)
+    F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, s.cov)])  # (L+1, R, n_t, d)
+    sq, hs = squared_gaps(model, xg, F, cp)
+    pts, wts = s.hermite
+    reach = reach_of(_logit_variances(model, pts, wts, xt.reshape(-1, s.d_in), dev), s.t_fit)
+    d = _depths(s, "gauss", "Gaussian context, attention only",
+                "Gaussian context, attention only, F_L(x) = M_L x.", sq, hs, reach)
+    d.model, d.contexts = model, xg
+    d.glue("n_layers_text", s.n_layers)
+    d.glue("scale_g", scale_g)
+    d.glue("kappa_g", kappa_g)
+    return d
+
+
+# --------------------------------------------------------------------------- Experiment 2
+
+
+@dataclass
+class Tail(Result):
+    """One layer on long streams with Gaussian queries: the query-averaged error for two κ."""
+
+    t_stream: np.ndarray = field(repr=False)  # (n_t,)
+    kappa: dict[str, float] = field(default_factory=dict)
+    scale: dict[str, float] = field(default_factory=dict)
+    sq: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # name → (n_tail, n_t)
+    slope: dict[str, float] = field(default_factory=dict)
+    se: dict[str, float] = field(default_factory=dict)
+
+    def plot(self, ax: plt.Axes) -> None:
+        """The mean squared error over the queries against t, one fitted line per κ."""
+        for i, name in enumerate(self.sq):
+            loglog_with_fit(ax, self.t_stream, self.sq[name].mean(0), label=f"κ = {self.kappa[name]:.2f}",
+                            color=f"C{i}")
+        ax.set(xlabel="$t$", ylabel="MSE over random Gaussian queries",
+               title="One layer: the query's tail sets the rate")
+        ax.legend()
+
+
+def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
+    """Experiment 2: the streaming one-layer readout for a moderate (κ₀ = 5/2) and a large (κ₀ = 2/5) scale.
+
+    κ₀ ∝ 1/scale², so scale = sqrt(κ₀(1)/κ₀) from the κ₀ of the unit-scale model.  Each of
+    ``n_tail`` streams has its own query x ~ N(0, Σ) (the ``"tail-queries"`` stream, the same
+    queries at both scales); the error is |h_t − (M_1 − E) x|² at 10 log-spaced t from 100 to
+    ``t_tail``.  Measures ``tail_moderate_slope`` (prediction −1) and ``tail_large_slope`` (window
+    from −1 + Z·SE to −κ + 1/ln(t_c) + Z·SE, t_c the geometric centre of the t); glues
+    ``kappa_moderate``, ``kappa_large``, ``t_tail``, ``n_tail``, ``log_allow``, ``kappa_large_neg``.
+
+    Raises ``ValueError`` for ``t_tail`` ≤ 100 or ``n_tail`` < 2.
+    """
+    check_positive_int(t_tail, "t_tail")
+    if t_tail <= 100:
+        raise ValueError(f"t_tail must exceed 100 (checkpoints from 100 to t_tail), got {t_tail}")
+    if check_positive_int(n_tail, "n_tail") < 2:
+        raise ValueError(f"n_tail must be at least 2 streams, got {n_tail}")
+    streams, d_in, d_model = s.streams, s.d_in, s.d_model
+    t_stream = np.unique(np.logspace(2, np.log10(t_tail), 10).astype(int))  # (n_t,)
+    unit = CausalTransformer(d_in=d_in, d_model=d_model, n_layers=1, logit_scale=1.0,
+                             seed=streams.seed_for("tail"))
+    kappa_unit = gaussian_tail_exponents(unit, s.cov)[0]  # κ at logit scale 1
+    chosen = [("moderate", float(np.sqrt(kappa_unit / 2.5))), ("large", float(np.sqrt(kappa_unit / 0.4)))]
+    r = Tail(t_stream=t_stream)
+    for name, scale in chosen:
+        one = CausalTransformer(d_in=d_in, d_model=d_model, n_layers=1, logit_scale=scale,
+                                seed=streams.seed_for("tail"))
+        ((tq, tk, tv),) = one.head_matrices(0)
+        E = one.embed.weight.detach()  # (d, d_in)
+        proc = GaussianIID(s.cov)
+        qs = proc.sampler(streams.torch_generator("tail-queries"), n_tail)(1)  # (R, 1, d_in)
+        out = readout_paths(proc, qs, tq @ E, tk @ E, tv @ E, t_stream, streams=n_tail,
+                            seed=streams.seed_for("tail-streams"), device=s.device,
+                            query_is_key=True)[:, :, 0].cpu()  # (R, n_t, d)
+        limit = qs[:, 0] @ (mean_field_gaussian(one, s.cov)[1] - E).T  # (R, d): the head's limit
+        sq = ((out - limit[:, None]) ** 2).sum(-1).numpy()  # (R, n_t)
+        slope, se = slope_with_se(t_stream, sq, n_boot=s.n_boot, seed=streams.seed_for(f"bootstrap-tail-{name}"))
+        r.kappa[name], r.scale[name] = gaussian_tail_exponents(one, s.cov)[0], scale
+        r.sq[name], r.slope[name], r.se[name] = sq, slope, se
+        r.glue(f"kappa_{name}", float(r.kappa[name]))
+    r.glue("t_tail", f"{t_tail:,}")
+    r.glue("n_tail", n_tail)
+    r.measure("tail_moderate_slope", r.slope["moderate"], prediction=-1.0, se=r.se["moderate"],
+              n_tail=n_tail)
+    log_allow = 1.0 / np.log(np.sqrt(t_stream[0] * t_stream[-1]))
+    r.glue("log_allow", float(log_allow))
+    r.glue("kappa_large_neg", -float(r.kappa["large"]))
+    se = r.se["large"]
+    r.measure("tail_large_slope", r.slope["large"], lower=-1.0 + Z * se,
+              upper=-r.kappa["large"] + log_allow + Z * se, n_tail=n_tail)
+    return r
+
+
+# --------------------------------------------------------------------------- Experiment 3
+
+
+@dataclass
+class Models(Result):
+    """Three more models read at every depth, and the discrete contexts Experiment 4 reuses."""
+
+    gmlp: Depths
+    dattn: Depths
+    dmlp: Depths
+    contexts: torch.Tensor = field(repr=False)  # (R, T) discrete tokens
+    F_dmlp: torch.Tensor = field(repr=False)  # (L+1, V, d): F_l of every token for the MLP model
+
+    def plot(self, axes: np.ndarray) -> None:
+        """The three models' gaps in three panels of a 2 × 2 grid (the fourth is removed)."""
+        axes = np.asarray(axes).ravel()
+        if axes.size != 4:
+            raise ValueError(f"axes must be a 2 x 2 grid of axes, got {axes.size}")
+        axes[3].remove()
+        for ax, d in zip(axes, (self.gmlp, self.dattn, self.dmlp), strict=False):
+            d.plot(ax)
+
+
+def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
+    """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule.
+
+    Returns the depths and the polar rule's error max_l mean |F_l − F_l^fine|² against a rule
+    with twice the nodes.
+    """
+    dev, cp, n = s.device, s.checkpoints, s.quad_nodes
+    model = CausalTransformer(**s.shape, mlp=True, layer_norm=True,
+                              seed=s.streams.seed_for("full-model")).to(dev)
+    queries = xg[:, cp - 1].reshape(-1, s.d_in)  # (R n_t, d_in)
+    polar = gaussian_polar_rule(s.cov, n, n)
+    F = mean_field(model, *(p.to(dev) for p in polar), queries)  # (L+1, R n_t, d)
+    fine = gaussian_polar_rule(s.cov, 2 * n, 2 * n)
+    F_fine = mean_field(model, *(p.to(dev) for p in fine), queries)  # (L+1, R n_t, d)
+    polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
+    sq, hs = squared_gaps(model, xg, F.view(s.n_layers + 1, s.n_streams, len(cp), s.d_model), cp)
+    reach = reach_of(_logit_variances(model, *polar, queries, dev), s.t_fit)
+    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm",
+                "Gaussian context, MLP and layer norm, F_L by quadrature.", sq, hs, reach)
+    return d, polar_err
+
+
+def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor) -> tuple[torch.Tensor, np.ndarray,
+                                                                               torch.Tensor, list[float]]:
+    """The exact discrete mean field F (L+1, V, d), the gaps (L+1, R, n_t), states and allowances."""
+    dev, cp = s.device, s.checkpoints
+    tokens = torch.arange(s.vocab, device=dev)  # (V,)
+    F = mean_field(model, tokens, s.freqs.to(dev), tokens)  # (L+1, V, d)
+    sq, hs = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
+    x_at = xd[:, cp - 1].reshape(-1)  # (R n_t,)
+    reach = reach_of(_logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, dev), s.t_fit)
+    return F, sq, hs, reach
+
+
+def models(s: Setting, gauss: Depths) -> Models:
+    """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
+
+    Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  The
+    attention-only discrete model gets the largest scale of :data:`SCALES` with early-attention
+    ratio χ_l ≤ 2 at every layer on min(R, 16) pilot contexts (the ``"pilot"`` stream); the MLP
+    model has two heads and layer norm (the ``"positions"`` weights Experiment 4 reuses).
+    Measures ``slope_gmlp_L*``, ``slope_dattn_L*`` and ``slope_dmlp_L*``; glues ``polar_err``,
+    ``n_pilot``, ``scale_d``, ``chi_pilot``, ``chi_verdict``, ``chi_gauss`` (the largest χ of
+    ``gauss``, Experiment 1's result), ``chi_run_start`` and ``chi_run_end``.
+    """
+    if not isinstance(gauss, Depths) or getattr(gauss, "model", None) is None:
+        raise ValueError("gauss must be the result of depth.gaussian (Experiment 1)")
+    streams, dev = s.streams, s.device
+    xg = s.gaussian_contexts()  # (R, T, d_in)
+    gmlp, polar_err = _gaussian_mlp(s, xg)
+
+    n_pilot = min(s.n_streams, 16)
+    d_shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers,
+                   seed=streams.seed_for("discrete"))
+    pilot = torch.multinomial(s.freqs, n_pilot * s.t_max, replacement=True,
+                              generator=streams.torch_generator("pilot")).view(n_pilot, s.t_max)
+    scale_d, chi_pilot = sink_free_logit_scale(list(SCALES), pilot.to(dev), **d_shape)
+    d_attn = CausalTransformer(**d_shape, logit_scale=scale_d).to(dev)
+    chi_gauss = float(early_attention_ratio(gauss.model, gauss.contexts).max())
+    xd = s.discrete_contexts()  # (R, T)
+    _, sq, hs, reach = _discrete(s, d_attn, xd)
+    chi_start = float(early_attention_ratio(d_attn, xd[:, : s.t_fit[0]]).max())
+    chi_end = float(early_attention_ratio(d_attn, xd).max())
+    dattn = _depths(s, "dattn", "discrete, attention only",
+                    "Discrete context, attention only, exact F_L, logit scale without an "
+                    "early-position attention sink (χ ≤ 2 on pilot contexts).", sq, hs, reach)
+
+    d_mlp = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
+                              mlp=True, layer_norm=True, seed=streams.seed_for("positions")).to(dev)
+    F_mlp, sq, hs, reach = _discrete(s, d_mlp, xd)
+    exact = mean_field_discrete(d_mlp, s.freqs.to(dev))  # (V, d)
+    if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
+        raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
+    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
+                   "Discrete context, two heads, MLP and layer norm, exact F_L.", sq, hs, reach)
+
+    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=xd, F_dmlp=F_mlp)
+    for d in (gmlp, dattn, dmlp):
+        r.merge(d)
+    verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is"
+    for name, value in dict(polar_err=polar_err, n_pilot=n_pilot, scale_d=scale_d, chi_pilot=chi_pilot,
+                            chi_verdict=verdict, chi_gauss=chi_gauss, chi_run_start=chi_start,
+                            chi_run_end=chi_end).items():
+        r.glue(name, value)
+    return r
+
+
+# --------------------------------------------------------------------------- Experiment 4
+
+
+@dataclass
+class Positions(Result):
+    """The discrete MLP model without, with learned and with rotary positions, at depth L."""
+
+    n_layers: int
+    checkpoints: np.ndarray = field(repr=False)  # (n_t,)
+    variance: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # pos → (R/2, n_t)
+    gap: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # pos → (R, n_t), layer L
+
+    def plot(self, axes: np.ndarray) -> None:
+        """Context variance (left) and gap to the no-position mean field (right) against t."""
+        ax_v, ax_g = np.asarray(axes).ravel()
+        for i, pos in enumerate(self.variance):
+            loglog_with_fit(ax_v, self.checkpoints, self.variance[pos].mean(0), label=f"pos = {pos}",
+                            color=f"C{i}")
+            ax_g.loglog(self.checkpoints, self.gap[pos].mean(0), "o-", ms=4, color=f"C{i}",
+                        label=f"pos = {pos}")
+        ax_v.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,\mathrm{Var}(h^{(L)}_t \mid x_t, t)$",
+                 title=f"Context variance at depth {self.n_layers}")
+        ax_g.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
+                 title="Gap to the no-position mean field")
+        ax_v.legend()
+        ax_g.legend()
+
+
+def _bias_slope_learned(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
+                        streams: RandomStreams) -> tuple[float, float, int | None]:
+    """The slope of the bias part (R/2, n_fit), checkpoints as replicates; NaN where a resample is ≤ 0."""
+    try:
+        return slope_with_checkpoint_se(t_fit, bias, n_boot=n_boot, seed=streams.seed_for("bootstrap-bias-learned"))
+    except ValueError:  # an unbiased estimate of a squared bias can be ≤ 0 in a resample
+        return np.nan, 0.0, None
+
+
+def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
+                       streams: RandomStreams) -> tuple[float, float]:
+    """The slope of the bias part over the means of 4 groups of consecutive checkpoints (NaN as above).
+
+    t_g is the geometric mean of each group's t; the groups' means (R/2, 4) are fitted.
+    """
+    groups = np.array_split(np.arange(len(t_fit)), 4)
+    t_g = np.array([np.exp(np.log(t_fit[g]).mean()) for g in groups])  # (4,)
+    bias_g = np.stack([bias[:, g].mean(1) for g in groups], 1)  # (R/2, 4)
+    try:
+        return slope_with_se(t_g, bias_g, n_boot=n_boot, seed=streams.seed_for("bootstrap-bias-groups-rotary"))
+    except ValueError:
+        return np.nan, 0.0
+
+
+def positions(s: Setting, m: Models) -> Positions:
+    """Experiment 4: learned and rotary positions on the discrete MLP model of Experiment 3.
+
+    The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
+    E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on Experiment 3's discrete contexts,
+    with the other weights kept (the ``"positions"`` seed).  The bias part is gap − variance.
+    Measures ``context_variance_none`` (prediction −1 + b/2, b the MLP model's depth-L reach),
+    ``context_variance_learned`` (−1, checkpoints as replicates), ``context_variance_rotary``
+    (0), ``gap_plateau_learned`` (0) and ``gap_plateau_rotary`` (−1); glues ``gap_ratio_learned``,
+    ``gap_ratio_rotary`` (the gap at t_max over the gap at the fit's start) and ``t_span_text``.
+    """
+    if not isinstance(m, Models):
+        raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
+    streams, dev, cp, fit, tf = s.streams, s.device, s.checkpoints, s.fit, s.t_fit
+    xd = m.contexts  # (R, T)
+    sq_hs = {"none": (m.dmlp.sq, m.dmlp.hs)}
+    for pos in ("learned", "rotary"):
+        model = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
+                                  mlp=True, layer_norm=True, pos=pos, max_len=s.t_max,
+                                  seed=streams.seed_for("positions")).to(dev)
+        sq_hs[pos] = squared_gaps(model, xd, m.F_dmlp[:, xd[:, cp - 1]], cp)
+    r = Positions(n_layers=s.n_layers, checkpoints=cp)
+    for pos, (sq, hs) in sq_hs.items():
+        r.variance[pos], r.gap[pos] = context_variance(hs), sq[-1]
+
+    cv = r.variance["none"]  # (R/2, n_t)
+    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
+    b = m.dmlp.reach[-1]
+    r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
+              allowance=b / 2)
+    slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,
+                                              seed=streams.seed_for("bootstrap-learned"))
+    r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof)
+    cv = r.variance["rotary"]  # (R/2, n_t)
+    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-rotary"))
+    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1)
+
+    reason = "the bias part is not positive at every checkpoint in a resample"
+    for pos in ("learned", "rotary"):
+        sq = r.gap[pos]  # (R, n_t)
+        r.glue(f"gap_ratio_{pos}", float(sq[:, -1].mean() / sq[:, fit][:, 0].mean()))
+    bias = {pos: (r.gap[pos][0::2] + r.gap[pos][1::2]) / 2 - r.variance[pos]  # (R/2, n_t)
+            for pos in ("learned", "rotary")}
+    # E[h_t | x_t, t] → G(x_t, p_t) with p_t ~ N(0, I): a plateau
+    slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit], s.n_boot, streams)
+    r.measure("gap_plateau_learned", slope, prediction=0.0, se=se, dof=dof,
+              reason=reason if np.isnan(slope) else None)
+    # the lag average of the slowest rotary frequency still moves at these t: no plateau predicted yet
+    slope, se = _bias_slope_groups(tf, bias["rotary"][:, fit], s.n_boot, streams)
+    r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se,
+              reason=reason if np.isnan(slope) else None,
+              basis=f"bootstrap SE of the slope over {bias['rotary'].shape[0]} pairs of streams")
+    r.glue("t_span_text", f"{int(tf[0])}–{s.t_max} tokens")
+    return r
+
+
+# --------------------------------------------------------------------------- Experiment 5
+
+
+@dataclass
+class Markov(Result):
+    """Markov contexts at depths one and two: the rate and the constant of the one-layer rate."""
+
+    checkpoints: np.ndarray = field(repr=False)  # (n_t,)
+    sq: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # depth → (R, n_t)
+    c_markov: float = 0.0
+    c_iid: float = 0.0
+
+    def plot(self, ax: plt.Axes) -> None:
+        """t times the mean gap against t per depth, with the predicted constants (Markov, iid)."""
+        for depth, c in ((1, "C0"), (2, "C1")):
+            ax.loglog(self.checkpoints, self.checkpoints * self.sq[depth].mean(0), "o-", ms=4, color=c,
+                      label=f"L = {depth}")
+        ax.axhline(self.c_markov, color="C0", ls="--", lw=1, label="predicted constant, Markov CLT")
+        ax.axhline(self.c_iid, color="k", ls=":", lw=1, label="the same with the iid variance")
+        ax.set(xlabel="context length $t$", ylabel=r"$t\,\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
+               title="Markov context: the rate and its constant")
+        ax.legend()
+
+
+def markov(s: Setting, *, stickiness: float) -> Markov:
+    """Experiment 5: stationary Markov contexts P = ρI + (1 − ρ)Q, the constant of the rate.
+
+    Q has rows E_ij / Σ_j E_ij with E_ij ~ Exp(1) and the R chains come from the ``"draws"``
+    stream.  For one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the Markov-chain
+    variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance D_π − ππᵀ
+    gives the alternative.  C is read as the mean over streams of t·gap at t ≥ t_max/4.
+    Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
+    ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
+
+    Raises ``ValueError`` unless 0 ≤ ``stickiness`` < 1.
+    """
+    if check_nonnegative_float(stickiness, "stickiness") >= 1:
+        raise ValueError(f"stickiness must lie in [0, 1), got {stickiness!r}")
+    streams, dev, cp, V = s.streams, s.device, s.checkpoints, s.vocab
+    e = -torch.log(torch.rand(V, V, generator=s.generator, dtype=torch.float64))  # (V, V)
+    P = stickiness * torch.eye(V, dtype=torch.float64) + (1 - stickiness) * e / e.sum(1, keepdim=True)
+    pi_P = stationary_distribution(P)  # (V,)
+    sigma_markov = asymptotic_covariance(P)  # (V, V)
+    sigma_iid = torch.diag(pi_P) - torch.outer(pi_P, pi_P)  # (V, V)
+    xm = sample_markov_chain(P, s.n_streams, s.t_max, generator=s.generator).to(dev)  # (R, T)
+    x_at = xm[:, cp - 1]  # (R, n_t)
+    r = Markov(checkpoints=cp)
+    reach: dict[int, float] = {}
+    for depth in (1, 2):
+        model = CausalTransformer(vocab_size=V, d_model=s.d_model, n_layers=depth, n_heads=2, mlp=True,
+                                  layer_norm=True, seed=streams.seed_for("markov-models")).to(dev)
+        F_m = mean_field_discrete(model, pi_P.to(dev))  # (V, d)
+        h_m = hidden_states_at(model, xm, cp)[-1]  # (R, n_t, d)
+        r.sq[depth] = ((h_m - F_m[x_at]) ** 2).sum(-1).cpu().numpy()  # (R, n_t)
+        s_m = _logit_variances(model, torch.arange(V), pi_P, x_at.reshape(-1), dev)  # (L, m)
+        s_m = torch.cummax(s_m, dim=0).values[-1].cpu().numpy()  # (m,)
+        reach[depth] = reach_allowance(s_m, s.t_fit)[0]
+        if depth == 1:
+            one_layer = model
+    r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov)
+    r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid)
+    late = cp >= s.t_max / 4  # constant read at t >= t_max/4
+    c_meas, c_se = mean_with_se((r.sq[1][:, late] * cp[late]).mean(1))
+    for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
+                            c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
+        r.glue(name, value)
+    for cid, depth in (("t4_markov_slope_L1", 1), ("t4_markov_slope_L2", 2)):
+        slope, se = slope_with_se(s.t_fit, r.sq[depth][:, s.fit], n_boot=s.n_boot,
+                                  seed=streams.seed_for("bootstrap-markov", depth))
+        b = reach[depth]
+        r.measure(cid, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, depth=depth,
+                  n_streams=s.n_streams)
+    r.measure("t4_markov_constant", c_meas, prediction=r.c_markov, se=c_se, n_streams=s.n_streams)
+    r.measure("t4_markov_not_iid", c_meas, prediction=r.c_iid, se=c_se, n_streams=s.n_streams)
+    return r
