@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from covbook import _devices
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book import cache
 from covbook.book.config import Paths, UsageError, check_value, load_profiles, resolve_parameters
@@ -118,7 +119,7 @@ def test_the_book_profiles_file_is_valid_and_every_notebook_has_lengths_and_work
         assert profiles[name]["lengths"], name
 
 
-@pytest.mark.skipif(cache._cuda_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.skipif(_devices.cuda_available(), reason="this machine has a CUDA GPU")
 def test_device_cuda_without_a_gpu_exits_2_before_any_kernel(project):
     res = covbook(project, "run", "--device", "cuda", "--profile", "smoke")
     assert res.returncode == 2 and "no CUDA GPU" in res.stderr

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from covbook import icl, prior_work
+from covbook._devices import DEVICES
 from covbook._validate import (
-    DEVICES,
     ArgTypeError,
     as_array,
     check_checkpoints,
@@ -79,9 +79,9 @@ def test_as_array_is_a_finite_float64_array():
 
 
 def test_the_science_and_the_pipeline_know_the_same_devices():
-    from covbook.book.config import DEVICES as PIPELINE_DEVICES  # the pipeline cannot import torch, so it keeps its own
+    from covbook.book.config import DEVICES as PIPELINE_DEVICES  # one list, covbook._devices (no torch)
 
-    assert DEVICES == PIPELINE_DEVICES
+    assert DEVICES is PIPELINE_DEVICES
 
 
 def test_check_checkpoints_is_the_one_checkpoint_check():

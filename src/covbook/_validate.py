@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-DEVICES = ("auto", "cpu", "cuda")
+from covbook._devices import device_name
 
 
 def as_tensor(
@@ -85,18 +85,8 @@ def psd_sqrt_factor(cov: torch.Tensor) -> torch.Tensor:
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """Map ``auto|cpu|cuda`` to a torch device; ``auto`` picks CUDA when present."""
-    if isinstance(device, torch.device):
-        name = device.type
-    else:
-        name = str(device)
-    if name not in DEVICES and not name.startswith("cuda:"):
-        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was requested but no CUDA GPU is available; use 'auto' or 'cpu'")
-    return torch.device(name)
+    """Map ``auto|cpu|cuda`` to a torch device: ``auto`` is CUDA when present (``_devices.device_name``)."""
+    return torch.device(device_name(device))
 
 
 def as_vector(x: object | None, name: str, size: int) -> torch.Tensor:

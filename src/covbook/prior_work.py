@@ -28,7 +28,6 @@ from covbook._seeds import derive_seed
 from covbook._validate import as_tensor, check_checkpoints, check_positive_float, check_positive_int, resolve_device
 from covbook.attention import OnlineSoftmax
 from covbook.icl import (
-    X_LAWS,
     ICLTransformer,
     RegressionTasks,
     TrainLog,
@@ -36,6 +35,7 @@ from covbook.icl import (
     make_regression_tasks,
 )
 from covbook.icl.training import adam_on_tasks
+from covbook.processes import input_law
 
 __all__ = [
     "fourth_moment_ratio", "one_step_risk", "one_step_optimum", "langevin", "tilted_mean",
@@ -44,27 +44,22 @@ __all__ = [
 
 
 def _law(x_law: str) -> str:
-    if x_law not in X_LAWS:
-        raise ValueError(f"x_law must be one of {', '.join(X_LAWS)}, got {x_law!r}")
-    return x_law
+    return input_law(x_law).name
 
 
 def fourth_moment_ratio(d: int, x_law: str) -> float:
     r"""E|x|⁴ / σ⁴ for x in R^d with covariance σ² I drawn from ``x_law``.
 
     gaussian: d(d + 2); two_point (E W² = 5/4): 5/4 · d(d + 2); laplace (E W² = 2): 2 d(d + 2);
-    uniform (iid coordinates, kurtosis 9/5): d(d − 1) + 9d/5.
+    nig (E W² = 3/2): 3/2 · d(d + 2); uniform (iid coordinates, kurtosis 9/5): d(d − 1) + 9d/5
+    (:meth:`covbook.processes.InputLaw.fourth_moment_ratio`).
 
     Examples
     --------
     >>> fourth_moment_ratio(1, "uniform"), fourth_moment_ratio(2, "gaussian")
     (1.8, 8.0)
     """
-    d = check_positive_int(d, "d")
-    law = _law(x_law)
-    if law == "uniform":
-        return d * (d - 1) + 1.8 * d
-    return {"gaussian": 1.0, "two_point": 1.25, "laplace": 2.0}[law] * d * (d + 2)
+    return input_law(x_law).fourth_moment_ratio(check_positive_int(d, "d"))
 
 
 def _n(n: object) -> np.ndarray:
@@ -164,7 +159,7 @@ def tilted_mean(a: object, x_law: str, cov_x: object | None = None) -> torch.Ten
     if cov.shape != (d, d):
         raise ValueError(f"cov_x must have shape ({d}, {d}), got {tuple(cov.shape)}")
     cov = cov.to(aa)
-    if law == "uniform":
+    if not input_law(law).elliptical:  # uniform, the one law with iid coordinates
         root = _sym_root(cov)
         b = aa @ root  # (..., d): root is symmetric
         return (math.sqrt(3) * langevin(math.sqrt(3) * b)) @ root

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ Sampler = Callable[[int], torch.Tensor]
 __all__ = [
     "Process", "IIDProcess", "GaussianIID", "Replay", "Sampler",
     "MixingLaw", "DiscreteMixing", "ExponentialMixing", "InverseGaussianMixing", "mixing_law", "MIXING_LAWS",
+    "InputLaw", "INPUT_LAWS", "input_law",
     "ScaleMixture", "MultivariateLaplace", "StudentT", "VAR1", "RandomWalk", "NonErgodicGaussian",
     "SkewedExponential", "BimodalGaussian",
 ]
@@ -419,27 +421,100 @@ class InverseGaussianMixing(MixingLaw):
         return torch.where(ok, 1.0 / torch.sqrt(1.0 - 2.0 * torch.where(ok, u, 0.0) / self.shape), torch.inf)
 
 
-MIXING_LAWS = ("gaussian", "two_point", "laplace", "nig")
+@dataclass(frozen=True)
+class InputLaw:
+    r"""One input law of the book's experiments, by name: the one registry (:data:`INPUT_LAWS`).
+
+    An elliptical law is a Gaussian scale mixture x = μ + √W L z with a :class:`MixingLaw` W
+    (E W = 1, so Cov x = L Lᵀ); a non-elliptical one (``uniform``) has iid unit-variance
+    coordinates of kurtosis ``coordinate_kurtosis`` after whitening.
+
+    Attributes
+    ----------
+    name : str
+        The law's name (``x_law`` in :mod:`covbook.icl`, ``scale`` in :mod:`covbook.theory`).
+    description : str
+        One line for tables and error messages.
+    mixing : callable or None
+        Makes the law's :class:`MixingLaw` W; ``None`` for a law that is not a scale mixture.
+    coordinate_kurtosis : float or None
+        E u⁴ of one whitened coordinate, for a non-elliptical law with iid coordinates.
+    """
+
+    name: str
+    description: str
+    mixing: Callable[[], MixingLaw] | None = None
+    coordinate_kurtosis: float | None = None
+
+    @property
+    def elliptical(self) -> bool:
+        """Whether the law is a Gaussian scale mixture (it then has a gain g(s))."""
+        return self.mixing is not None
+
+    def fourth_moment_ratio(self, d: int) -> float:
+        r"""E|x|⁴ / σ⁴ for x in R^d with mean zero and covariance σ² I from this law.
+
+        Elliptical: E W² · d(d + 2) (E W² = 1 + Var W); iid coordinates of kurtosis κ: d(d − 1) + κ d.
+
+        Examples
+        --------
+        >>> INPUT_LAWS["two_point"].fourth_moment_ratio(1), INPUT_LAWS["uniform"].fourth_moment_ratio(1)
+        (3.75, 1.8)
+        """
+        d = check_positive_int(d, "d")
+        if self.mixing is not None:
+            return (1.0 + self.mixing().variance) * d * (d + 2)
+        if self.coordinate_kurtosis is None:
+            raise ValueError(f"the law {self.name!r} states neither a mixing law nor a coordinate kurtosis")
+        return d * (d - 1) + self.coordinate_kurtosis * d
+
+
+#: Every input law by name. Adding a law is one entry here (and, for a new family of W, a
+#: :class:`MixingLaw` subclass above); :mod:`covbook.icl` tasks, :mod:`covbook.theory` gains and
+#: :mod:`covbook.prior_work` risks all read it.
+INPUT_LAWS: dict[str, InputLaw] = {
+    "gaussian": InputLaw("gaussian", "Gaussian (W ≡ 1)", lambda: DiscreteMixing([1.0], [1.0])),
+    "two_point": InputLaw("two_point", "scale mixture, W uniform on {1/2, 3/2}",
+                          lambda: DiscreteMixing([0.5, 1.5], [0.5, 0.5])),
+    "laplace": InputLaw("laplace", "multivariate Laplace, W ~ Exp(1)", ExponentialMixing),
+    "nig": InputLaw("nig", "normal-inverse-Gaussian, W ~ IG(1, 2)", lambda: InverseGaussianMixing(2.0)),
+    "uniform": InputLaw("uniform", "iid coordinates uniform on (−√3, √3) (not elliptical)",
+                        coordinate_kurtosis=1.8),
+}
+
+#: The elliptical laws of :data:`INPUT_LAWS` (those with a mixing law W).
+MIXING_LAWS = tuple(name for name, law in INPUT_LAWS.items() if law.elliptical)
+
+
+def input_law(name: str) -> InputLaw:
+    """The :class:`InputLaw` called ``name`` in :data:`INPUT_LAWS`.
+
+    Examples
+    --------
+    >>> input_law("laplace").elliptical, input_law("uniform").elliptical
+    (True, False)
+    """
+    if not isinstance(name, str) or name not in INPUT_LAWS:
+        raise ValueError(f"input law name (x_law) must be one of {', '.join(INPUT_LAWS)}, got {name!r}")
+    return INPUT_LAWS[name]
 
 
 def mixing_law(name: str) -> MixingLaw:
     """The mixing law of W by name: ``gaussian`` (W ≡ 1), ``two_point`` (W uniform on {½, 3/2}),
-    ``laplace`` (W ~ Exp(1)) or ``nig`` (inverse Gaussian, shape 2).
+    ``laplace`` (W ~ Exp(1)) or ``nig`` (inverse Gaussian, shape 2); see :data:`INPUT_LAWS`.
 
     Examples
     --------
     >>> mixing_law("two_point").variance
     0.25
     """
-    if name == "gaussian":
-        return DiscreteMixing([1.0], [1.0])
-    if name == "two_point":
-        return DiscreteMixing([0.5, 1.5], [0.5, 0.5])
-    if name == "laplace":
-        return ExponentialMixing()
-    if name == "nig":
-        return InverseGaussianMixing(2.0)
-    raise ValueError(f"mixing law name must be one of {', '.join(MIXING_LAWS)}, got {name!r}")
+    if not isinstance(name, str) or name not in INPUT_LAWS:
+        raise ValueError(f"mixing law name (x_law) must be one of {', '.join(MIXING_LAWS)}, got {name!r}")
+    law = INPUT_LAWS[name]
+    if law.mixing is None:
+        raise ValueError(f"x_law={name!r} is not elliptical: it has no mixing law W, and the gain g(s) needs a "
+                         f"Gaussian scale mixture ({', '.join(MIXING_LAWS)})")
+    return law.mixing()
 
 
 class _ZeroMeanWithCovariance:

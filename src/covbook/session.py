@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from covbook._validate import check_seed, resolve_device
-from covbook.book.config import PROFILES, PROFILES_FILE, UsageError, load_profiles, project_root
+from covbook.book.config import DEFAULT_PROFILE, PROFILES, PROFILES_FILE, UsageError, load_profiles, project_root
 from covbook.claims import NOTEBOOK_ENV  # set by `covbook run` for the notebook it runs
 from covbook.streams import Replicate, Streams
 
@@ -35,7 +35,7 @@ PACKAGED_PROFILES = Path(__file__).resolve().parent / "profiles.yml"
 def profile_sizes(notebook: str, profile: str) -> dict[str, object]:
     """The parameters ``profile`` sets for ``notebook`` (``NN_name`` or ``NN``) in profiles.yml.
 
-    Empty for ``quick`` (the parameters cell's own values).  Read from the checkout's
+    Empty for the default profile (``quick``: the parameters cell's own values).  Read from the checkout's
     ``notebooks/profiles.yml`` when there is one, else from the copy shipped in the package.
     """
     if profile not in PROFILES:
@@ -126,7 +126,7 @@ class _SessionStreams:
 streams = _SessionStreams()
 
 
-def setup(profile: str = "quick", seed: int = 0, device: str = "auto", quiet: bool = False,
+def setup(profile: str = DEFAULT_PROFILE, seed: int = 0, device: str = "auto", quiet: bool = False,
           chapter: str | None = None, *, parameters: MutableMapping[str, object] | None = None) -> torch.device:
     """Seed every generator, pick the device, make CPU runs deterministic and name the streams.
 

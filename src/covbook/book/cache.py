@@ -31,7 +31,9 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
-from covbook.book.config import DEVICES, Paths, UsageError
+from covbook._devices import device_name
+from covbook.book.config import Paths, UsageError
+from covbook.book.records import RunRecord, read_run
 from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["PACKAGE", "science_hash", "environment", "resolve_device", "content_hash", "is_cached",
@@ -92,26 +94,12 @@ def environment() -> dict[str, str]:
     return out
 
 
-def _cuda_available() -> bool:
-    """Whether torch sees a CUDA GPU; imports torch only where a GPU driver could be present."""
-    if not any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")):
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` or ``cpu``; ``cuda`` without a GPU is a :class:`UsageError`."""
-    if device == "cpu":
-        return "cpu"
-    if device == "auto":
-        return "cuda" if _cuda_available() else "cpu"
-    if device == "cuda":
-        if not _cuda_available():
-            raise UsageError("--device cuda was requested but no CUDA GPU is available here; use --device auto or cpu")
-        return "cuda"
-    raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
+    """``auto`` → ``cuda`` or ``cpu`` (:func:`covbook._devices.device_name`); a bad name is a :class:`UsageError`."""
+    try:
+        return device_name(device)
+    except ValueError as e:
+        raise UsageError(f"--device: {e}") from None
 
 
 def content_hash(nb_path: Path, params: dict, science: str, device: str) -> str:
@@ -147,7 +135,7 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
     from covbook.claims import Measurement
 
     rec_path, claims_path, nb_path = _outputs(paths, name)
-    rec = read_json(rec_path, dict) if rec_path.is_file() else None
+    rec = read_run(rec_path)
     if claims_path.is_file():
         for i, c in enumerate(read_json(claims_path, list)):
             try:
@@ -158,9 +146,9 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
         nb = read_json(nb_path, dict)
         if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("nbformat"), int):
             raise DamagedFile(nb_path, "not a Jupyter notebook (no cells or nbformat)")
-    if rec is not None and rec.get("status") == "ok":
-        outputs = rec.get("outputs")
-        if not isinstance(outputs, dict):
+    if rec is not None and rec.ok:
+        outputs = rec.outputs
+        if outputs is None:
             raise DamagedFile(rec_path, "a run record of an older covbook, which does not name its outputs")
         for key, path in (("claims", claims_path), ("notebook", nb_path)):
             if path.is_file() and outputs.get(key) != file_digest(path):
@@ -176,17 +164,19 @@ def is_cached(paths: Paths, name: str, digest: str) -> bool:
         rec = verify_outputs(paths, name)
     except (OSError, DamagedFile):
         return False
-    return rec is not None and rec.get("status") == "ok" and rec.get("hash") == digest
+    return rec is not None and rec.ok and rec.key == digest
 
 
 def _repair_command(paths: Paths, name: str) -> str:
     profile = None
-    for rec in (paths.failed / f"{name}.json", paths.runs / f"{name}.json"):
+    for path in (paths.failed / f"{name}.json", paths.runs / f"{name}.json"):
         try:
-            profile = read_json(rec, dict).get("parameters", {}).get("profile")
-            break
-        except (OSError, DamagedFile, AttributeError):
+            rec = read_run(path)
+        except (OSError, DamagedFile):
             continue
+        if rec is not None:
+            profile = rec.profile
+            break
     return f"covbook run {name.split('_', 1)[0]}" + (f" --profile {profile}" if profile else "")
 
 

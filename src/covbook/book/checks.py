@@ -26,14 +26,16 @@ from pathlib import Path
 from covbook.book.citations import citations, split_target
 from covbook.claims import Claim, judge_file, load_measurements
 from covbook.rules import Rule, load_rules
-from covbook.book.config import Paths, UsageError, discover
+from covbook._jsonio import DamagedFile
+from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
+from covbook.book.records import RunRecord, read_run
 
 __all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
            "claim_problems", "id_problems", "citation_problems", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
-POWER_PROFILES = ("quick", "full")
+POWER_PROFILES = tuple(name for name, p in PROFILE_TABLE.items() if p.power)
 
 
 @dataclass
@@ -41,7 +43,7 @@ class Verdict:
     """All claims of the last run, and every reason the run does not verify."""
 
     claims: list[Claim] = field(default_factory=list)
-    runs: dict[str, dict] = field(default_factory=dict)
+    runs: dict[str, RunRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -167,14 +169,17 @@ def check(paths: Paths) -> Verdict:
         except UsageError as err:
             v.problems.append(f"{name}: {err}")
             rules = None
-        rec = paths.runs / f"{name}.json"
-        if not rec.is_file():
+        try:
+            meta = read_run(paths.runs / f"{name}.json")
+        except DamagedFile as err:
+            v.problems.append(f"{name}: {err}")
+            continue
+        if meta is None:
             v.problems.append(f"{name}: has not been run (covbook run {name})")
             continue
-        meta = json.loads(rec.read_text())
         v.runs[name] = meta
-        if meta.get("status") != "ok":
-            v.problems.append(f"{name}: notebook failed: {meta.get('error', 'unknown error')}")
+        if not meta.ok:
+            v.problems.append(f"{name}: notebook failed: {meta.error or 'unknown error'}")
             continue
         cfile = paths.claims / f"{name}.json"
         if not cfile.is_file() or rules is None:

@@ -35,7 +35,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from covbook.book.config import (
-    DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
+    DEFAULT_PROFILE, DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
 )
 
 __all__ = ["main", "parser"]
@@ -99,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated", formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
-    r.add_argument("--profile", choices=PROFILES, default="quick", help="sizes from notebooks/profiles.yml")
+    r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="sizes from notebooks/profiles.yml")
     r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
     r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")

@@ -18,15 +18,76 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from covbook._devices import DEVICES
+
 __all__ = [
-    "PROFILES", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
+    "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
     "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
     "stop_on_sigterm",
 ]
 
-PROFILES = ("smoke", "quick", "full")
+@dataclass(frozen=True)
+class Profile:
+    """One profile of ``notebooks/profiles.yml``'s ``profiles:`` table (smallest first).
+
+    Attributes
+    ----------
+    name : str
+        The profile's name (``--profile NAME``).
+    description : str
+        What it is for.
+    defaults : bool
+        Whether its sizes are the notebooks' own ``parameters`` cells (exactly one profile): the
+        default of ``covbook run`` and of a notebook opened in Jupyter; it sets no parameters.
+    power : bool
+        Whether the book is built at it: an evidence claim without power fails ``covbook check`` there.
+    time_limit : int
+        A notebook's time limit in seconds when ``covbook run --plan`` has no estimate.
+    """
+
+    name: str
+    description: str
+    defaults: bool = False
+    power: bool = False
+    time_limit: int = 3600
+
+
+_PROFILE_KEYS = {"description", "defaults", "power", "time_limit"}
+
+
+def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile]:
+    """``{name: Profile}`` from the ``profiles:`` mapping of a profiles file; :class:`UsageError` if malformed."""
+    if not isinstance(raw, dict) or not raw:
+        raise UsageError(f"{where}: `profiles:` must map profile names to {{description, defaults, power, time_limit}}")
+    table = {}
+    for name, spec in raw.items():
+        if not isinstance(name, str) or not name.isidentifier() or not isinstance(spec, dict) \
+                or not set(spec) <= _PROFILE_KEYS or not isinstance(spec.get("description", ""), str):
+            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {sorted(_PROFILE_KEYS)}")
+        limit = spec.get("time_limit", 3600)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UsageError(f"{where}: profile {name}.time_limit must be a positive number of seconds")
+        table[name] = Profile(name, spec.get("description", ""), bool(spec.get("defaults", False)),
+                              bool(spec.get("power", False)), limit)
+    if sum(p.defaults for p in table.values()) != 1:
+        raise UsageError(f"{where}: exactly one profile must have `defaults: true` (the notebooks' own parameters)")
+    return table
+
+
+def _packaged_profiles() -> dict[str, Profile]:
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
+    with open(path, encoding="utf-8") as fh:
+        return profile_table((yaml.safe_load(fh) or {}).get("profiles"), str(path))
+
+
+#: Every profile, smallest first, from the ``profiles:`` table of notebooks/profiles.yml.
+PROFILE_TABLE = _packaged_profiles()
+PROFILES = tuple(PROFILE_TABLE)
+#: The profile whose sizes are the notebooks' own parameters cells (``covbook run``'s default).
+DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
 COMMON_PARAMETERS = ("profile", "device", "seed")
-DEVICES = ("auto", "cpu", "cuda")
 PROFILES_FILE = Path("notebooks") / "profiles.yml"
 #: keys of a notebook's entry in profiles.yml besides the profile names
 ENTRY_KEYS = ("lengths", "work")
@@ -155,6 +216,8 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
         raise UsageError(f"{path}: cannot read: {err.strerror}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping of notebook names to profiles")
+    if "profiles" in raw:
+        profile_table(raw.pop("profiles"), str(path))  # the table itself is the package's (PROFILE_TABLE)
     for nb, per in raw.items():
         if not isinstance(per, dict):
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")

@@ -20,13 +20,14 @@ import operator
 from pathlib import Path
 
 from covbook.book.cache import resolve_device
-from covbook.book.config import Paths, UsageError, load_profiles
+from covbook.book.config import PROFILE_TABLE, Paths, UsageError, load_profiles
+from covbook.book.records import read_run
 from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
-DEFAULT_LIMITS = {"smoke": 20 * 60, "quick": 2 * 3600, "full": 12 * 3600}
+DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
@@ -80,12 +81,12 @@ def _measurements(paths: Paths, name: str, device: str, expr: str, defaults: dic
         except (UsageError, KeyError, TypeError, ValueError):
             continue
     try:
-        rec = read_json(paths.runs / f"{name}.json", dict)
+        rec = read_run(paths.runs / f"{name}.json")
     except (OSError, DamagedFile):
         rec = None
-    if rec and rec.get("status") == "ok" and str(rec.get("device_used", "")).startswith(device):
-        params = {**defaults, **rec.get("parameters", {})}
-        key = str(params.get("profile")) + ("+rehearse" if rec.get("rehearsal") else "")
+    if rec is not None and rec.ok and rec.device_used.startswith(device):
+        params = {**defaults, **rec.parameters}
+        key = str(params.get("profile")) + ("+rehearse" if rec.rehearsal else "")
         if key not in found:
             try:
                 found[key] = (work_of(expr, params), float(rec["seconds"]), key)

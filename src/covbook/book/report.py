@@ -27,6 +27,7 @@ from covbook.book.theorems import link_theorems, theorem_labels
 from covbook._jsonio import write_json_atomic
 from covbook.claims import KINDS, LEVEL, Z, Claim, anchor, familywise, fmt, verdict_markdown
 from covbook.book.config import Paths
+from covbook.book.provenance import git_commit, versions
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
@@ -43,39 +44,6 @@ def error_rate_text(n_evidence: int) -> str:
         "A tolerance at a different level says so in its basis. The {doc}`calibration page <calibration>` "
         "shows how often each claim fails across seeds."
     )
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python and the packages a run depends on."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("covbook", "torch", "numpy", "scipy", "matplotlib", "seaborn", "papermill", "jupytext", "jupyter-book"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
-def git_commit(root: Path) -> str:
-    """This project's commit (short hash, and whether it has uncommitted changes).
-
-    Only when ``root`` is the top of its git checkout: a book copied inside
-    another repository is not that repository's commit.
-    """
-    try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        if not top or Path(top).resolve() != Path(root).resolve():
-            return "unknown (not a git checkout of its own)"
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return sha + (" (with uncommitted changes)" if dirty else "")
 
 
 def _cell(x: str) -> str:

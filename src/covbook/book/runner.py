@@ -38,7 +38,7 @@ from pathlib import Path
 
 from covbook.book.cache import content_hash, file_digest, is_cached, resolve_device, science_hash
 from covbook.book.config import (
-    DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
+    DEFAULT_PROFILE, DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
     select,
 )
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
@@ -656,8 +656,9 @@ def plan_jobs(
     unknown_nb = sorted(set(profiles) - set(discover(paths)))
     if unknown_nb:
         raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
-    if rehearse and profile == "quick":
-        raise UsageError("--rehearse needs --profile full (or smoke): quick is the notebooks' own defaults")
+    if rehearse and profile == DEFAULT_PROFILE:
+        raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
+                         "defaults, which set no lengths")
     dev = resolved_device or resolve_device(device)
     science = science_hash()
     jobs = []
@@ -724,7 +725,7 @@ def run_notebooks(
     paths: Paths,
     names: list[str] | None = None,
     *,
-    profile: str = "quick",
+    profile: str = DEFAULT_PROFILE,
     device: str = "auto",
     seed: int = 0,
     jobs: int = 1,

@@ -65,7 +65,7 @@ def _version() -> str:
 
 
 def _configure(app, config) -> None:
-    from covbook.book.report import git_commit
+    from covbook.book.provenance import git_commit
 
     config.html_static_path = [*config.html_static_path, str(STATIC)]
     context = dict(config.html_context or {})

@@ -37,7 +37,9 @@ from pathlib import Path
 from covbook.book.cache import last_failure
 from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Z, familywise, fmt, load_claims, write_json_atomic
-from covbook.book.config import Paths, UsageError, select
+from covbook.book.config import PROFILES, Paths, UsageError, select
+from covbook.book.provenance import git_commit
+from covbook.book.records import run_ok
 
 __all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
@@ -54,7 +56,7 @@ DEVELOPMENT_SEEDS = range(0, 1000)
 written lies below 1000 (the earlier sweeps used 0-9; CI and the chapters' defaults use 0; ad hoc checks used
 small seeds).  A calibration at these seeds is in sample; the book's out-of-sample calibration uses seeds
 from 1000 up, never run before the rules were frozen."""
-_PROFILE_ORDER = {"smoke": 0, "quick": 1, "full": 2}
+_PROFILE_ORDER = {name: i for i, name in enumerate(PROFILES)}
 #: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
 STATISTICAL = ("evidence", "compatible")
 NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke` (then commit "
@@ -180,8 +182,7 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
     for seed in seeds:
         runs = Paths(seed_root(paths, profile, seed)).runs
         for name in chosen:
-            rec = runs / f"{name}.json"
-            if not rec.is_file() or json.loads(rec.read_text()).get("status") != "ok":
+            if not run_ok(runs / f"{name}.json"):
                 failed.setdefault(name, []).append(seed)
     if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
         raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
@@ -205,7 +206,6 @@ def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
 
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
-    from covbook.book.report import git_commit  # report imports this module
 
     manifest = {}
     for name in names:
@@ -220,7 +220,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
         for seed in seeds:
             f = Paths(seed_root(paths, profile, seed)).claims / f"{name}.json"
             rec = Paths(seed_root(paths, profile, seed)).runs / f"{name}.json"
-            ok = (rec.is_file() and json.loads(rec.read_text()).get("status") == "ok" and f.is_file()
+            ok = (run_ok(rec) and f.is_file()
                   and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
             if ok:
                 per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}

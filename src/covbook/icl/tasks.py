@@ -16,41 +16,19 @@ import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
 from covbook.icl._common import _check_dtype, _check_noise, _cov_x, _mean_x
-from covbook.processes import DiscreteMixing, ExponentialMixing, IIDProcess, MixingLaw
+from covbook.processes import INPUT_LAWS, IIDProcess, input_law, mixing_law
 from covbook.theory import elliptical_gain as _theory_gain
 
 __all__ = ["X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
            "elliptical_gain", "mixing_law"]
 
 
-X_LAWS = ("gaussian", "two_point", "laplace", "uniform")
+#: The input laws a task can draw x from: every law of :data:`covbook.processes.INPUT_LAWS`.
+X_LAWS = tuple(INPUT_LAWS)
 
 
 def _check_law(x_law: str) -> str:
-    if not isinstance(x_law, str) or x_law not in X_LAWS:
-        raise ValueError(f"x_law must be one of {', '.join(X_LAWS)}, got {x_law!r}")
-    return x_law
-
-
-def mixing_law(x_law: str) -> MixingLaw:
-    """The mixing law W of ``x_law`` as a :class:`covbook.processes.MixingLaw` (E W = 1).
-
-    ``gaussian``: W ≡ 1; ``two_point``: W uniform on {1/2, 3/2}; ``laplace``: W ~ Exp(1).
-
-    Examples
-    --------
-    >>> mixing_law("two_point").variance
-    0.25
-    """
-    law = _check_law(x_law)
-    if law == "uniform":
-        raise ValueError("x_law='uniform' is not elliptical: it has no mixing law W, and the gain g(s) "
-                         "needs a Gaussian scale mixture (gaussian, two_point, laplace)")
-    if law == "gaussian":
-        return DiscreteMixing([1.0], [1.0])
-    if law == "two_point":
-        return DiscreteMixing([0.5, 1.5], [0.5, 0.5])
-    return ExponentialMixing()
+    return input_law(x_law).name
 
 
 def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_law: str,
@@ -58,7 +36,7 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
     """x = μ + √W · L z of the given batch shape, (..., d); Gaussian x draws no W."""
     d = factor.shape[0]
     dev = gen.device
-    if x_law == "uniform":  # x = μ + Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
+    if not input_law(x_law).elliptical:  # uniform: x = μ + Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
         lam, vec = torch.linalg.eigh(factor @ factor.T)
         root = (vec * lam.clamp_min(0).sqrt()) @ vec.T  # symmetric: a diagonal Σ_x keeps coordinates iid
         u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
