@@ -35,11 +35,7 @@ def _chain(seed: int) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, object]]:
-    # one thread, as the chapter runs (COVBOOK_THREADS=1): multi-threaded reductions can differ in the last bit
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield _chain(0)
-    torch.set_num_threads(threads)
+    yield _chain(0)  # on one thread (conftest.one_thread), as the chapter runs
 
 
 def _same(a: dict, b: dict) -> bool:

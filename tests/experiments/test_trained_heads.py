@@ -8,7 +8,6 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pytest
-import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,17 +32,8 @@ def _all(seed: int = 0):
     return models, refs, th.one_layer(models, refs, n_random=N_RANDOM, streams=s), th.two_layers(models, refs)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contention on a shared machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def results(one_thread):
+def results():
     return _all()
 
 

@@ -27,6 +27,7 @@ from scipy import stats
 
 from covbook._validate import check_positive_int, resolve_device
 from covbook.attention import readout_paths
+from covbook.experiments._common import check_length, check_streams, log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import VAR1, BimodalGaussian, NonErgodicGaussian, Process, RandomWalk, SkewedExponential
@@ -61,25 +62,10 @@ _VS_IID = {("positive", 1.0): "var_positive_vs_iid_s1", ("negative", 0.1): "var_
            ("negative", 1.0): "var_negative_vs_iid_s1"}
 
 
-def _checkpoints(t_end: int, n: int) -> np.ndarray:
-    """``n`` log-spaced context lengths from 100 to ``t_end`` (duplicates dropped): shape (≤ n,)."""
-    return np.unique(np.logspace(2, np.log10(t_end), n).astype(int))
 
 
-def _check_length(t: object, name: str) -> int:
-    """A context length of at least 101 (the checkpoints run from t = 100)."""
-    t = check_positive_int(t, name)
-    if t < 101:
-        raise ValueError(f"{name} must be at least 101 (the checkpoints run from t = 100), got {t}")
-    return t
 
 
-def _check_streams(n: object, name: str) -> int:
-    """At least two streams: the standard errors are across streams."""
-    n = check_positive_int(n, name)
-    if n < 2:
-        raise ValueError(f"{name} must be at least 2 (standard errors across streams), got {n}")
-    return n
 
 
 def _read(process: Process, q: torch.Tensor, checkpoints: object, n_streams: int, seed: int,
@@ -185,11 +171,11 @@ def var1(n_streams: int, n_streams_var: int, t_var: int, *, streams: RandomStrea
 
     Raises ``ValueError`` for fewer than 2 streams or ``t_var`` below 101.
     """
-    sizes = {"positive": _check_streams(n_streams, "n_streams"),
-             "negative": _check_streams(n_streams_var, "n_streams_var")}
-    t_var = _check_length(t_var, "t_var")
+    sizes = {"positive": check_streams(n_streams, "n_streams"),
+             "negative": check_streams(n_streams_var, "n_streams_var")}
+    t_var = check_length(t_var, "t_var")
     dev = resolve_device(device)
-    cps = _checkpoints(t_var, 12)
+    cps = log_checkpoints(t_var, 12)
     res = Var1Readout(checkpoints=cps, fit=cps >= t_var / 100)
     for i, (name, A) in enumerate(TRANSITIONS.items()):
         proc = VAR1(A, Q)
@@ -292,11 +278,11 @@ def nonergodic(t_max: int, n_streams: int, *, streams: RandomStreams,
 
     Raises ``ValueError`` for ``t_max`` below 101 or fewer than 2 streams.
     """
-    t_max = _check_length(t_max, "t_max")
-    n_streams = _check_streams(n_streams, "n_streams")
+    t_max = check_length(t_max, "t_max")
+    n_streams = check_streams(n_streams, "n_streams")
     dev = resolve_device(device)
     covs, a = list(COVS), A_NONERGODIC
-    checkpoints = _checkpoints(t_max, 12)
+    checkpoints = log_checkpoints(t_max, 12)
     mix = NonErgodicGaussian(covs)
     out = _read(mix, a, checkpoints, n_streams, streams.seed_for("nonergodic"), dev)  # (R, n_t, 1, 2)
     # each stream's component (the generator readout_paths's sampler drew them from)
@@ -361,10 +347,10 @@ def random_walk(t_walk: int, n_streams: int, *, streams: RandomStreams,
 
     Raises ``ValueError`` for ``t_walk`` below 101 or fewer than 2 streams.
     """
-    t_walk = _check_length(t_walk, "t_walk")
-    n_streams = _check_streams(n_streams, "n_streams")
+    t_walk = check_length(t_walk, "t_walk")
+    n_streams = check_streams(n_streams, "n_streams")
     dev = resolve_device(device)
-    cps = _checkpoints(t_walk, 13)
+    cps = log_checkpoints(t_walk, 13)
     a = torch.tensor([[0.5, 0.0]], dtype=torch.float64)
     out = _read(RandomWalk(_EYE), a, cps, n_streams, streams.seed_for("walk"), dev)[:, :, 0]  # (R, n_t, 2)
     log_norm = np.log(out.norm(dim=-1).numpy())  # (R, n_t)
@@ -439,7 +425,7 @@ def bent(t_max: int, n_streams: int, *, streams: RandomStreams, device: str | to
     Raises ``ValueError`` for a ``t_max`` that is not a positive int or fewer than 2 streams.
     """
     t_max = check_positive_int(t_max, "t_max")
-    n_streams = _check_streams(n_streams, "n_streams")
+    n_streams = check_streams(n_streams, "n_streams")
     dev = resolve_device(device)
     res = BentReadout()
     for i, (name, (proc, a)) in enumerate(_bent_cases().items()):

@@ -25,6 +25,7 @@ import torch
 
 from covbook._validate import check_positive_int
 from covbook.attention import readout_paths
+from covbook.experiments._common import check_streams
 from covbook.experiments.result import RandomStreams, Result
 from covbook.processes import (
     DiscreteMixing,
@@ -69,11 +70,6 @@ SKEW_R = (0.05, 0.1, 0.15)
 _GAIN_CLIP = 6.0  # gains above this are not drawn (the curves diverge at s = 2)
 
 
-def _check_streams(n_streams: object) -> int:
-    n = check_positive_int(n_streams, "n_streams")
-    if n < 2:
-        raise ValueError(f"n_streams must be at least 2 (standard errors across streams), got {n}")
-    return n
 
 
 def gain_curve(s: object, law: MixingLaw) -> np.ndarray:
@@ -203,7 +199,7 @@ def gains(n_streams: int, t_max: int, *, streams: RandomStreams, device: str | t
     (SEs across streams, Student-t with n_streams − 1 dof).  Glues ``n_streams``, ``t_max_text``,
     ``angle_a_sigma_a`` and, per law, how many SEs its gain lies above 1.
     """
-    n_streams = _check_streams(n_streams)
+    n_streams = check_streams(n_streams)
     t_max = check_positive_int(t_max, "t_max")
     cov = torch.tensor([[1.0, 0.6], [0.6, 0.8]], dtype=torch.float64)
     eye = torch.eye(2, dtype=torch.float64)
@@ -300,7 +296,7 @@ def skew(n_streams: int, t_max: int, *, streams: RandomStreams, device: str | to
     ``t1_expansion_skew_neg``): the mean of out_i − a_i against a_i², with the third-order remainder
     bound :math:`|a_i|^3/(1 - |a_i|)` as the allowance.  Glues ``skew_r`` and ``skew_bound``.
     """
-    n_streams = _check_streams(n_streams)
+    n_streams = check_streams(n_streams)
     t_max = check_positive_int(t_max, "t_max")
     proc = SkewedExponential(2)
     eye = torch.eye(2, dtype=torch.float64)

@@ -23,8 +23,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from covbook._validate import check_positive_int, resolve_device
+from covbook._validate import resolve_device
 from covbook.attention import readout_paths
+from covbook.experiments._common import check_length, check_streams, log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import GaussianIID, MultivariateLaplace, StudentT
@@ -82,25 +83,10 @@ def length_text(n: int) -> str:
     return f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
 
 
-def _checkpoints(t_end: int, n: int) -> np.ndarray:
-    """``n`` log-spaced context lengths from 100 to ``t_end`` (duplicates dropped): shape (≤ n,)."""
-    return np.unique(np.logspace(2, np.log10(t_end), n).astype(int))
 
 
-def _check_length(t: object, name: str, least: int = 101) -> int:
-    """A positive int context length of at least ``least`` (the checkpoints start at 100)."""
-    t = check_positive_int(t, name)
-    if t < least:
-        raise ValueError(f"{name} must be at least {least} (the checkpoints run from t = 100), got {t}")
-    return t
 
 
-def _check_streams(n: object, name: str) -> int:
-    """At least two streams: the standard errors are across streams."""
-    n = check_positive_int(n, name)
-    if n < 2:
-        raise ValueError(f"{name} must be at least 2 (standard errors across streams), got {n}")
-    return n
 
 
 def _squared_error(process: object, q: torch.Tensor, checkpoints: np.ndarray, n_streams: int, seed: int,
@@ -158,14 +144,14 @@ def large_logits(t_long: int, n_long: int, *, streams: RandomStreams,
 
     Raises ``ValueError`` for ``t_long`` below 1010 or ``n_long`` below 2.
     """
-    t_long = _check_length(t_long, "t_long", least=1010)
-    n_long = _check_streams(n_long, "n_long")
+    t_long = check_length(t_long, "t_long", least=1010)
+    n_long = check_streams(n_long, "n_long")
     dev = resolve_device(device)
     gauss = GaussianIID(_EYE)
     res = LargeLogits()
     sizes = {S_LARGE[0]: (STREAMS_S3, t_long // 10), S_LARGE[1]: (n_long, t_long)}  # s: (streams, length)
     for i, (s, (n_r, t_end)) in enumerate(sizes.items()):
-        cps = _checkpoints(t_end, 15)
+        cps = log_checkpoints(t_end, 15)
         q = axis_queries(s)  # (4, 2)
         sq = _squared_error(gauss, q, cps, n_r, streams.seed_for("gauss-large-s", replicate=i), dev)  # (R, n_t, 4)
         c = readout_mse_constant(_EYE, _EYE, _EYE, _EYE, q).numpy()  # (4,)
@@ -239,11 +225,11 @@ def laplace_rates(t_max: int, n_streams: int, *, streams: RandomStreams,
 
     Raises ``ValueError`` for ``t_max`` below 101 or ``n_streams`` below 2.
     """
-    t_max = _check_length(t_max, "t_max")
-    n_streams = _check_streams(n_streams, "n_streams")
+    t_max = check_length(t_max, "t_max")
+    n_streams = check_streams(n_streams, "n_streams")
     dev = resolve_device(device)
     laplace = MultivariateLaplace(_EYE)
-    cps = _checkpoints(t_max, 10)
+    cps = log_checkpoints(t_max, 10)
     res = LaplaceRates(checkpoints=cps)
     for i, s in enumerate(S_LAPLACE):
         sq = _squared_error(laplace, axis_queries(s), cps, n_streams, streams.seed_for("laplace", replicate=i), dev)
@@ -363,11 +349,11 @@ def student_t(t_max: int, n_streams_t: int, *, streams: RandomStreams,
 
     Raises ``ValueError`` for ``t_max`` below 101 or ``n_streams_t`` below 2.
     """
-    t_max = _check_length(t_max, "t_max")
-    n_streams_t = _check_streams(n_streams_t, "n_streams_t")
+    t_max = check_length(t_max, "t_max")
+    n_streams_t = check_streams(n_streams_t, "n_streams_t")
     dev = resolve_device(device)
     a = torch.tensor([[1.0, 0.0]], dtype=torch.float64)  # (1, 2)
-    res = StudentTReadout(checkpoints=_checkpoints(t_max, 10))
+    res = StudentTReadout(checkpoints=log_checkpoints(t_max, 10))
     cps, tops = res.checkpoints, res.top_lengths
     for nu in NUS:
         proc = StudentT(_EYE, nu)

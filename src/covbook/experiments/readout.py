@@ -28,6 +28,7 @@ from scipy import stats
 
 from covbook._validate import check_positive_int
 from covbook.attention import readout_paths
+from covbook.experiments._common import check_streams
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import GaussianIID
@@ -136,11 +137,6 @@ def rate_grid(t_max: int) -> tuple[np.ndarray, np.ndarray]:
     return t_rate, t_rate >= t_max / 100
 
 
-def _check_streams(n_streams: object) -> int:
-    n = check_positive_int(n_streams, "n_streams")
-    if n < 2:
-        raise ValueError(f"n_streams must be at least 2 (standard errors across streams), got {n}")
-    return n
 
 
 @dataclass
@@ -265,7 +261,7 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     """
     if head.queries is None:
         raise ValueError("head must carry its fixed query (queries of shape (1, d))")
-    n_streams = _check_streams(n_streams)
+    n_streams = check_streams(n_streams)
     t_rate, fit_from = rate_grid(t_max)
     cov, tk, tv, q = head.cov, head.theta_k, head.theta_v, head.queries
     sq, C, s_of = {}, {}, {}
@@ -324,7 +320,7 @@ def causal(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     ``self_term_bias_slope``, the log-log slope of the mean squared shift, −1 (an O(1/t) bias; bootstrap
     SEs on the streams ``bootstrap-causal`` and ``bootstrap-self-term``).
     """
-    n_streams = _check_streams(n_streams)
+    n_streams = check_streams(n_streams)
     t_rate, fit_from = rate_grid(t_max)
     cov, mean, tk, tv = head.cov, head.mean, head.theta_k, head.theta_v
     process = GaussianIID(cov, mean)
