@@ -1,0 +1,539 @@
+r"""Chapter 10, a trained character-level language model on real text (the theorem of chapter 09, ``thm-09-markov``).
+
+Two small :class:`~covbook.transformer.CausalTransformer` s, one without positional encoding (NoPE)
+and one with rotary positions, are trained on the Python Language Reference
+(:func:`covbook.transformer.python_reference_text`), and the predictions of the Markov reduction
+(Xu & Fang 2026, Section 6) are measured on them:
+
+* :func:`corpus`: the text, its tokenizer and split, the unigram and bigram baselines;
+* :func:`train_models`: the two models (checkpointed), their losses, NoPE minus rotary;
+* :func:`contexts`: disjoint validation windows and prompts, from the stream ``prompts``;
+* :func:`order_dependence`: the shuffle test :math:`\mathrm{TV}(p(\cdot\mid x_{1:t}), p(\cdot\mid
+  \sigma(x_{1:t-1}), x_t))` and the Markov gap :math:`\mathrm{TV}(p, K_{\hat\pi_t}(x_t,\cdot))`, both
+  predicted :math:`O_P(t^{-1/2})` for NoPE on a stationary context;
+* :func:`greedy_cycles`: greedy runs end in cycles, which are orbits of the mean-field greedy map;
+* :func:`temperature_sweep`: repetition, diversity and attractors against the temperature;
+* :func:`rep_excess`: rep/ℓ of the models' predictions against the text's own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import binom
+
+from covbook._validate import check_positive_float, check_positive_int
+from covbook.experiments.result import RandomStreams, Result
+from covbook.markov import (
+    CycleRecord,
+    attractor_contrast,
+    cycle_records,
+    markov_gap,
+    next_token_probs,
+    rep_l,
+    repetition_metrics,
+    shuffle_test,
+)
+from covbook.rules import LEVEL, quantile
+from covbook.stats import mean_with_se, slope_with_se
+from covbook.transformer import (
+    CausalTransformer,
+    CharTokenizer,
+    TrainResult,
+    checkpoint_fingerprint,
+    generate,
+    python_reference_text,
+    spaced_windows,
+    train_language_model,
+    window_losses,
+)
+
+__all__ = ["CHAPTER", "Corpus", "corpus", "Training", "train_models", "Contexts", "contexts", "OrderDependence",
+           "order_dependence", "GreedyCycles", "greedy_cycles", "TemperatureSweep", "temperature_sweep",
+           "RepExcess", "rep_excess", "POSITIONS"]
+
+CHAPTER = "10"
+
+#: The two models: name → positional encoding of :class:`~covbook.transformer.CausalTransformer`.
+POSITIONS = {"nope": None, "rotary": "rotary"}
+#: Contiguous blocks of held-out windows for the SE of the loss difference (neighbours share a topic).
+LOSS_BLOCKS = 8
+#: Floor of the total variations before log-log fits (a context of one repeated character is unchanged
+#: by shuffling: an exact 0).
+TV_FLOOR = 1e-12
+
+
+def _check_sizes(**sizes: object) -> None:
+    for name, n in sizes.items():
+        check_positive_int(n, name)
+
+
+# --------------------------------------------------------------------------------------------
+# The text and two baselines
+
+
+@dataclass
+class Corpus(Result):
+    """The text, its character tokenizer, the train/validation split (last 10 %) and two baselines.
+
+    ``unigram`` and ``bigram`` are validation cross-entropies (nats per character) of the add-one
+    character frequencies and the add-one bigram chain fitted on the training text.
+    """
+
+    text: str = field(repr=False)
+    tokenizer: CharTokenizer = field(repr=False)
+    tokens: torch.Tensor = field(repr=False)  # (n,)
+    train_tokens: torch.Tensor = field(repr=False)  # (n - n_val,)
+    val_tokens: torch.Tensor = field(repr=False)  # (n_val,)
+    unigram: float
+    bigram: float
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def describe(self) -> str:
+        """The baselines in one line."""
+        return f"validation cross-entropy: unigram {self.unigram:.3f}, bigram {self.bigram:.3f} nats/char"
+
+
+def corpus(max_chars: int | None = None) -> Corpus:
+    r"""The Language Reference topics, tokenized by character, with the unigram and bigram baselines.
+
+    With counts :math:`c` from the training text (plus one), the baselines are
+    :math:`-\overline{\log (c_x/\sum c)}` and :math:`-\overline{\log (c_{xy}/\sum_{y'} c_{xy'})}` over
+    the validation characters.  ``max_chars`` truncates the text (for tests).
+    """
+    text = python_reference_text(max_chars)
+    tok = CharTokenizer(text)
+    tokens = tok.encode(text)  # (n,)
+    V = tok.vocab_size
+    n_val = int(0.1 * len(tokens))
+    if n_val < 2:
+        raise ValueError(f"max_chars must leave at least 2 validation characters, got {len(tokens)} characters")
+    train_tokens, val_tokens = tokens[:-n_val], tokens[-n_val:]
+    counts1 = np.bincount(train_tokens.numpy(), minlength=V) + 1.0  # (V,)
+    unigram = float(-(np.log(counts1 / counts1.sum())[val_tokens.numpy()]).mean())
+    counts2 = np.ones((V, V))
+    np.add.at(counts2, (train_tokens[:-1].numpy(), train_tokens[1:].numpy()), 1.0)
+    bigram_p = counts2 / counts2.sum(1, keepdims=True)  # (V, V)
+    bigram = float(-np.log(bigram_p[val_tokens[:-1].numpy(), val_tokens[1:].numpy()]).mean())
+    out = Corpus(text, tok, tokens, train_tokens, val_tokens, unigram, bigram)
+    out.glue("n_chars", f"{len(text):,}")
+    out.glue("vocab_size", V)
+    out.glue("n_val", f"{n_val:,}")
+    out.glue("unigram_loss", unigram)
+    out.glue("bigram_loss", bigram)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class Training(Result):
+    """The trained models (in eval mode), their training losses and their held-out window losses."""
+
+    models: dict[str, CausalTransformer] = field(repr=False)
+    results: dict[str, TrainResult] = field(repr=False)
+    window_losses: dict[str, np.ndarray] = field(repr=False)  # (n_windows,) each
+    unigram: float
+    bigram: float
+
+    def plot(self, ax: object) -> None:
+        """Cross-entropy against the step: validation (dark), training batches (light), the baselines."""
+        for i, (name, res) in enumerate(self.results.items()):
+            ax.plot(res.steps, res.train_loss, color=f"C{i}", alpha=0.4, lw=0.8)
+            ax.plot(res.val_steps, res.val_loss, "o-", color=f"C{i}", ms=4, label=f"{name}: validation")
+        ax.axhline(self.unigram, color="k", ls=":", lw=1, label="unigram")
+        ax.axhline(self.bigram, color="k", ls="--", lw=1, label="bigram")
+        ax.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="Training (light: training batches)")
+        ax.legend()
+
+
+def train_models(text: Corpus, *, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch_size: int,
+                 steps: int, lr: float, streams: RandomStreams, device: str | torch.device = "cpu",
+                 checkpoints: str | os.PathLike | None = None, progress: bool = False) -> Training:
+    r"""Train the NoPE and the rotary model on ``text`` (:func:`covbook.transformer.train_language_model`).
+
+    Both start from one initialisation (stream ``init``: they differ only in ``pos``) and see the
+    same windows (stream ``train``).  With ``checkpoints`` (the chapter's
+    ``covbook.session.checkpoint_dir()``) each model is checkpointed in
+    ``checkpoints/10_{name}_{key}.pt``, ``key`` = :func:`covbook.transformer.checkpoint_fingerprint`
+    (new settings or text, new file): an interrupted run resumes, a finished one loads.
+    Measures ``val_below_unigram_{nope,rotary}`` and ``loss_nope_minus_rotary``, the mean over
+    8 contiguous blocks of held-out windows of :math:`\ell^{\rm NoPE}_w - \ell^{\rm rotary}_w`
+    (predicted 0 against a positive alternative).
+    """
+    _check_sizes(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
+                 steps=steps)
+    check_positive_float(lr, "lr")
+    ckpt = Path(checkpoints) if checkpoints is not None else None
+    models, results = {}, {}
+    for name, pos in POSITIONS.items():
+        model = CausalTransformer(
+            vocab_size=text.vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp=True,
+            layer_norm=True, pos=pos, dtype=torch.float32,
+            seed=streams.seed_for("init"),  # one draw: the models differ only in `pos`
+        ).to(device)
+        kw = dict(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=streams.seed_for("train"))
+        key = checkpoint_fingerprint(model, text.tokens, **kw)  # the library's key: new settings, new file
+        res = train_language_model(model, text.tokens, **kw, progress=progress,
+                                   checkpoint=None if ckpt is None else ckpt / f"10_{name}_{key}.pt")
+        models[name], results[name] = model.eval(), res
+    wl = {name: window_losses(m, text.val_tokens, seq_len).numpy() for name, m in models.items()}  # (n_w,) each
+    out = Training(models, results, wl, text.unigram, text.bigram)
+    for name, value in dict(steps=steps, seq_len=seq_len, d_model=d_model, n_layers=n_layers,
+                            n_heads=n_heads).items():
+        out.glue(name, value)
+    for name, res in results.items():
+        out.glue(f"val_loss_{name}", float(res.final_val_loss))
+        out.glue(f"train_seconds_{name}", float(res.seconds))
+    for name, res in results.items():
+        out.measure(f"val_below_unigram_{name}", res.final_val_loss, lower=0.0, upper=text.unigram, name=name)
+    out.glue("nope_below_bigram", text.bigram - float(results["nope"].final_val_loss))
+    # neighbouring windows share a topic of the text: the SE is over contiguous blocks
+    blocks = [b.mean() for b in np.array_split(wl["nope"] - wl["rotary"], LOSS_BLOCKS)]
+    loss_diff, loss_se = mean_with_se(blocks)
+    out.glue("n_loss_windows", len(wl["nope"]))
+    out.glue("loss_diff_z", loss_diff / loss_se)
+    out.measure("loss_nope_minus_rotary", loss_diff, prediction=0.0, se=loss_se, dof=LOSS_BLOCKS - 1,
+                n_blocks=LOSS_BLOCKS, len_wl_nope=len(wl["nope"]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Held-out windows and prompts
+
+
+@dataclass
+class Contexts(Result):
+    """Disjoint windows of the validation text: evaluation windows, sampling and greedy prompts."""
+
+    val_windows: torch.Tensor = field(repr=False)  # (n_win, t_eval), on the device
+    prompts: torch.Tensor = field(repr=False)  # (n_prompts, prompt_len), on the device
+    greedy_prompts: torch.Tensor = field(repr=False)  # (n_greedy, prompt_len), on the device
+    prompt_len: int
+    gen_len: int
+
+    @property
+    def t_eval(self) -> int:
+        return self.prompt_len + self.gen_len
+
+    @property
+    def n_win(self) -> int:
+        return self.val_windows.shape[0]
+
+
+def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt_len: int, gen_len: int,
+             streams: RandomStreams, device: str | torch.device = "cpu") -> Contexts:
+    """Windows of the held-out text (:func:`covbook.transformer.spaced_windows`), from the stream ``prompts``.
+
+    In order: min(``n_text``, ⌊(n_val − 1)/t_eval⌋) windows of t_eval = ``prompt_len + gen_len``
+    characters (statistics over them are over separate stretches of text), ``n_prompts`` prompts
+    for sampling and ``n_greedy`` prompts for greedy decoding, ``prompt_len`` characters each.
+
+    Raises ``ValueError`` unless the sizes are positive and the held-out text holds one window.
+    """
+    _check_sizes(n_text=n_text, n_prompts=n_prompts, n_greedy=n_greedy, prompt_len=prompt_len, gen_len=gen_len)
+    val = text.val_tokens
+    t_eval = prompt_len + gen_len
+    n_win = min(n_text, (len(val) - 1) // t_eval)
+    if n_win < 1:
+        raise ValueError(f"prompt_len + gen_len must fit in the held-out text ({len(val)} characters), "
+                         f"got {t_eval}")
+    gen = streams.torch_generator("prompts")
+
+    def slices(n: int, length: int) -> torch.Tensor:
+        starts = spaced_windows(len(val) - 1, n, length, generator=gen)  # (n,)
+        return val[starts[:, None] + torch.arange(length)[None]].to(device)  # (n, length)
+
+    out = Contexts(slices(n_win, t_eval), slices(n_prompts, prompt_len), slices(n_greedy, prompt_len),
+                   prompt_len, gen_len)
+    for name, value in dict(gen_len=gen_len, n_prompts=n_prompts, n_greedy=n_greedy, t_eval=t_eval,
+                            n_win=n_win).items():
+        out.glue(name, value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Does the next-token law forget the order of the context?
+
+
+@dataclass
+class OrderDependence(Result):
+    """Shuffle test and Markov gap against the context length, on text and on the models' samples.
+
+    ``shuffle[name, src]`` and ``gap_nope[src]`` (src ``text`` or ``samples``) have shape
+    (windows or prompts, n_pos), floored at 1e-12; ``slopes[kind, name, src]`` = (slope, SE).
+    """
+
+    positions: np.ndarray  # (n_pos,)
+    seq_len: int
+    samples: dict[str, torch.Tensor] = field(repr=False)  # (P, t_eval) each
+    shuffle: dict[tuple[str, str], np.ndarray] = field(repr=False)
+    gap_nope: dict[str, np.ndarray] = field(repr=False)
+    slopes: dict[tuple[str, str, str], tuple[float, float]] = field(repr=False)
+
+    def plot(self, axes: object) -> None:
+        """Left: the shuffle test; right: the NoPE Markov gap with t^{-1/2}; dashed: the training length."""
+        axes = np.ravel(axes)
+        t = self.positions
+        for i, (key, tv) in enumerate(self.shuffle.items()):
+            axes[0].loglog(t, tv.mean(0), "o-", ms=4, color=f"C{i}", label=f"{key[0]}, {key[1]}")
+        for i, (src, g) in enumerate(self.gap_nope.items()):
+            axes[1].loglog(t, g.mean(0), "o-", ms=4, color=f"C{i}", label=f"nope, {src}")
+        axes[1].loglog(t, self.gap_nope["text"].mean(0)[0] * np.sqrt(t[0] / t), "k:", lw=1, label=r"$t^{-1/2}$")
+        for ax in axes[:2]:
+            ax.axvline(self.seq_len, color="gray", lw=0.8, ls="--")
+        axes[0].set(xlabel="context length $t$", ylabel="TV(original, shuffled past)", title="Shuffle test")
+        axes[1].set(xlabel="context length $t$", ylabel=r"TV$(p, K_{\hat\pi_t}(x_t,\cdot))$",
+                    title="Markov gap (NoPE)")
+        axes[0].legend()
+        axes[1].legend()
+        axes[0].figure.tight_layout()
+
+
+def order_dependence(models: dict[str, CausalTransformer], ctx: Contexts, *, seq_len: int,
+                     streams: RandomStreams, device: str | torch.device = "cpu") -> OrderDependence:
+    r"""The shuffle test and the NoPE Markov gap at 8 geometric context lengths up to t_eval.
+
+    On the validation windows and on samples at τ = 1 (stream ``samples``) from the prompts;
+    each shuffle test permutes twice (stream ``shuffle``).  Slopes are log-log with bootstrap SEs
+    over windows.  Measures ``order_contrast`` (rotary minus NoPE shuffle TV at t_eval, paired over
+    windows), ``shuffle_rate_text`` and ``gap_rate_text`` (NoPE, predicted −1/2) and
+    ``shuffle_rotary_no_decay`` (predicted 0).
+    """
+    check_positive_int(seq_len, "seq_len")
+    if set(models) != set(POSITIONS):
+        raise ValueError(f"models must be the trained models {sorted(POSITIONS)}, got {sorted(models)}")
+    x_text, n_win = ctx.val_windows, ctx.n_win
+    positions = np.unique(np.geomspace(8, ctx.t_eval, 8).astype(int))  # (n_pos,)
+    samples = {name: generate(m, ctx.prompts, ctx.gen_len, temperature=1.0,
+                              generator=streams.torch_generator("samples", device=device))
+               for name, m in models.items()}  # (P, t_eval) each
+    shuffle = {}
+    for name, m in models.items():
+        for src, x in (("text", x_text), ("samples", samples[name])):
+            g = streams.torch_generator("shuffle")
+            # (n_win, n_pos) on text, (P, n_pos) on samples
+            shuffle[name, src] = shuffle_test(m, x, positions, n_perm=2, generator=g).numpy()
+    gap_nope = {src: markov_gap(models["nope"], x, positions).numpy()
+                for src, x in (("text", x_text), ("samples", samples["nope"]))}  # (n_win | P, n_pos)
+    shuffle = {k: np.maximum(v, TV_FLOOR) for k, v in shuffle.items()}
+    gap_nope = {k: np.maximum(v, TV_FLOOR) for k, v in gap_nope.items()}
+    slopes: dict[tuple[str, str, str], tuple[float, float]] = {}
+    out = OrderDependence(positions, seq_len, samples, shuffle, gap_nope, slopes)
+    for (name, src), tv in shuffle.items():
+        slopes["shuffle", name, src] = slope_with_se(
+            positions, tv, seed=streams.seed_for(f"bootstrap-shuffle-{name}-{src}"))
+        out.glue(f"shuffle_last_{name}_{src}", float(tv[:, -1].mean()))
+    for src, g in gap_nope.items():
+        slopes["gap", "nope", src] = slope_with_se(positions, g, seed=streams.seed_for(f"bootstrap-gap-{src}"))
+        out.glue(f"gap_last_{src}", float(g[:, -1].mean()))
+    last_nope, last_rotary = shuffle["nope", "text"][:, -1], shuffle["rotary", "text"][:, -1]  # (n_win,)
+    order_diff, order_se = mean_with_se(last_rotary - last_nope)
+    out.glue("order_ratio", float(last_nope.mean() / last_rotary.mean()))
+    out.glue("order_z", order_diff / order_se if order_se > 0 else float("nan"))
+    out.glue("t_quantile_text", quantile(n_win - 1))
+    out.measure("order_contrast", order_diff, prediction=0.0, se=order_se, dof=n_win - 1, n_win=n_win)
+    for kind in ("shuffle", "gap"):
+        slope, se = slopes[kind, "nope", "text"]
+        out.measure(f"{kind}_rate_text", slope, prediction=-0.5, se=se, dof=n_win - 1, n_win=n_win)
+        out.glue(f"{kind}_rate_text_se", float(se))
+    slope, se = slopes["shuffle", "rotary", "text"]
+    out.measure("shuffle_rotary_no_decay", slope, prediction=0.0, se=se, dof=n_win - 1, n_win=n_win)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy decoding: cycles
+
+
+@dataclass
+class GreedyCycles(Result):
+    """The cycles that greedy runs end in (:class:`covbook.markov.CycleRecord` per run), per model."""
+
+    records: dict[str, list[CycleRecord]] = field(repr=False)
+    runs: dict[str, torch.Tensor] = field(repr=False)  # (G, t_eval) each, on the CPU
+    prompt_len: int
+    tokenizer: CharTokenizer = field(repr=False)
+
+    def report(self, n_examples: int = 3, n_chars: int = 160) -> str:
+        """Per model, how many runs end in a cycle, and the first characters of a few continuations."""
+        lines = []
+        for name, recs in self.records.items():
+            found = sum(r.final is not None for r in recs)
+            lines.append(f"{name}: {found} of {len(recs)} greedy runs end in a cycle")
+            for row in self.runs[name][:n_examples, self.prompt_len:]:
+                lines.append("    " + repr(self.tokenizer.decode(row[:n_chars])))
+        return "\n".join(lines)
+
+
+def greedy_cycles(models: dict[str, CausalTransformer], ctx: Contexts, tokenizer: CharTokenizer) -> GreedyCycles:
+    r"""Greedy continuations of the greedy prompts and the cycles they end in.
+
+    A run ends in a cycle when :func:`covbook.markov.find_cycle` finds three periods covering the
+    last quarter; for NoPE each cycle is tested for self-consistency (an orbit of the mean-field
+    greedy map at its own frequencies).  Measures ``greedy_cycles_nope`` (share of runs in a cycle)
+    and ``cycles_self_consistent_nope``, the share of self-consistent cycles of period ≥ 2, against
+    the lowest share that an exact one-sided binomial test of "at least 1/2" at the book's level
+    admits.
+    """
+    if set(models) != set(POSITIONS):
+        raise ValueError(f"models must be the trained models {sorted(POSITIONS)}, got {sorted(models)}")
+    records, runs = {}, {}
+    out = GreedyCycles(records, runs, ctx.prompt_len, tokenizer)
+    for name, m in models.items():
+        runs[name] = generate(m, ctx.greedy_prompts, ctx.gen_len, temperature=0).cpu()  # (G, t_eval)
+        recs = records[name] = cycle_records(m, runs[name], ctx.prompt_len, self_consistency=name == "nope")
+        found = [r for r in recs if r.final is not None]
+        out.glue(f"cycle_frac_{name}", len(found) / len(recs))
+        out.glue(f"cycle_periods_{name}", ", ".join(map(str, sorted(r.period for r in found))) or "none")
+        out.glue(f"cycle_entries_{name}", ", ".join(map(str, sorted(r.entry for r in found))) or "none")
+    out.measure("greedy_cycles_nope", float(np.mean([r.final is not None for r in records["nope"]])))
+    ended = [r for r in records["nope"] if r.final is not None]
+    # a period-1 cycle (one token repeated) is self-consistent almost by construction: count the others
+    n_period1 = sum(r.period == 1 for r in ended)
+    consistent = [bool(r.self_consistent) for r in ended if r.period > 1]
+    n_cycles = len(consistent)
+    out.glue("n_period1_nope", n_period1)
+    share = float(np.mean(consistent)) if consistent else float("nan")
+    # exact one-sided binomial test of "a share of at least 1/2", at the book's level
+    lowest = binom.ppf(LEVEL / 2, n_cycles, 0.5) / n_cycles if consistent else 0.0
+    out.glue("cycle_consistent_nope", f"{sum(consistent)} of {n_cycles}")
+    out.glue("cycle_lowest_share", lowest)
+    out.measure("cycles_self_consistent_nope", share, lower=lowest,
+                reason=None if consistent else "no greedy run of the NoPE model ended in a cycle of period ≥ 2",
+                n_cycles=n_cycles, n_period1=n_period1, lowest=lowest)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Temperature: repetition and diversity
+
+_TITLES = {"seq_rep_4": "seq-rep-4", "distinct_2": "distinct-2", "entropy": r"entropy of $\hat\pi$ (nats)",
+           "between": r"TV of $\hat\pi$: between prompts, within runs"}
+
+
+def _metrics(x: torch.Tensor, vocab_size: int) -> dict[str, float]:
+    """seq-rep-4, distinct-2, entropy of π̂ and within / between TV of runs ``x`` (R, T)."""
+    m4, m2 = repetition_metrics(x.cpu(), vocab_size, n=4), repetition_metrics(x.cpu(), vocab_size, n=2)
+    return dict(seq_rep_4=m4["seq_rep"], distinct_2=m2["distinct"], entropy=m4["entropy"], within=m4["within"],
+                between=m4["between"])
+
+
+@dataclass
+class TemperatureSweep(Result):
+    """Repetition metrics of samples per model and temperature (``sweep[name][i]`` at ``taus[i]``), and of text."""
+
+    taus: list[float]
+    sweep: dict[str, list[dict[str, float]]] = field(repr=False)
+    reference: dict[str, float]
+
+    def plot(self, axes: object) -> None:
+        """seq-rep-4, distinct-2, entropy of π̂ and between / within TV against τ; dotted: the text."""
+        axes = np.ravel(axes)
+        for j, key in enumerate(["seq_rep_4", "distinct_2", "entropy", "between"]):
+            for i, (name, rows) in enumerate(self.sweep.items()):
+                axes[j].plot(self.taus, [r[key] for r in rows], "o-", color=f"C{i}", ms=4, label=name)
+                if key == "between":
+                    axes[j].plot(self.taus, [r["within"] for r in rows], "s--", color=f"C{i}", ms=3,
+                                 label=f"{name}: within")
+            axes[j].axhline(self.reference[key], color="k", ls=":", lw=1, label="text")
+            axes[j].set(xlabel=r"temperature $\tau$", title=_TITLES[key])
+        axes[0].legend()
+        axes[3].legend(fontsize="x-small")
+        axes[0].figure.tight_layout()
+
+
+def temperature_sweep(models: dict[str, CausalTransformer], ctx: Contexts, *, vocab_size: int, taus: list[float],
+                      streams: RandomStreams, device: str | torch.device = "cpu") -> TemperatureSweep:
+    r"""Continue the prompts at each temperature (stream ``temperature``, replicate i) and measure repetition.
+
+    Measures ``mode_collapse_{name}`` (seq-rep-4 at the lowest τ minus at τ = 1) and
+    ``attractors_low_tau_{name}``: the between-prompt minus within-run TV of the character
+    frequencies at the lowest τ (:func:`covbook.markov.attractor_contrast`, jackknife SE; predicted 0
+    for a single attractor).
+
+    Raises ``ValueError`` unless ``taus`` holds positive temperatures, its lowest first, and 1.0.
+    """
+    check_positive_int(vocab_size, "vocab_size")
+    taus = list(taus)
+    for t in taus:
+        check_positive_float(t, "taus")
+    if 1.0 not in taus or taus[0] != min(taus):
+        raise ValueError(f"taus must start with its lowest temperature and contain 1.0, got {taus}")
+    reference = _metrics(ctx.val_windows[:, ctx.prompt_len:], vocab_size)
+    sweep: dict[str, list[dict[str, float]]] = {name: [] for name in models}
+    low_runs = {}
+    for name, m in models.items():
+        for i, tau in enumerate(taus):
+            g = streams.torch_generator("temperature", i, device=device)
+            x = generate(m, ctx.prompts, ctx.gen_len, temperature=tau, generator=g)[:, ctx.prompt_len:]  # (P, n)
+            sweep[name].append(_metrics(x, vocab_size))
+            if i == 0:
+                low_runs[name] = x.cpu()  # the lowest temperature
+    out = TemperatureSweep(taus, sweep, reference)
+    for k, v in reference.items():
+        out.glue(f"text_{k}", float(v))
+    out.glue("tau_low", float(taus[0]))
+    n_prompts = ctx.prompts.shape[0]
+    for name in models:
+        low, one = sweep[name][0], sweep[name][taus.index(1.0)]
+        for key, row in (("low", low), ("one", one)):
+            out.glue(f"seqrep_{key}_{name}", float(row["seq_rep_4"]))
+            out.glue(f"distinct_{key}_{name}", float(row["distinct_2"]))
+        out.glue(f"between_low_{name}", float(low["between"]))
+        out.glue(f"within_low_{name}", float(low["within"]))
+        out.measure(f"mode_collapse_{name}", low["seq_rep_4"] - one["seq_rep_4"], name=name)
+        d, se = attractor_contrast(low_runs[name], vocab_size)
+        d = d if d > 0 or se > 0 else float("nan")  # identical continuations: no evidence of several attractors
+        out.glue(f"attractors_z_{name}", d / se if se > 0 else float("nan"))
+        out.measure(f"attractors_low_tau_{name}", d, prediction=0.0, se=se, dof=n_prompts - 1,
+                    reason=None if d == d else "every continuation at the lowest temperature is the same",
+                    name=name, n_prompts=n_prompts)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# rep/ℓ
+
+
+@dataclass
+class RepExcess(Result):
+    """rep/ℓ per validation window: of the text's next characters and of each model's argmax predictions."""
+
+    ell: int
+    text_rows: np.ndarray  # (n_win,)
+    rep_rows: dict[str, np.ndarray] = field(repr=False)  # (n_win,) each
+
+
+def rep_excess(models: dict[str, CausalTransformer], ctx: Contexts, *, ell: int = 16) -> RepExcess:
+    r"""rep/ℓ of the models' predictions minus the text's own, paired over the validation windows.
+
+    rep/ℓ is the share of positions whose next character (the text's, or the model's argmax given
+    the true context) is among the previous ℓ; measures ``rep_excess_{name}``, the mean over windows
+    of the model's minus the text's (predicted 0, SE over windows).
+    """
+    ell = check_positive_int(ell, "ell")
+    target = ctx.val_windows[:, 1:].cpu()  # (n_win, t_eval - 1): the text's own next characters
+    text_rate = rep_l(target, target, ell)
+    text_rows = np.array([rep_l(t, t, ell) for t in target])  # (n_win,)
+    rep_rows: dict[str, np.ndarray] = {}
+    out = RepExcess(ell, text_rows, rep_rows)
+    out.glue("ell", ell)
+    out.glue("rep_text", float(text_rate))
+    for name, m in models.items():
+        probs = next_token_probs(m, ctx.val_windows)[:, :-1].cpu()  # (n_win, t_eval - 1, V)
+        rep_rows[name] = np.array([rep_l(p, t, ell) for p, t in zip(probs, target)])  # (n_win,)
+        out.glue(f"rep_{name}", float(rep_rows[name].mean()))
+        d, se = mean_with_se(rep_rows[name] - text_rows)
+        out.measure(f"rep_excess_{name}", d, prediction=0.0, se=se, dof=ctx.n_win - 1, name=name, ell=ell,
+                    n_win=ctx.n_win)
+    return out

@@ -1,0 +1,449 @@
+r"""Chapter 09, generation as a reinforced Markov chain (``thm-09-markov``; the paper's Section 6).
+
+In a causal transformer without positional encoding the next-token law is, up to
+:math:`O_P(t^{-1/2})`, the mean-field kernel at the running token frequencies,
+
+.. math:: p(\cdot\mid x_{1:t}) \approx K_{\hat\pi_t}(x_t,\cdot)
+          = \operatorname{softmax}\bigl(W_{\rm out}F_{\hat\pi_t}(x_t)/\tau\bigr),
+
+exactly at depth one.  Greedy decoding iterates a map on a finite vocabulary and ends in cycles;
+low temperatures concentrate the chain on few tokens.  The chapter's three experiments, on random
+models (:func:`random_model`):
+
+* :func:`markov_gap_rates`: the Markov gap and the black-box shuffle test against the context
+  length at depths 1, 2, 3 (parts 1 and 2 of the theorem);
+* :func:`greedy_cycles`: greedy runs end in cycles, and the mean field predicts which hold (part 3);
+* :func:`temperature_sweep`: entropy, several attractors, the fixed point
+  :math:`\pi^* = \pi^* K_{\pi^*}` and repetition metrics against the temperature.
+
+Prompts, contexts and permutations come from the chapter's one CPU stream ``draws``, passed from
+experiment to experiment in the chapter's order (``draws=``); models from ``gap-models`` and
+``cycle-models``; sampling from ``sampling`` on the model's device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from covbook._validate import check_positive_float, check_positive_int
+from covbook.experiments.result import RandomStreams, Result
+from covbook.markov import (
+    CycleRecord,
+    cached_mean_field,
+    cycle_records,
+    cycle_summary,
+    empirical_frequencies,
+    entropy,
+    entropy_rate,
+    fixed_point_residual,
+    greedy_decode,
+    markov_gap,
+    markov_kernel,
+    next_token_probs,
+    rep_l,
+    repetition_metrics,
+    sample,
+    shuffle_test,
+)
+from covbook.rules import quantile
+from covbook.stats import mean_with_se, slope_with_group_se
+from covbook.transformer import CausalTransformer
+
+__all__ = ["CHAPTER", "random_model", "random_law", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
+           "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS"]
+
+CHAPTER = "09"
+
+#: The shortest context length of the slope fits in :func:`markov_gap_rates`.
+FIT_FROM = 32
+#: What :func:`temperature_sweep` records per temperature and model (greedy: no H, h_kernel, h_model).
+SWEEP_KEYS = ("H", "h_kernel", "h_pred", "h_model", "within", "between", "seq_rep", "rep_l", "distinct")
+
+
+def random_model(n_layers: int, model_seed: int, *, vocab: int, d_model: int, logit_scale: float = 1.0,
+                 device: str | torch.device = "cpu") -> CausalTransformer:
+    """A random causal transformer without positional encoding (float64), initialised from ``model_seed``."""
+    return CausalTransformer(vocab_size=vocab, d_model=d_model, n_layers=n_layers, logit_scale=logit_scale,
+                             seed=model_seed).to(device)
+
+
+def random_law(vocab: int, draws: torch.Generator) -> torch.Tensor:
+    r"""A token law from the flat Dirichlet on the simplex: :math:`e_x/\sum_y e_y`, :math:`e_x\sim\mathrm{Exp}(1)`."""
+    e = -torch.log(torch.rand(vocab, generator=draws, dtype=torch.float64))  # (V,)
+    return e / e.sum()
+
+
+def _check_sizes(**sizes: object) -> None:
+    for name, n in sizes.items():
+        check_positive_int(n, name)
+
+
+def _draws(streams: RandomStreams, draws: torch.Generator | None) -> torch.Generator:
+    """The chapter's shared CPU stream ``draws`` (a fresh one when the caller passes none)."""
+    return streams.torch_generator("draws") if draws is None else draws
+
+
+# --------------------------------------------------------------------------------------------
+# Experiment 1: the Markov gap and the shuffle test
+
+
+@dataclass
+class MarkovGapRates(Result):
+    """The Markov gap and the shuffle test along iid contexts, per depth L = 1, 2, 3.
+
+    ``gaps[L]`` and ``shuffles[L]`` have shape (models · contexts per model, n_t): total variations
+    at the context lengths ``checkpoints``; ``fit`` marks the lengths of the slope fits.
+    """
+
+    checkpoints: np.ndarray  # (n_t,)
+    fit: np.ndarray  # (n_t,) bool
+    gaps: dict[int, np.ndarray] = field(repr=False)
+    shuffles: dict[int, np.ndarray] = field(repr=False)
+
+    def plot(self, axes: object) -> None:
+        """Left: the Markov gap, right: the shuffle test, at L = 2, 3 with fitted lines and t^{-1/2}."""
+        axes = np.ravel(axes)
+        t, fit = self.checkpoints, self.fit
+        for ax, data, title in ((axes[0], self.gaps, "Markov gap"), (axes[1], self.shuffles, "shuffle test")):
+            for L in (2, 3):
+                m = data[L].mean(0)  # (n_t,)
+                b, c = np.polyfit(np.log(t[fit]), np.log(m[fit]), 1)
+                ax.loglog(t, m, "o", ms=4, color=f"C{L}", label=f"L = {L} (slope {b:.2f})")
+                ax.loglog(t[fit], np.exp(c) * t[fit] ** b, "-", color=f"C{L}", lw=1)
+            ax.loglog(t, 0.3 * t**-0.5, "k--", lw=0.8, label=r"$\propto t^{-1/2}$")
+            ax.set(xlabel="context length $t$", title=f"{title} (L = 1: max {data[1].max():.1e})")
+            ax.legend()
+        axes[0].set_ylabel("total variation")
+
+
+def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models: int, gap_seqs: int,
+                     t_gap: int, streams: RandomStreams, device: str | torch.device = "cpu",
+                     draws: torch.Generator | None = None) -> MarkovGapRates:
+    r"""Markov gap :math:`\mathrm{TV}(p(\cdot\mid x_{1:t}), K_{\hat\pi_t}(x_t,\cdot))` and shuffle test at L = 1, 2, 3.
+
+    Per depth, ``gap_models`` random models (three at L = 1, where the reduction is exact), each
+    read along ``gap_seqs`` contexts of ``t_gap`` iid tokens from a flat-Dirichlet law, at 10
+    geometric context lengths from 4.  Measures ``gap_L1_max`` and ``shuffle_L1_max`` (zero to
+    rounding) and the log-log slopes ``{gap,shuffle}_slope_L{2,3}`` (predicted −1/2) over t ≥ 32,
+    with a jackknife SE over models (the contexts of one model share its weights).
+
+    Raises ``ValueError`` unless the sizes are positive integers and ``t_gap`` gives two fit lengths (≥ 48).
+    """
+    _check_sizes(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
+    checkpoints = np.unique(np.geomspace(4, t_gap, 10).astype(int))  # (n_t,)
+    fit = checkpoints >= FIT_FROM
+    if fit.sum() < 2:
+        raise ValueError(f"t_gap must give two context lengths of at least {FIT_FROM} to fit "
+                         f"(t_gap of about 48 or more), got {t_gap}")
+    gen = _draws(streams, draws)
+    gaps, shuffles = {}, {}
+    for L in (1, 2, 3):
+        g_rows, s_rows = [], []
+        # depth one is exact (an identity to rounding): three models check it
+        for i in range(gap_models if L > 1 else min(gap_models, 3)):
+            model = random_model(L, streams.seed_for("gap-models", (L, i)), vocab=vocab, d_model=d_model,
+                                 logit_scale=logit_scale, device=device)
+            x = torch.multinomial(random_law(vocab, gen).expand(gap_seqs, vocab), t_gap, replacement=True,
+                                  generator=gen)  # (gap_seqs, t_gap)
+            g_rows.append(markov_gap(model, x, checkpoints))  # (gap_seqs, n_t)
+            s_rows.append(shuffle_test(model, x, checkpoints, generator=gen))  # (gap_seqs, n_t)
+        gaps[L], shuffles[L] = torch.cat(g_rows).numpy(), torch.cat(s_rows).numpy()
+    out = MarkovGapRates(checkpoints, fit, gaps, shuffles)
+    for name, value in dict(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs,
+                            t_gap=t_gap).items():
+        out.glue(name, value)
+    out.measure("gap_L1_max", gaps[1].max())
+    out.measure("shuffle_L1_max", shuffles[1].max())
+    groups = np.repeat(np.arange(gap_models), gap_seqs)  # (gap_models * gap_seqs,)
+    for L in (2, 3):
+        for name, data in (("gap", gaps), ("shuffle", shuffles)):
+            slope, se, dof = slope_with_group_se(checkpoints[fit], data[L][:, fit], groups)
+            out.measure(f"{name}_slope_L{L}", slope, prediction=-0.5, se=se, dof=dof, L=L,
+                        gap_models=gap_models)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Experiment 2: greedy decoding ends in cycles
+
+
+@dataclass
+class GreedyCycles(Result):
+    """The cycles of greedy runs (:class:`covbook.markov.CycleRecord` per run) and their summary."""
+
+    records: list[CycleRecord] = field(repr=False)
+    summary: dict[str, float]
+    vocab: int
+    t_detect: int
+    t_check: int  # prompt_len + t_detect: the detection index
+    t_total: int  # prompt_len + t_greedy: the run length
+
+    def plot(self, axes: object) -> None:
+        """Entry times, periods (dashed: V) and observed against predicted break times (dashed: equality).
+
+        ``axes``: three axes, or a 2 × 2 grid whose fourth panel is removed.
+        """
+        axes = np.ravel(axes)
+        for ax in axes[3:]:
+            ax.remove()
+        cycled = [r for r in self.records if r.final is not None]
+        early = [r for r in self.records if r.early is not None]
+        axes[0].hist([r.entry for r in cycled], bins=20, color="C0")
+        axes[0].set(xlabel="entry time (steps after the prompt)", ylabel="runs", title="Cycle entry")
+        periods = np.array([r.period for r in cycled] or [1])
+        axes[1].hist(periods, bins=np.arange(0.5, max(periods.max(), self.vocab) + 1.5), color="C1")
+        axes[1].axvline(self.vocab + 0.5, color="k", ls="--", lw=0.8)
+        axes[1].set(xlabel="period", title=f"Cycle period (dashed: V = {self.vocab})")
+        pb = [r.predicted_break or self.t_total for r in early]
+        ob = [r.observed_break or self.t_total for r in early]
+        axes[2].plot(pb, ob, "o", ms=5, alpha=0.7)
+        axes[2].plot([self.t_check, self.t_total], [self.t_check, self.t_total], "k--", lw=0.8)
+        axes[2].set(xlabel="predicted break (mean field)", ylabel="observed break",
+                    title=f"Cycles at step {self.t_detect}: break or hold ({self.t_total} = never)")
+
+
+def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int, n_prompts: int,
+                  prompt_len: int, t_detect: int, t_greedy: int, streams: RandomStreams,
+                  device: str | torch.device = "cpu", draws: torch.Generator | None = None) -> GreedyCycles:
+    r"""Greedy runs of random two-layer models: the cycles they end in, and the mean field's hold predictions.
+
+    ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps; a cycle
+    present after ``t_detect`` steps is *predicted to hold* when the kernel's greedy margin m beats
+    twice the Markov gap δ at detection (:func:`covbook.markov.cycle_summary`).  Measures
+    ``established_cycles_simple`` (the share of held cycles that visit distinct tokens) and
+    ``hold_predictions_hold`` (the share of predicted-to-hold cycles that held), with the base rate
+    of holding among all early cycles.
+
+    Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
+    """
+    _check_sizes(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts, prompt_len=prompt_len,
+                 t_detect=t_detect, t_greedy=t_greedy)
+    if t_detect >= t_greedy:
+        raise ValueError(f"t_detect must be shorter than t_greedy={t_greedy}, got {t_detect}")
+    gen = _draws(streams, draws)
+    records: list[CycleRecord] = []
+    for i in range(n_models):
+        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                             logit_scale=logit_scale, device=device)
+        prompts = torch.randint(0, vocab, (n_prompts, prompt_len), generator=gen)  # (n_prompts, prompt_len)
+        runs = greedy_decode(model, prompts.to(device), t_greedy).cpu()  # (n_prompts, prompt_len + t_greedy)
+        records += cycle_records(model, runs, prompt_len, t_detect=t_detect)
+    cyc = cycle_summary(records)
+    out = GreedyCycles(records, cyc, vocab, t_detect, prompt_len + t_detect, prompt_len + t_greedy)
+    for name, value in dict(n_models=n_models, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy,
+                            **cyc).items():
+        out.glue(name, value)
+    out.measure("established_cycles_simple", cyc["frac_simple_held"],
+                reason=None if cyc["n_held"] else "no cycle established at the detection step held to the end",
+                t_detect=t_detect)
+    # the base rate: the share of all cycles established at the detection step that held
+    base_rate = cyc["n_held"] / max(cyc["n_early"], 1)
+    out.glue("hold_base_rate", base_rate)
+    # chance that every predicted cycle holds if the predictions were no better than the base rate
+    out.glue("hold_chance_at_base", base_rate ** cyc["n_pred_hold"])
+    out.measure("hold_predictions_hold", cyc["hold_precision"],
+                reason=None if cyc["n_pred_hold"] else "the mean field predicted no cycle to hold",
+                base_rate=base_rate)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Experiment 3: temperature, mode collapse and several attractors
+
+
+@dataclass
+class TemperatureSweep(Result):
+    r"""Sampled (and greedy, τ = 0) runs of random two-layer models, summarised per temperature.
+
+    ``summary[tau][key]`` has one entry per model for each key of :data:`SWEEP_KEYS` (greedy has
+    no ``H``, ``h_kernel``, ``h_model``; only τ = ``tau_ref`` has ``h_pred``); ``gen_gaps`` and
+    ``fixed_point`` have shape (runs, n_pos): the Markov gap and the fixed-point residual
+    :math:`\mathrm{TV}(\nu_t K_{\hat\pi_t}, \nu_t)` at the context lengths ``gen_pos`` at τ = ``tau_ref``.
+    """
+
+    taus: list[float]
+    summary: dict[float, dict[str, np.ndarray]] = field(repr=False)
+    gen_pos: np.ndarray  # (n_pos,)
+    gen_gaps: np.ndarray = field(repr=False)  # (runs, n_pos)
+    fixed_point: np.ndarray = field(repr=False)  # (runs, n_pos)
+    tau_ref: float
+    rep_window: int
+    vocab: int
+
+    def _mean(self, key: str, taus: list[float]) -> list[float]:
+        return [self.summary[t][key].mean() for t in taus]
+
+    def plot(self, axes: object) -> None:
+        """Entropies (left), within-run and between-prompt TV (middle), repetition metrics (right).
+
+        ``axes``: three axes, or a 2 × 2 grid whose fourth panel is removed.
+        """
+        axes = np.ravel(axes)
+        for ax in axes[3:]:
+            ax.remove()
+        T = np.array(self.taus)
+        for key, label, c in (("H", r"$H(\hat\pi)$ token frequencies", "C0"),
+                              ("h_kernel", r"entropy rate of $K_{\hat\pi}$", "C1"),
+                              ("h_model", "model's next-token entropy", "C2")):
+            axes[0].plot(T, self._mean(key, self.taus), "o-", color=c, label=label)
+        axes[0].axhline(np.log(self.vocab), color="k", ls=":", lw=0.8)
+        axes[0].set(xscale="log", xlabel=r"temperature $\tau$", ylabel="nats", title="Mode collapse")
+        axes[0].legend()
+        axes[1].plot(T, self._mean("within", self.taus), "o-", label="within run")
+        axes[1].plot(T, self._mean("between", self.taus), "s-", label="between prompts")
+        axes[1].set(xscale="log", xlabel=r"$\tau$", ylabel="TV of token frequencies",
+                    title="Several attractors at low $\\tau$")
+        axes[1].legend()
+        Tg = np.array([0.05, *self.taus])
+        for key, label in (("seq_rep", "seq-rep-4"), ("rep_l", f"rep/{self.rep_window}"),
+                           ("distinct", "distinct-4")):
+            axes[2].plot(Tg, self._mean(key, list(self.summary)), "o-", label=label)
+        axes[2].set(xscale="log", xlabel=r"$\tau$ (greedy plotted at 0.05)", title="Repetition metrics")
+        axes[2].legend()
+
+
+def _sweep_runs(model: CausalTransformer, prompts: torch.Tensor, tau: float, r: dict[str, list], *,
+                vocab: int, prompt_len: int, t_sample: int, rep_window: int,
+                sampling: torch.Generator) -> torch.Tensor:
+    """Decode ``t_sample`` tokens at ``tau`` (0: greedy) and append the run's metrics to ``r``; returns the runs."""
+    half = t_sample // 2
+    runs = (greedy_decode(model, prompts, t_sample) if tau == 0
+            else sample(model, prompts, t_sample, tau, generator=sampling)).cpu()  # (B, T)
+    cont, late = runs[:, prompt_len:], runs[:, prompt_len + half:]
+    probs = next_token_probs(model, runs, tau if tau > 0 else 1.0).cpu()  # (B, T, V)
+    preds = probs[:, prompt_len - 1: -1].argmax(-1)  # (B, t_sample): predictions of cont
+    met = repetition_metrics(late, vocab, n=4)
+    for k in ("seq_rep", "distinct", "within", "between"):
+        r[k].append(met[k])
+    r["rep_l"].append(rep_l(preds, cont, rep_window))
+    if tau != 0:
+        pi = empirical_frequencies(late, vocab)  # (B, V)
+        r["H"].append(met["entropy"])
+        r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
+        r["h_kernel"].append(np.mean([entropy_rate(markov_kernel(model, p, tau), stationary=p).item()
+                                      for p in pi]))
+    return runs
+
+
+def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, gen_pos: np.ndarray,
+                     r: dict[str, list], *, vocab: int, prompt_len: int,
+                     half: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Markov gap, the fixed-point residual (each (B, n_pos)) and the held-out entropy rate of runs."""
+    mf = cached_mean_field()  # both need the kernel at the same frequencies
+    gaps = markov_gap(model, runs, gen_pos, temperature=tau, mean_field=mf).numpy()  # (B, n_pos)
+    fp = fixed_point_residual(model, runs, gen_pos, temperature=tau, start=prompt_len,
+                              mean_field=mf).numpy()  # (B, n_pos)
+    first = empirical_frequencies(runs[:, : prompt_len + half], vocab)  # (B, V): held out
+    r["h_pred"].append(np.mean([entropy_rate(markov_kernel(model, p, tau)).item() for p in first]))
+    return gaps, fp
+
+
+def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: list[float], tau_models: int,
+                      tau_prompts: int, prompt_len: int, t_sample: int, streams: RandomStreams,
+                      device: str | torch.device = "cpu",
+                      draws: torch.Generator | None = None) -> TemperatureSweep:
+    r"""Sample random two-layer models at each temperature in ``taus`` (and greedily) and test the reduction.
+
+    Per model (the models of :func:`greedy_cycles`), ``tau_prompts`` random prompts, ``t_sample``
+    tokens at each τ.  On the second half of each run: the entropy :math:`H(\hat\pi)`, the kernel's
+    entropy rate, the model's mean next-token entropy, within-run and between-prompt TV, seq-rep-4,
+    rep/ℓ (ℓ = V // 2) and distinct-4.  At τ_ref (1 if in ``taus``) also the Markov gap, the
+    fixed-point residual and the entropy rate of the kernel at the first half's frequencies.
+    Measures ``mode_collapse``, ``entropy_rate_match`` (predicted 0), ``gap_slope_generated`` and
+    ``t5_fixed_point_slope`` (predicted −1/2, jackknife SE over models), ``attractors_low_tau`` and
+    ``seq_rep_falls_with_tau`` between the lowest and highest τ.
+
+    Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
+    ``tau_prompts`` ≥ 3, ``t_sample`` > ``prompt_len`` and ``taus`` holds at least two positive temperatures.
+    """
+    _check_sizes(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
+                 prompt_len=prompt_len, t_sample=t_sample)
+    taus = list(taus)
+    for t in taus:
+        check_positive_float(t, "taus")
+    if len(taus) < 2:
+        raise ValueError(f"taus must hold at least two temperatures, got {taus}")
+    if t_sample <= prompt_len:
+        raise ValueError(f"t_sample must exceed prompt_len={prompt_len} (the slopes need two context lengths), "
+                         f"got {t_sample}")
+    if tau_models < 2 or tau_prompts < 3:
+        raise ValueError(f"tau_models must be at least 2 and tau_prompts at least 3, got {tau_models} "
+                         f"and {tau_prompts}")
+    gen = _draws(streams, draws)
+    gen_dev = streams.torch_generator("sampling", device=device)  # sampling on the model's device
+    half = t_sample // 2
+    # ℓ of rep/ℓ: a window shorter than the vocabulary, or every token repeats
+    rep_window = max(1, vocab // 2)
+    tau_ref = 1.0 if 1.0 in taus else taus[len(taus) // 2]
+    gen_pos = np.unique(np.geomspace(2 * prompt_len, prompt_len + t_sample, 8).astype(int))  # context lengths
+    gen_gaps, fp_res = [], []
+    sweep: dict[float, dict[str, list]] = {tau: {k: [] for k in SWEEP_KEYS} for tau in [0.0, *taus]}
+    for i in range(tau_models):
+        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                             logit_scale=logit_scale, device=device)
+        prompts = torch.randint(0, vocab, (tau_prompts, prompt_len), generator=gen).to(device)
+        for tau, r in sweep.items():
+            runs = _sweep_runs(model, prompts, tau, r, vocab=vocab, prompt_len=prompt_len, t_sample=t_sample,
+                               rep_window=rep_window, sampling=gen_dev)  # (B, T)
+            if tau == tau_ref:  # the reduction, on the same runs
+                g, fp = _reduction_along(model, runs, tau, gen_pos, r, vocab=vocab, prompt_len=prompt_len,
+                                         half=half)
+                gen_gaps.append(g)
+                fp_res.append(fp)
+    summary = {tau: {k: np.array(v) for k, v in r.items()} for tau, r in sweep.items()}
+    out = TemperatureSweep(taus, summary, gen_pos, np.concatenate(gen_gaps), np.concatenate(fp_res), tau_ref,
+                           rep_window, vocab)
+    for name, value in dict(tau_models=tau_models, tau_prompts=tau_prompts, t_sample=t_sample,
+                            taus_text=f"{min(taus)} to {max(taus)}", rep_window=rep_window).items():
+        out.glue(name, value)
+    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts)
+    return out
+
+
+def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int) -> None:
+    """The sweep's claims and glued numbers, in the chapter's order."""
+    summary, tau_ref, gen_pos = out.summary, out.tau_ref, out.gen_pos
+    lo, hi = min(out.taus), max(out.taus)
+    out.glue("taus_lo", lo)
+    out.glue("taus_hi", hi)
+    d_mean, _ = mean_with_se(summary[hi]["H"] - summary[lo]["H"])
+    out.measure("mode_collapse", d_mean, hi=hi, lo=lo)
+    dh_mean, dh_se = mean_with_se(summary[tau_ref]["h_model"] - summary[tau_ref]["h_pred"])
+    out.measure("entropy_rate_match", dh_mean, prediction=0.0, se=dh_se, dof=tau_models - 1, tau_ref=tau_ref,
+                tau_models=tau_models)
+    out.glue("dh_lo", (summary[lo]["h_model"] - summary[lo]["h_kernel"]).mean())
+    fit_gen = gen_pos >= 2 * prompt_len
+    # the runs of one model share its weights: the model is the independent replicate
+    run_groups = np.repeat(np.arange(tau_models), tau_prompts)  # (runs,)
+    for cid, data in (("gap_slope_generated", out.gen_gaps), ("t5_fixed_point_slope", out.fixed_point)):
+        slope, se, dof = slope_with_group_se(gen_pos[fit_gen], data[:, fit_gen], run_groups)
+        out.measure(cid, slope, prediction=-0.5, se=se, dof=dof, tau_ref=tau_ref, tau_models=tau_models)
+    fp_all = out.fixed_point  # (runs, n_pos)
+    out.glue("fp_last", fp_all[:, -1].mean())
+    out.glue("fp_first", fp_all[:, fit_gen][:, 0].mean())
+    out.glue("fit_gen_from", int(gen_pos[fit_gen][0]))
+    out.glue("t_gen_last", int(gen_pos[-1]))
+    out.glue("tau_ref", tau_ref)
+    contrast = {t: summary[t]["between"] - summary[t]["within"] for t in out.taus}  # (models,) each
+    lr_mean, lr_se = mean_with_se(contrast[lo] - contrast[hi])
+    out.glue("attractors_z", lr_mean / lr_se if lr_se > 0 else float("nan"))
+    out.glue("t_models", quantile(tau_models - 1))
+    out.measure("attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1, lo=lo, hi=hi,
+                tau_models=tau_models)
+    sr_mean, _ = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
+    out.measure("seq_rep_falls_with_tau", sr_mean, lo=lo, hi=hi)
+
+    def m(t: float, k: str) -> float:
+        return summary[t][k].mean()
+
+    for name, value in dict(
+        H_lo=m(lo, "H"), H_hi=m(hi, "H"),
+        ratio_lo=m(lo, "between") / m(lo, "within"), ratio_hi=m(hi, "between") / m(hi, "within"),
+        rep_l_greedy=m(0.0, "rep_l"), rep_l_hi=m(hi, "rep_l"),
+        seq_rep_greedy=m(0.0, "seq_rep"), seq_rep_hi=m(hi, "seq_rep"),
+        distinct_greedy=m(0.0, "distinct"), distinct_hi=m(hi, "distinct"),
+    ).items():
+        out.glue(name, value)

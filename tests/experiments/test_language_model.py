@@ -1,0 +1,131 @@
+"""covbook.experiments.language_model (chapter 10) at tiny sizes: shapes, determinism, checkpoints, the
+claim ids of the chapter's rules, plots and bad input."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from covbook.experiments import language_model as lm  # noqa: E402
+from covbook.rules import load_rules, rules_path  # noqa: E402
+from covbook.streams import Streams  # noqa: E402
+from helpers import ROOT  # noqa: E402
+
+torch.set_num_threads(1)
+TRAIN = dict(d_model=8, n_layers=2, n_heads=2, seq_len=8, batch_size=4, steps=3, lr=3e-3)
+CONTEXTS = dict(n_text=2, n_prompts=3, n_greedy=2, prompt_len=4, gen_len=8)
+RULES = set(load_rules(rules_path(ROOT, "10_trained_language_model")))
+
+
+@pytest.fixture(scope="module")
+def text() -> lm.Corpus:
+    return lm.corpus(max_chars=2000)
+
+
+def _chapter(text: lm.Corpus, checkpoints=None) -> tuple:
+    s = Streams(0, "10")
+    training = lm.train_models(text, **TRAIN, streams=s, checkpoints=checkpoints)
+    models = training.models
+    ctx = lm.contexts(text, **CONTEXTS, streams=s)
+    return (training, ctx, lm.order_dependence(models, ctx, seq_len=TRAIN["seq_len"], streams=s),
+            lm.greedy_cycles(models, ctx, text.tokenizer),
+            lm.temperature_sweep(models, ctx, vocab_size=text.vocab_size, taus=[0.5, 1.0], streams=s),
+            lm.rep_excess(models, ctx, ell=4))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("checkpoints")
+
+
+@pytest.fixture(scope="module")
+def results(text: lm.Corpus, folder) -> tuple:
+    return _chapter(text, folder)
+
+
+def test_corpus_and_baselines(text: lm.Corpus) -> None:
+    assert len(text.text) == 2000 and text.tokens.shape == (2000,)
+    assert text.val_tokens.shape == (200,) and text.train_tokens.shape == (1800,)
+    # add-one baselines: the bigram chain uses the previous character, so it cannot be worse by much
+    assert 0 < text.bigram < text.unigram < np.log(text.vocab_size) + 0.5
+    assert text.numbers["n_chars"] == "2,000" and text.numbers["vocab_size"] == text.vocab_size
+    assert "unigram" in text.describe() and not text.measurements
+
+
+def test_the_measurements_are_the_chapters_claims(results) -> None:
+    ids = [k for r in results for k in r.measurements]
+    assert len(ids) == len(set(ids)) and set(ids) == RULES
+    training, ctx, order, cycles, sweep, rep = results
+    assert list(training.measurements) == ["val_below_unigram_nope", "val_below_unigram_rotary",
+                                           "loss_nope_minus_rotary"]
+    assert {"t_eval", "n_win", "gen_len"} <= set(ctx.numbers)
+    assert {"order_z", "t_quantile_text", "gap_last_samples", "shuffle_rate_text_se"} <= set(order.numbers)
+    assert {"cycle_frac_rotary", "cycle_lowest_share", "n_period1_nope"} <= set(cycles.numbers)
+    assert {"tau_low", "text_between", "seqrep_one_rotary"} <= set(sweep.numbers)
+    assert {"ell", "rep_text", "rep_nope"} <= set(rep.numbers)
+
+
+def test_shapes(results) -> None:
+    training, ctx, order, cycles, sweep, rep = results
+    assert list(training.models) == ["nope", "rotary"] and not training.models["nope"].training
+    assert training.results["nope"].steps == [1, 2, 3]
+    assert ctx.val_windows.shape == (2, 12) and ctx.prompts.shape == (3, 4) and ctx.greedy_prompts.shape == (2, 4)
+    n_pos = order.positions.size
+    assert order.shuffle["rotary", "samples"].shape == (3, n_pos) and order.gap_nope["text"].shape == (2, n_pos)
+    assert min(v.min() for v in order.shuffle.values()) >= lm.TV_FLOOR
+    assert [len(r) for r in cycles.records.values()] == [2, 2] and cycles.runs["nope"].shape == (2, 12)
+    assert cycles.report().startswith("nope: ")
+    assert [len(rows) for rows in sweep.sweep.values()] == [2, 2]
+    assert rep.text_rows.shape == rep.rep_rows["nope"].shape == (2,)
+
+
+def test_checkpoints_are_kept_and_loaded(results, text: lm.Corpus, folder) -> None:
+    training = results[0]
+    names = sorted(p.name.split("_")[1] for p in folder.glob("10_*.pt"))
+    assert names == ["nope", "rotary"]
+    loaded = lm.train_models(text, **TRAIN, streams=Streams(0, "10"), checkpoints=folder)
+    assert all(r.resumed_from == TRAIN["steps"] for r in loaded.results.values())  # loaded, not retrained
+    assert loaded.measurements == training.measurements
+
+
+def test_deterministic_given_the_streams(results, text: lm.Corpus) -> None:
+    again = _chapter(text)
+    for a, b in zip(results, again):
+        assert a.measurements.keys() == b.measurements.keys()
+        for k, m in a.measurements.items():
+            assert m["value"] == b.measurements[k]["value"] or np.isnan(m["value"]), k
+
+
+def test_plots(results) -> None:
+    training, _, order, _, sweep, _ = results
+    fig, ax = plt.subplots()
+    training.plot(ax)
+    assert len(ax.lines) == 6
+    fig, axes = plt.subplots(1, 2)
+    order.plot(axes)
+    assert len(axes[1].lines) == 4
+    fig, axes = plt.subplots(2, 2)
+    sweep.plot(axes)
+    assert axes[1, 1].get_legend() is not None
+    plt.close("all")
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda t, r: lm.corpus(max_chars=5), "max_chars"),
+    (lambda t, r: lm.train_models(t, **{**TRAIN, "steps": 0}, streams=Streams(0, "10")), "steps"),
+    (lambda t, r: lm.contexts(t, **{**CONTEXTS, "gen_len": 1000}, streams=Streams(0, "10")), "gen_len"),
+    (lambda t, r: lm.order_dependence({"nope": r[0].models["nope"]}, r[1], seq_len=8, streams=Streams(0, "10")),
+     "models"),
+    (lambda t, r: lm.temperature_sweep(r[0].models, r[1], vocab_size=t.vocab_size, taus=[0.5, 2.0],
+                                       streams=Streams(0, "10")), "taus"),
+    (lambda t, r: lm.rep_excess(r[0].models, r[1], ell=0), "ell"),
+])
+def test_bad_input(call, match: str, text: lm.Corpus, results) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(text, results)

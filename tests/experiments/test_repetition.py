@@ -1,0 +1,112 @@
+"""covbook.experiments.repetition (chapter 09) at tiny sizes: shapes, determinism, the exact depth-one
+reduction, the claim ids of the chapter's rules, plots and bad input."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from covbook.experiments import repetition  # noqa: E402
+from covbook.rules import load_rules, rules_path  # noqa: E402
+from covbook.streams import Streams  # noqa: E402
+from helpers import ROOT  # noqa: E402
+
+torch.set_num_threads(1)
+MODELS = dict(vocab=4, d_model=4, logit_scale=1.0)
+GAP = dict(**MODELS, gap_models=2, gap_seqs=1, t_gap=48)
+CYCLES = dict(**MODELS, n_models=2, n_prompts=2, prompt_len=3, t_detect=12, t_greedy=32)
+SWEEP = dict(**MODELS, taus=[0.5, 1.0], tau_models=2, tau_prompts=3, prompt_len=3, t_sample=16)
+RULES = set(load_rules(rules_path(ROOT, "09_repetition_markov")))
+
+
+def _streams() -> Streams:
+    return Streams(0, "09")
+
+
+def _chapter(s: Streams) -> tuple:
+    """The three experiments in the chapter's order, sharing the stream ``draws`` as the chapter does."""
+    draws = s.torch_generator("draws")
+    return (repetition.markov_gap_rates(**GAP, streams=s, draws=draws),
+            repetition.greedy_cycles(**CYCLES, streams=s, draws=draws),
+            repetition.temperature_sweep(**SWEEP, streams=s, draws=draws))
+
+
+@pytest.fixture(scope="module")
+def results() -> tuple:
+    return _chapter(_streams())
+
+
+def test_the_measurements_are_the_chapters_claims(results) -> None:
+    gap, cycles, sweep = results
+    assert set(gap.measurements) == {"gap_L1_max", "shuffle_L1_max", "gap_slope_L2", "shuffle_slope_L2",
+                                     "gap_slope_L3", "shuffle_slope_L3"}
+    ids = [k for r in results for k in r.measurements]
+    assert len(ids) == len(set(ids)) and set(ids) == RULES
+    assert {"hold_base_rate", "hold_chance_at_base", "n_runs", "median_entry"} <= set(cycles.numbers)
+    assert {"taus_text", "rep_window", "fp_first", "t_models", "distinct_hi"} <= set(sweep.numbers)
+
+
+def test_shapes(results) -> None:
+    gap, cycles, sweep = results
+    n_t = gap.checkpoints.size
+    assert gap.gaps[1].shape == (2, n_t) and gap.gaps[2].shape == gap.shuffles[3].shape == (2, n_t)
+    assert gap.fit.dtype == bool and gap.checkpoints[gap.fit].min() >= repetition.FIT_FROM
+    assert len(cycles.records) == 2 * 2 and cycles.t_total == 3 + 32 and cycles.t_check == 3 + 12
+    assert list(sweep.summary) == [0.0, 0.5, 1.0]
+    assert sweep.summary[0.5]["H"].shape == (2,) and sweep.summary[0.0]["H"].size == 0
+    assert sweep.gen_gaps.shape == sweep.fixed_point.shape == (2 * 3, sweep.gen_pos.size)
+    assert sweep.tau_ref == 1.0 and sweep.summary[1.0]["h_pred"].shape == (2,)
+
+
+def test_depth_one_is_exact(results) -> None:
+    gap = results[0]
+    assert gap.measurements["gap_L1_max"]["value"] < 1e-12
+    assert gap.measurements["shuffle_L1_max"]["value"] < 1e-12
+    assert gap.gaps[2].max() > 1e-6  # beyond depth one the gap is not zero
+    assert gap.measurements["gap_slope_L2"]["prediction"] == -0.5 and gap.measurements["gap_slope_L2"]["dof"] == 1
+
+
+def _runs(r: repetition.GreedyCycles) -> list:
+    return [(x.final, x.early, x.observed_break, x.predicted_break) for x in r.records]
+
+
+def test_deterministic_given_the_streams(results) -> None:
+    gap, cycles, sweep = _chapter(_streams())
+    assert gap.measurements == results[0].measurements and np.array_equal(gap.shuffles[2], results[0].shuffles[2])
+    assert _runs(cycles) == _runs(results[1])
+    assert np.array_equal(sweep.fixed_point, results[2].fixed_point)
+    assert sweep.measurements.keys() == results[2].measurements.keys()
+    for k, m in sweep.measurements.items():
+        assert m["value"] == results[2].measurements[k]["value"] or np.isnan(m["value"]), k
+
+
+def test_plots(results) -> None:
+    gap, cycles, sweep = results
+    fig, axes = plt.subplots(1, 2)
+    gap.plot(axes)
+    assert len(axes[0].lines) == 5 and axes[0].get_ylabel() == "total variation"
+    for r in (cycles, sweep):
+        fig, axes = plt.subplots(2, 2)
+        r.plot(axes)
+        assert len(fig.axes) == 3
+    plt.close("all")
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda s: repetition.markov_gap_rates(**{**GAP, "t_gap": 40}, streams=s), "t_gap"),
+    (lambda s: repetition.markov_gap_rates(**{**GAP, "gap_models": 0}, streams=s), "gap_models"),
+    (lambda s: repetition.greedy_cycles(**{**CYCLES, "t_detect": 32}, streams=s), "t_detect"),
+    (lambda s: repetition.temperature_sweep(**{**SWEEP, "taus": [1.0]}, streams=s), "taus"),
+    (lambda s: repetition.temperature_sweep(**{**SWEEP, "taus": [-1.0, 1.0]}, streams=s), "taus"),
+    (lambda s: repetition.temperature_sweep(**{**SWEEP, "tau_prompts": 2}, streams=s), "tau_prompts"),
+    (lambda s: repetition.temperature_sweep(**{**SWEEP, "t_sample": 3}, streams=s), "t_sample"),
+])
+def test_bad_input(call, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(_streams())
