@@ -45,6 +45,21 @@ def _fresh_claims_registry():
     reset()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread_for_experiments(request: pytest.FixtureRequest) -> Iterator[None]:
+    """tests/experiments run on one torch thread, as the chapters do under ``covbook run`` (COVBOOK_THREADS=1):
+    their tensors are tiny (threads only add overhead) and multi-threaded reductions can differ in the last bit."""
+    if Path(str(request.path)).parent.name != "experiments":
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def smoke_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The project with every notebook executed at the smoke profile (tests/test_notebooks.py)."""

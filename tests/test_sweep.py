@@ -112,6 +112,19 @@ def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
     assert rows[0]["sd_over_se"] == pytest.approx((2 ** 0.5 / 2) / 0.25)  # SD of (1, 2) over the SE 0.25
 
 
+def test_a_significance_claim_is_flagged_by_failures_not_by_spread(tmp_path):
+    """An `above` window (the value beyond k·SE of what it excludes): a varying effect is not a spread flag."""
+    c = claim("c", "01_alpha", window="above")
+    proj = fake_project(tmp_path, {"01_alpha": [c]})
+    paths = Paths(proj)
+    for seed in (0, 1, 2):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=10.0 + 20 * seed, se=0.25, window="above")],
+                 seed=seed)
+    rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
+    assert rows[0]["sd_over_se"] is None and not rows[0]["flagged"]
+
+
 def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_path):
     proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
     paths = Paths(proj)

@@ -35,7 +35,7 @@ def _chain(seed: int) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[dict[str, object]]:
-    yield _chain(0)  # on one thread (conftest.one_thread), as the chapter runs
+    yield _chain(0)  # on one thread (tests/conftest.py), as the chapter runs
 
 
 def _same(a: dict, b: dict) -> bool:

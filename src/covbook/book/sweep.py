@@ -51,6 +51,9 @@ FLAG_FAILURES = 2
 """A claim that fails at this many seeds or more is flagged (one failure in a sweep is what chance gives)."""
 FLAG_SPREAD = 2.0
 """A claim whose SD/SE across seeds exceeds this is flagged: its standard error understates the spread."""
+#: Windows that test significance (the value lies beyond k·SE of the prediction it must exclude), not
+#: agreement: their spread across seeds is the effect's, and they are flagged by failures only.
+SIGNIFICANCE_WINDOWS = ("above", "below")
 DEVELOPMENT_SEEDS = range(0, 1000)
 """Seeds declared as development seeds: every seed tolerances were ever checked against while the rules were
 written lies below 1000 (the earlier sweeps used 0-9; CI and the chapters' defaults use 0; ad hoc checks used
@@ -251,6 +254,10 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                   and c.extra["se"] > 0]
             spread = (statistics.stdev(zs) if len(zs) == n > 1 else
                       (sd / se if sd is not None and se else None))
+            if got and got[0].window in SIGNIFICANCE_WINDOWS:
+                # a significance claim (|effect| beyond k·SE) has no level-α window for a spread to widen:
+                # an effect that varies across seeds shows as failures (a loss of power), counted above
+                spread = None
             rows.append({
                 "id": cid,
                 "kind": got[0].kind if got else "unknown",
@@ -398,7 +405,8 @@ _INTRO = [
     "exact probability of at least the observed count (a binomial, the Poisson-binomial of equal levels). "
     f"A claim is **flagged** when it fails at {FLAG_FAILURES} seeds or more, when the spread of its values "
     f"across seeds exceeds {FLAG_SPREAD:g} times the standard error it recorded (SD/SE > {FLAG_SPREAD:g}, "
-    "at 3 seeds or more), or when some seed did not record it. A flagged claim is biased or too narrow: it "
+    "at 3 seeds or more; not for a significance claim, whose window lies beyond k·SE of the value it must "
+    "exclude, so that a varying effect shows only as failures), or when some seed did not record it. A flagged claim is biased or too narrow: it "
     "is fixed at its cause (its window, prediction or statistic), not by widening, and a fix is followed by "
     "a calibration on new seeds.",
     "",
