@@ -146,6 +146,10 @@ def test_figures_are_captioned_named_described_and_referenced(chapter: Path) -> 
         assert re.fullmatch(rf"fig-{chapter.name[:2]}-[a-z0-9-]+", str(fig.get("name", ""))), (
             f"{where}: mystnb: figure: name must be fig-{chapter.name[:2]}-<words>")
         assert len(str(image.get("alt", ""))) >= 20, f"{where}: add mystnb: image: alt (what the figure shows)"
+        for key, text in (("caption", str(fig.get("caption", ""))), ("alt", str(image.get("alt", "")))):
+            # a double-quoted YAML string reads "$\tau$" as a tab and "au" (chapter 10's caption once did)
+            bad = sorted({repr(c) for c in text if ord(c) < 32})
+            assert not bad, f"{where}: the {key} holds control characters {bad}: escape backslashes in YAML"
         assert not any(_is_claims_call(n) and n.value.func.attr in SHOWN for n in ast.walk(ast.parse(cell.source))), (
             f"{where}: record claims in a separate cell (myst-nb would put the verdict lines inside the figure)")
         names.append(fig["name"])
