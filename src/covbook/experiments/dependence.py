@@ -62,12 +62,6 @@ _VS_IID = {("positive", 1.0): "var_positive_vs_iid_s1", ("negative", 0.1): "var_
            ("negative", 1.0): "var_negative_vs_iid_s1"}
 
 
-
-
-
-
-
-
 def _read(process: Process, q: torch.Tensor, checkpoints: object, n_streams: int, seed: int,
           device: torch.device) -> torch.Tensor:
     """Outputs out_t(q_i) of attention with Θ = I along ``n_streams`` streams: shape (R, n_t, m, 2), on the CPU."""

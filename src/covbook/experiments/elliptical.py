@@ -70,8 +70,6 @@ SKEW_R = (0.05, 0.1, 0.15)
 _GAIN_CLIP = 6.0  # gains above this are not drawn (the curves diverge at s = 2)
 
 
-
-
 def gain_curve(s: object, law: MixingLaw) -> np.ndarray:
     r"""The gain :math:`g(s) = \mathbb E[We^{sW/2}]/\mathbb E[e^{sW/2}]` on a grid, NaN where there is no limit.
 

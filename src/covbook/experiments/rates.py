@@ -83,12 +83,6 @@ def length_text(n: int) -> str:
     return f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
 
 
-
-
-
-
-
-
 def _squared_error(process: object, q: torch.Tensor, checkpoints: np.ndarray, n_streams: int, seed: int,
                    device: torch.device) -> np.ndarray:
     r"""|out_t(q_i) − ∇log M(a_i)|² along ``n_streams`` streams (Θ = I): shape (R, n_t, m)."""

@@ -137,8 +137,6 @@ def rate_grid(t_max: int) -> tuple[np.ndarray, np.ndarray]:
     return t_rate, t_rate >= t_max / 100
 
 
-
-
 @dataclass
 class SingleStreams(Result):
     """Experiment 1: the error along one long stream per configuration and query.
