@@ -142,11 +142,10 @@ def _all_imports(tree: ast.Module) -> set[str]:
 
 
 #: Cycles through imports deferred into functions, each on purpose: the runner and the Dask
-#: executor run each other's jobs (``covbook run --cluster`` and a worker's commit), and the plan's
-#: time limits and the runner's job list are computed by each other. No other cycle is allowed.
+#: executor run each other's jobs (``covbook run --cluster`` and a worker's commit). No other cycle
+#: is allowed (the plan once imported the runner's job list: the command line now hands it over).
 DEFERRED_CYCLES = {
     ("covbook.book.distributed", "covbook.book.runner"),
-    ("covbook.book.plan", "covbook.book.runner"),
 }
 
 

@@ -168,10 +168,12 @@ def _cluster(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     if args.plan:
-        from covbook.book.plan import print_plan
+        from covbook.book.plan import planned_device, print_plan
+        from covbook.book.runner import plan_jobs
 
-        return print_plan(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
-                          rehearse=args.rehearse)
+        jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
+                         rehearse=args.rehearse, resolved_device=planned_device(args.device))
+        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse)
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted, run_notebooks
 

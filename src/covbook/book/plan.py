@@ -157,15 +157,14 @@ def _fmt_range(low: float | None, high: float | None) -> str:
     return f"{_fmt_seconds(low)}–{_fmt_seconds(high)}"
 
 
-def print_plan(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int,
-               rehearse: bool = False) -> int:
-    """Print the plan of ``covbook run`` with these options; returns the exit status (0)."""
-    from covbook.book.runner import plan_jobs
+def planned_device(device: str) -> str:
+    """The device a plan is made for: ``cuda`` as asked (planning for a GPU needs none here), else resolved."""
+    return "cuda" if device == "cuda" else resolve_device(device)
 
-    # planning for a GPU on a machine without one is allowed: nothing runs here
-    dev = "cuda" if device == "cuda" else resolve_device(device)
-    jobs = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse,
-                     resolved_device=dev)
+
+def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False) -> int:
+    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0."""
+    dev = planned_device(device)
     profiles = load_profiles(paths.profiles)
     mode = f"profile {profile}" + (" rehearsal (smoke lengths)" if rehearse else "")
     print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
