@@ -87,6 +87,20 @@ def test_shapes(run) -> None:
     assert run["markov"].sq[2].shape == (6, n_t)
 
 
+def test_bias_slope_groups_is_the_fit_of_the_group_means_with_a_delta_method_se() -> None:
+    t = np.geomspace(50, 500, 8)
+    rng = np.random.default_rng(0)
+    bias = np.sqrt(t) * (1 + 0.1 * rng.standard_normal((16, 8)))  # (pairs, n_fit): slope 1/2
+    slope, se, dof = depth._bias_slope_groups(t, bias)
+    groups = np.array_split(np.arange(8), 4)
+    t_g = np.array([np.exp(np.log(t[g]).mean()) for g in groups])
+    m = np.stack([bias[:, g].mean(1) for g in groups], 1).mean(0)
+    assert slope == pytest.approx(np.polyfit(np.log(t_g), np.log(m), 1)[0]) and dof == 15
+    assert 0 < se < 0.1
+    bias[:, :2] = -1.0  # a non-positive group mean: no slope
+    assert np.isnan(depth._bias_slope_groups(t, bias)[0])
+
+
 def test_recursion_matches_the_closed_form(run) -> None:
     assert run["recursion"].rel < 1e-8
     assert run["recursion"].numbers == {"gh_nodes_sq": 64}

@@ -70,8 +70,15 @@ def test_closed_forms(results) -> None:
         assert e["pop"].shape == (multi_step.K_CONV + 1,)
         assert e["pop"][0] == pytest.approx(1.0) and e["model"][0] == pytest.approx(1.0)
     assert c.measurements["pop_diverges"]["value"] > 1 and c.measurements["pop_converges"]["value"] < 0.1
+    lam = np.array([1.0, 0.5, 0.25])  # the closed form over w ~ N(0, I): Σλ(1 − ηλ)^(2K)/Σλ, for every draw
+    for e, conv in c.conv.items():
+        expect = [(lam * (1 - e * lam) ** (2 * k)).sum() / lam.sum() for k in range(multi_step.K_CONV + 1)]
+        np.testing.assert_allclose(conv["pop_mean"], expect, rtol=1e-10)
+    assert c.measurements["pop_diverges"]["value"] == pytest.approx(expect[-1] / expect[1])  # η = 2.2, ≈ 53
     u = results["unstable"].measurements["t3_population_model_diverges"]
     assert u["value"] == pytest.approx(u["prediction"], abs=1e-9)  # (1 − ηλ_max)^(2K), λ_max = 1
+    # the task is w = v_max whatever the seed's w: x_qᵀw_1 = 0.15 η λ_max
+    assert results["unstable"].measurements["t3_model_layer1_tracks"]["prediction"] == pytest.approx(0.15 * 2.2)
     d = results["depth"]
     assert list(d.depth) == [8, 16] and d.depth[8].shape == (6,) and d.pop_err[0] == pytest.approx(1.0)
     assert d.depth[16][0] == pytest.approx(1.0) and np.all(np.diff(d.pop_err) < 0)  # GD decreases in K
@@ -84,7 +91,7 @@ def test_plots(results) -> None:
     plt.close(fig)
     fig, axes = plt.subplots(1, 2)
     results["convergence"].plot(axes)
-    assert len(axes[0].get_lines()) == len(multi_step.CONVERGENCE_ETAS)
+    assert len(axes[0].get_lines()) == 2 * len(multi_step.CONVERGENCE_ETAS)  # the chapter's w and w ~ N(0, I)
     plt.close(fig)
     fig, ax = plt.subplots()
     results["depth"].plot(ax)

@@ -73,11 +73,17 @@ def test_student_t(student: rates.StudentTReadout) -> None:
     for nu in rates.NUS:
         assert student.norm[nu].shape == student.angle[nu].shape == (8, n_t)
         assert student.log_gap[nu].shape == student.top[nu].shape == (student.top_lengths.size,)
+        assert student.log_gaps[nu].shape == (student.top_lengths.size, rates.TOP_CONTEXTS)
+        assert np.all(student.log_gaps[nu] < 0)
         assert student.measurements[f"t_growth_nu{nu}"]["prediction"] == pytest.approx(1 / nu)
     # the angle's limit law (one ν: the quadrature takes a while)
     assert student.measurements["t_angle_nu1"]["prediction"] == pytest.approx(student_t_extreme_angle_sd(1))
     # the hard maximum: Student-t top weights near 1, Gaussian ones small
     assert min(student.top[1]) > 0.5 and student.gauss_top[-1] < 0.1
+    top = student.measurements["t_top_weight"]
+    assert top["prediction"] == 0.0 and top["se"] > 0 and top["nu"] in rates.NUS and top["n_top"] == rates.TOP_CONTEXTS
+    assert top["value"] > 0  # L = −log(1 − top weight) grows with t
+    assert 0 < student.numbers["t_top_shrink"] < 1
     assert abs(student.measurements["t_growth_nu1"]["value"] - 1.0) < 0.5
 
 

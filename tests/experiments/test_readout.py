@@ -66,6 +66,8 @@ def test_rate_matches_the_closed_form_constant_and_slope(rate, configs) -> None:
     assert set(rate.sq) == {0.25, 1.0, 2.0} and rate.sq[1.0].shape == (R, len(rate.t_rate))
     for s, _, slope_id, constant_id in readout.RATE_CLAIMS:
         assert rate.measurements[slope_id]["s_target"] == rate.measurements[constant_id]["s_target"] == s
+        c = rate.measurements[constant_id]  # the Satterthwaite run interval of the mean, times [ρ, 1]
+        assert 0 < c["lower"] < c["rho_end"] <= 1 < c["upper"] and c["nu"] > 0
         for cid in (slope_id, constant_id):
             m = rate.measurements[cid]
             assert abs(m["value"] - m["prediction"]) < 4 * m["se"] + m["allowance"], (cid, m)

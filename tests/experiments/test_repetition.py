@@ -86,6 +86,22 @@ def test_deterministic_given_the_streams(results) -> None:
         assert m["value"] == results[2].measurements[k]["value"] or np.isnan(m["value"]), k
 
 
+def test_established_cycles_simple_counts_the_cycles_the_kernel_decides(results) -> None:
+    cycles = results[1]
+    held = [r for r in cycles.records if r.early is not None and r.observed_break is None]
+    followed = [r for r in held if r.margin > 2 * r.gap]
+    n = cycles.numbers
+    assert n["n_simple_cycles"] == len(followed) and n["n_simple_other"] == len(held) - len(followed)
+    assert n["n_simple_long"] == sum(r.early[1] >= 3 for r in followed)
+    assert n["simple_chance_at_alt"] == repetition.SIMPLE_ALTERNATIVE ** n["n_simple_long"]
+    m = cycles.measurements["established_cycles_simple"]
+    assert m["n_cycles"] == len(followed)
+    if followed:
+        assert m["value"] == np.mean([r.early_simple for r in followed])
+    else:
+        assert np.isnan(m["value"]) and m["reason"]
+
+
 def test_plots(results) -> None:
     gap, cycles, sweep = results
     fig, axes = plt.subplots(1, 2)

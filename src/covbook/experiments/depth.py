@@ -554,19 +554,26 @@ def _bias_slope_learned(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
         return np.nan, 0.0, None
 
 
-def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray, n_boot: int,
-                       streams: RandomStreams) -> tuple[float, float]:
-    """The slope of the bias part over the means of 4 groups of consecutive checkpoints (NaN as above).
+def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, float, int]:
+    r"""The slope of the bias part over the means of 4 groups of consecutive checkpoints, its SE and dof.
 
-    t_g is the geometric mean of each group's t; the groups' means (R/2, 4) are fitted.
+    t_g is the geometric mean of each group's t; the groups' means m_g over the pairs of ``bias``
+    (R/2, n_fit) are fitted, b = Σ_g w_g log m_g with w_g = (log t_g − mean)/Σ(log t_g − mean)².  The
+    SE is the delta method's over the pairs, the SD of the pairs' influences Σ_g w_g bias_kg/m_g over
+    √(R/2), with R/2 − 1 dof: it needs only the means to be positive, not every resample's (a pair's
+    estimate of a squared bias can be ≤ 0).  NaN (SE 0) where a group's mean is ≤ 0.
     """
     groups = np.array_split(np.arange(len(t_fit)), 4)
     t_g = np.array([np.exp(np.log(t_fit[g]).mean()) for g in groups])  # (4,)
     bias_g = np.stack([bias[:, g].mean(1) for g in groups], 1)  # (R/2, 4)
-    try:
-        return slope_with_se(t_g, bias_g, n_boot=n_boot, seed=streams.seed_for("bootstrap-bias-groups-rotary"))
-    except ValueError:
-        return np.nan, 0.0
+    m = bias_g.mean(0)  # (4,)
+    n = bias_g.shape[0]
+    if np.any(m <= 0):
+        return np.nan, 0.0, n - 1
+    x = np.log(t_g) - np.log(t_g).mean()
+    w = x / (x**2).sum()  # (4,)
+    influence = (bias_g / m) @ w  # (R/2,)
+    return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
 def positions(s: Setting, m: Models) -> Positions:
@@ -617,10 +624,10 @@ def positions(s: Setting, m: Models) -> Positions:
     r.measure("gap_plateau_learned", slope, prediction=0.0, se=se, dof=dof,
               reason=reason if np.isnan(slope) else None)
     # the lag average of the slowest rotary frequency still moves at these t: no plateau predicted yet
-    slope, se = _bias_slope_groups(tf, bias["rotary"][:, fit], s.n_boot, streams)
-    r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se,
-              reason=reason if np.isnan(slope) else None,
-              basis=f"bootstrap SE of the slope over {bias['rotary'].shape[0]} pairs of streams")
+    slope, se, dof = _bias_slope_groups(tf, bias["rotary"][:, fit])
+    r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se, dof=dof,
+              reason="the bias part's mean is not positive in every group" if np.isnan(slope) else None,
+              n_pairs=bias["rotary"].shape[0])
     r.glue("t_span_text", f"{int(tf[0])}–{s.t_max} tokens")
     return r
 

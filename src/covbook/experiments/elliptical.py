@@ -241,7 +241,8 @@ def small_logit_kurtosis(readouts: Gains, s_small: float = 0.1) -> Result:
         k_m, k_se = mean_with_se(k_hat)
         remainder = 6.0 * abs(float(small_logit_remainder(s_j, r.law))) / s_j
         res.measure(LAW_CLAIMS[name][2], k_m, prediction=elliptical_kurtosis(r.law), se=k_se, dof=len(k_hat) - 1,
-                    allowance=remainder, name=name, s_j=s_j, elliptical_kurtosis_r_law=elliptical_kurtosis(r.law))
+                    allowance=remainder, name=name, s_j=s_j, elliptical_kurtosis_r_law=elliptical_kurtosis(r.law),
+                    n_streams=len(k_hat))
     return res
 
 

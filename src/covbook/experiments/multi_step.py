@@ -176,16 +176,17 @@ def tracking(problem: Setting, *, n_tasks: int, n_max: int, k_track: int, stream
 class Convergence(Result):
     """Relative errors against K of population GD and of the model at N = ``n_max``, per step size."""
 
-    conv: dict[float, dict[str, np.ndarray]]  # η → "pop", "model": (K_CONV+1,)
+    conv: dict[float, dict[str, np.ndarray]]  # η → "pop", "model", "pop_mean" (w ~ N(0, I)): (K_CONV+1,)
     eta_crit: float
     n_max: int
 
     def plot(self, axes: np.ndarray) -> None:
-        """Left: population GD; right: the model at the longest context (log scale)."""
+        """Left: population GD (dotted: over w ~ N(0, I)); right: the model at the longest context (log scale)."""
         ks = range(K_CONV + 1)
         for i, (e, c) in enumerate(self.conv.items()):
             lab = f"η = {e}" + (" (unstable)" if e >= self.eta_crit else "")
             axes[0].semilogy(ks, c["pop"], "-", color=f"C{i}", label=lab)
+            axes[0].semilogy(ks, c["pop_mean"], ":", color=f"C{i}")
             axes[1].semilogy(ks, c["model"], "o-", ms=3, color=f"C{i}", label=lab)
         axes[0].set(xlabel="steps $K$", ylabel=r"$\mathbb{E}(x_q^\top(w_K - w))^2 / \mathbb{E}(x_q^\top w)^2$",
                     title="Population GD")
@@ -199,9 +200,12 @@ def convergence(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomSt
                 device: str | torch.device = "cpu") -> Convergence:
     r"""Relative errors :math:`\mathbb E(x_q^\top(w_K - w))^2/\mathbb E(x_q^\top w)^2` and the model's, K ≤ ``K_CONV``.
 
-    For each η of ``CONVERGENCE_ETAS``, on ``n_tasks`` contexts of ``n_max`` examples (the model through
-    the identity). Measures ``pop_converges`` (η = 1.8), ``pop_diverges`` (η = 2.2, last over first
-    step) and ``model_converges`` (η = 0.5, last over first layer).
+    For each η of ``CONVERGENCE_ETAS``, on ``n_tasks`` contexts of ``n_max`` examples for the chapter's w
+    (the model through the identity), and in closed form over :math:`w \sim \mathcal N(0, I)` (``pop_mean``).
+    Measures ``pop_converges`` (η = 1.8, the chapter's w), ``pop_diverges`` (η = 2.2, last over first step
+    of the closed form: the growth of one w depends on its weight along the top eigenvector, the
+    average's does not) and ``model_converges`` (η = 0.5, last over first layer of the median squared
+    error over tasks: the mean is dominated by the few large queries).
     """
     n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
     dev = resolve_device(device)
@@ -209,26 +213,31 @@ def convergence(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomSt
     tasks = _tasks(problem, n_tasks, n_max, streams.seed_for("convergence"), dev)
     x_query, clean = tasks.x_query.cpu(), tasks.clean_target.cpu()  # (B, d), (B,)
     norm_q = (clean**2).mean()
-    conv = {}
+    conv, model_median = {}, {}
     for e in CONVERGENCE_ETAS:
         it = icl.population_gd(cov_x, w, e, K_CONV)  # (K+1, d)
         pop_err = (((it - w) @ x_query.T) ** 2).mean(1) / norm_q  # (K+1,)
         model_pred = identity_by_depth(tasks, e, K_CONV)  # (K+1, B), = the literal model
-        model_err = ((model_pred - clean) ** 2).mean(1) / norm_q  # (K+1,)
-        conv[e] = dict(pop=pop_err.numpy(), model=model_err.numpy())
+        model_sq = (model_pred - clean) ** 2  # (K+1, B)
+        model_median[e] = model_sq.median(1).values.numpy()  # (K+1,)
+        conv[e] = dict(pop=pop_err.numpy(), model=(model_sq.mean(1) / norm_q).numpy(),
+                       pop_mean=_population_error(cov_x, e, K_CONV))
     out = Convergence(conv, problem.eta_crit, n_max)
     out.measure("pop_converges", conv[1.8]["pop"][-1], eta_crit=problem.eta_crit, k_conv=K_CONV)
-    out.measure("pop_diverges", conv[2.2]["pop"][-1] / conv[2.2]["pop"][1])
-    out.measure("model_converges", conv[0.5]["model"][-1] / conv[0.5]["model"][1], n_max=n_max, k_conv=K_CONV)
+    out.measure("pop_diverges", conv[2.2]["pop_mean"][-1] / conv[2.2]["pop_mean"][1], k_conv=K_CONV)
+    out.measure("model_converges", model_median[0.5][-1] / model_median[0.5][1], n_max=n_max, k_conv=K_CONV,
+                n_tasks=n_tasks)
     out.glue("model_unstable_last", conv[2.2]["model"][-1])
-    out.glue("pop_unstable_last", conv[2.2]["pop"][-1])
+    out.glue("pop_unstable_last", conv[2.2]["pop_mean"][-1])
     return out
 
 
 def unstable(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStreams,
              device: str | torch.device = "cpu") -> Result:
-    r"""The model at the unstable step η = ``ETA_UNSTABLE`` and query :math:`x_q = 0.15\,v_{\max}`.
+    r"""The model at the unstable step η = ``ETA_UNSTABLE``, task :math:`w = v_{\max}`, query :math:`0.15\,v_{\max}`.
 
+    The task is the top eigenvector, the only direction in which η = 2.2 is unstable (the chapter's
+    drawn w may have almost no weight along it, and then neither model diverges: nothing to test).
     The population-step model's relative error :math:`((x_q^\top w_K - x_q^\top w)/x_q^\top w)^2` against
     :math:`(1 - \eta)^{2K}` (:math:`\lambda_{\max} = 1`), the literal layer 1 against :math:`x_q^\top w_1`, and
     the gap :math:`|\bar{\hat y}_K - x_q^\top w_K|/\mathrm{SE}` after K = ``K_UNSTABLE`` layers.
@@ -237,10 +246,12 @@ def unstable(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStrea
     if n_tasks < 2:
         raise ValueError(f"n_tasks must be at least 2 (standard errors), got {n_tasks}")
     dev = resolve_device(device)
-    cov_x, w, eta_u, k_u = problem.cov_x, problem.w, ETA_UNSTABLE, K_UNSTABLE
+    cov_x, eta_u, k_u = problem.cov_x, ETA_UNSTABLE, K_UNSTABLE
     _, vec_all = torch.linalg.eigh(cov_x)
-    xq_u = 0.15 * vec_all[:, -1]  # (d,) along the top eigenvector, λ_max = 1
-    tasks_u = _tasks(problem, n_tasks, n_max, streams.seed_for("unstable"), dev).with_query(xq_u)
+    w = vec_all[:, -1]  # (d,) the top eigenvector, λ_max = 1
+    xq_u = 0.15 * w  # (d,) the query along it
+    tasks_u = icl.make_regression_tasks(n_tasks, n_max, problem.d, cov_x=cov_x, w=w, noise=0.1,
+                                        seed=streams.seed_for("unstable"), device=dev).with_query(xq_u)
     pred_u = identity_by_depth(tasks_u, eta_u, k_u)  # (K+1, B), = the literal model
     pop_u = icl.population_gd(cov_x, w, eta_u, k_u) @ xq_u  # (K+1,) the N = ∞ model
     rel_pop = ((pop_u - xq_u @ w) / (xq_u @ w)) ** 2  # (K+1,) relative error of the N = ∞ model
@@ -278,17 +289,19 @@ class Depth(Result):
         ax.legend()
 
 
-def _population_depth_error(cov_x: torch.Tensor, eta: float, k_max: int) -> np.ndarray:
+def _population_error(cov_x: torch.Tensor, eta: float, k_max: int) -> np.ndarray:
     r"""Relative error of population GD for :math:`w \sim \mathcal N(0, I)`, :math:`x_q \sim \mathcal N(0, \Sigma_x)`.
 
-    :math:`\operatorname{tr}((P_K - I)^\top\Sigma_x(P_K - I)\Sigma_x)/\operatorname{tr}\Sigma_x^2` with
-    :math:`P_K = I - (I - \eta\Sigma_x)^K`, for K = 0..k_max; shape (k_max+1,).
+    :math:`\mathbb E(x_q^\top(w_K - w))^2/\mathbb E(x_q^\top w)^2
+    = \operatorname{tr}((P_K - I)^\top\Sigma_x(P_K - I))/\operatorname{tr}\Sigma_x
+    = \sum_i\lambda_i(1 - \eta\lambda_i)^{2K}/\sum_i\lambda_i` with :math:`P_K = I - (I - \eta\Sigma_x)^K`, for
+    K = 0..k_max; shape (k_max+1,). It depends on Σ_x only through its eigenvalues, so not on the drawn
+    rotation or w.
     """
     d = cov_x.shape[0]
     eye = torch.eye(d, dtype=_F64)
     pop = icl.population_gd(cov_x, eye, eta, k_max)  # (K+1, d, d) = I − (I−ηΣ)^K
-    return np.array([torch.trace((p - eye).T @ cov_x @ (p - eye) @ cov_x).item() / torch.trace(cov_x @ cov_x).item()
-                     for p in pop])
+    return np.array([torch.trace((p - eye).T @ cov_x @ (p - eye)).item() / torch.trace(cov_x).item() for p in pop])
 
 
 def depth(problem: Setting, *, n_tasks: int, n_depth: Sequence[int], k_max: int, streams: RandomStreams,
@@ -311,7 +324,7 @@ def depth(problem: Setting, *, n_tasks: int, n_depth: Sequence[int], k_max: int,
         pred = identity_by_depth(tasks, ETA_DEPTH, k_max)  # (K+1, B)
         clean = tasks.clean_target.cpu()  # (B,)
         errs[n] = (((pred - clean) ** 2).mean(1) / (clean**2).mean()).numpy()  # (K+1,)
-    out = Depth(errs, _population_depth_error(problem.cov_x, ETA_DEPTH, k_max), k_max)
+    out = Depth(errs, _population_error(problem.cov_x, ETA_DEPTH, k_max), k_max)
     n0, n1 = ns[0], ns[-1]
     k_best = int(np.argmin(errs[n0]))
     out.glue("k_best", k_best)

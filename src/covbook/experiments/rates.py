@@ -54,7 +54,7 @@ STREAMS_S3 = 32
 S_LAPLACE = (0.25, 1.0)
 NUS = (1, 2, 3)
 #: Contexts per length in which the largest softmax weight is measured.
-TOP_CONTEXTS = 16
+TOP_CONTEXTS = 48
 
 _EYE = torch.eye(2, dtype=torch.float64)
 
@@ -275,7 +275,8 @@ class StudentTReadout(Result):
 
     For each ν: ``norm[ν]`` and ``angle[ν]``, shape (R, n_t), |out_t| and the angle of out_t to a;
     ``log_gap[ν]``, shape (n_top,), the median over contexts of log(1 − the largest softmax weight)
-    at the lengths ``top_lengths``, and ``top[ν]`` = 1 − exp(log_gap).  ``gauss_top``, shape
+    at the lengths ``top_lengths`` (``log_gaps[ν]``, shape (n_top, TOP_CONTEXTS), per context), and
+    ``top[ν]`` = 1 − exp(log_gap).  ``gauss_top``, shape
     (n_top,), is the median largest weight for Gaussian tokens.
     """
 
@@ -283,6 +284,7 @@ class StudentTReadout(Result):
     norm: dict[int, np.ndarray] = field(default_factory=dict)
     angle: dict[int, np.ndarray] = field(default_factory=dict)
     log_gap: dict[int, np.ndarray] = field(default_factory=dict)
+    log_gaps: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     top: dict[int, np.ndarray] = field(default_factory=dict)
     gauss_top: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
@@ -307,22 +309,34 @@ class StudentTReadout(Result):
         axes[1].legend(fontsize="x-small")
 
 
-def _median_log_gap(proc: StudentT, a: torch.Tensor, lengths: np.ndarray, nu: int, streams: RandomStreams,
-                    dev: torch.device) -> np.ndarray:
-    """Median over 16 fresh contexts of log(1 − largest softmax weight), per length: shape (n_top,)."""
+def _log_gaps(proc: StudentT, a: torch.Tensor, lengths: np.ndarray, nu: int, streams: RandomStreams,
+              dev: torch.device) -> np.ndarray:
+    """log(1 − largest softmax weight) in :data:`TOP_CONTEXTS` fresh contexts per length: (n_top, TOP_CONTEXTS)."""
     top = []
     for j, t in enumerate(lengths):
         x = proc.sampler(streams.torch_generator("student-t-top", (nu, j), device=dev), TOP_CONTEXTS)(int(t)).cpu()
-        top.append(float(np.median(log_residual_weight((x @ a).numpy()))))  # x: (16, t, 2)
-    return np.array(top)
+        top.append(log_residual_weight((x @ a).numpy()))  # x: (TOP_CONTEXTS, t, 2)
+    return np.stack(top)
+
+
+def _top_growth(log_gaps: np.ndarray, n_boot: int, seeds: tuple[int, int]) -> tuple[float, float]:
+    r"""The growth of :math:`L = -\log(1 - \text{top weight})` from the first to the last length, and its SE.
+
+    Returns median log L at the last length − median log L at the first, shape (n_top, n) in
+    ``log_gaps``; the SE adds the bootstrap SEs of the two medians (independent contexts).
+    """
+    first, last = np.log(-log_gaps[0]), np.log(-log_gaps[-1])  # (n,): L > 0 since the top weight is < 1
+    se = np.hypot(bootstrap_se(first, np.median, n_boot=n_boot, seed=seeds[0]),
+                  bootstrap_se(last, np.median, n_boot=n_boot, seed=seeds[1]))
+    return float(np.median(last) - np.median(first)), float(se)
 
 
 def _gauss_top(a: torch.Tensor, lengths: np.ndarray, streams: RandomStreams, dev: torch.device) -> np.ndarray:
-    """Median over 16 contexts of the largest softmax weight for Gaussian tokens: shape (n_top,)."""
+    """Median over :data:`TOP_CONTEXTS` contexts of the largest softmax weight for Gaussian tokens: (n_top,)."""
     gtop = []
     for j, t in enumerate(lengths):
         x = GaussianIID(_EYE).sampler(streams.torch_generator("gauss-top", j, device=dev), TOP_CONTEXTS)(int(t)).cpu()
-        gtop.append(torch.softmax(x @ a, dim=-1).amax(-1).median().item())  # x: (16, t, 2)
+        gtop.append(torch.softmax(x @ a, dim=-1).amax(-1).median().item())  # x: (TOP_CONTEXTS, t, 2)
     return np.array(gtop)
 
 
@@ -330,16 +344,19 @@ def student_t(t_max: int, n_streams_t: int, *, streams: RandomStreams,
               device: str | torch.device = "cpu") -> StudentTReadout:
     r"""Student-t tokens (ν = 1, 2, 3; Σ = I, d = 2; a = e_1): growth, top weight and direction.
 
-    ``n_streams_t`` streams of ``t_max`` tokens, read at 10 log-spaced t from 100, and 16 fresh
-    contexts at every third of those lengths for the largest weight.  Measures, per ν,
+    ``n_streams_t`` streams of ``t_max`` tokens, read at 10 log-spaced t from 100, and
+    :data:`TOP_CONTEXTS` fresh contexts at every third of those lengths for the largest weight.  Measures, per ν,
 
     * ``t_growth_nu1`` … : the slope of log median |out_t| against log t over the last two decades
       (prediction 1/ν), with a bootstrap SE over streams;
     * ``t_angle_nu1`` … : the root-mean-square angle of out_t to a at the longest t against the limit
       law's (:func:`covbook.theory.student_t_extreme_angle_sd`);
 
-    and ``t_top_weight``, the largest over ν of (1 − top weight at the longest t) / (1 − top weight at
-    t = 100); glues ``t_top_min``, ``gauss_top`` and ``n_streams_t``.
+    and ``t_top_weight``: per ν the growth of the median log L, L = −log(1 − top weight), from t = 100
+    to the longest length (:func:`_top_growth`, bootstrap SEs over the contexts on the stream
+    ``bootstrap-top``), recorded for the ν whose lower window end (growth − Z SE) is lowest, against
+    0 (no concentration); glues ``t_top_shrink`` (the largest over ν of (1 − top weight at the longest
+    length) / (1 − top weight at t = 100), medians), ``t_top_min``, ``gauss_top`` and ``n_streams_t``.
 
     Raises ``ValueError`` for ``t_max`` below 101 or ``n_streams_t`` below 2.
     """
@@ -355,14 +372,20 @@ def student_t(t_max: int, n_streams_t: int, *, streams: RandomStreams,
                             seed=streams.seed_for("student-t", replicate=nu), device=dev)[:, :, 0].cpu().numpy()
         res.norm[nu] = np.linalg.norm(out, axis=-1)  # out: (R, n_t, 2) → (R, n_t)
         res.angle[nu] = np.arctan2(out[..., 1], out[..., 0])  # (R, n_t)
-        res.log_gap[nu] = _median_log_gap(proc, a[0], tops, nu, streams, dev)
+        res.log_gaps[nu] = _log_gaps(proc, a[0], tops, nu, streams, dev)  # (n_top, TOP_CONTEXTS)
+        res.log_gap[nu] = np.median(res.log_gaps[nu], 1)
         res.top[nu] = 1.0 - np.exp(res.log_gap[nu])
     res.gauss_top = _gauss_top(a[0], tops, streams, dev)
     res.glue("n_streams_t", n_streams_t)
     for nu in NUS:
         _student_claims(res, nu, t_max, n_streams_t, streams)
-    shrink = max(np.exp(g[-1] - g[0]) for g in res.log_gap.values())
-    res.measure("t_top_weight", shrink, cps_t_0=cps[0], cps_t_3_1=tops[-1])
+    growth = {nu: _top_growth(res.log_gaps[nu], 400, (streams.seed_for("bootstrap-top", (nu, 0)),
+                                                      streams.seed_for("bootstrap-top", (nu, 1))))
+              for nu in NUS}
+    weakest = min(NUS, key=lambda nu: growth[nu][0] - Z * growth[nu][1])
+    res.measure("t_top_weight", growth[weakest][0], prediction=0.0, se=growth[weakest][1], nu=weakest,
+                n_top=TOP_CONTEXTS, cps_t_0=cps[0], cps_t_3_1=tops[-1])
+    res.glue("t_top_shrink", max(np.exp(g[-1] - g[0]) for g in res.log_gap.values()))
     res.glue("t_top_min", min(h[-1] for h in res.top.values()))
     res.glue("gauss_top", res.gauss_top[-1])
     return res

@@ -255,6 +255,9 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     the stream ``bootstrap-rate-<tag>``) and :math:`t\cdot\mathrm{MSE}/C` at ``t_max`` (``constant_s*``).
     Both carry the pre-asymptotic allowance of :func:`covbook.theory.reach_allowance`: the slope lies
     between −1 and −1 + b, the constant between ρ and 1, and each prediction is the window's middle.
+    A constant also carries the run interval [ρ q_lo, q_hi] of the mean of ``n_streams`` iid weighted χ²
+    terms (q the χ²_ν/ν quantiles at LEVEL, ν = 2 n_streams/sd², sd from
+    :func:`covbook.theory.normalised_error_sd`), for a rule with window ``run_interval``.
     Glues ``t_max`` and ``n_streams``.
     """
     if head.queries is None:
@@ -262,7 +265,7 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     n_streams = check_streams(n_streams)
     t_rate, fit_from = rate_grid(t_max)
     cov, tk, tv, q = head.cov, head.theta_k, head.theta_v, head.queries
-    sq, C, s_of = {}, {}, {}
+    sq, C, s_of, tq_of = {}, {}, {}, {}
     for i, (s_target, _, _, _) in enumerate(RATE_CLAIMS):
         tq = scale_to_logit_variance(head.theta_q, tk, cov, q, s_target)
         out = readout_paths(GaussianIID(cov), q, tq, tk, tv, t_rate, streams=n_streams,
@@ -270,6 +273,7 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
         sq[s_target] = ((out - covariance_readout(tq, tk, tv, cov, q)) ** 2).sum(-1).numpy()  # (R, n_t)
         C[s_target] = readout_mse_constant(tq, tk, tv, cov, q).item()
         s_of[s_target] = logit_variance(tq, tk, cov, q).item()
+        tq_of[s_target] = tq
     res = Rate(t_rate, fit_from, sq, C)
     res.glue("t_max", t_max)
     res.glue("n_streams", n_streams)
@@ -280,8 +284,15 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
         res.measure(slope_id, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, s_target=s_target,
                     n_streams=n_streams)
         ratio, ratio_se = mean_with_se(t_rate[-1] * sq[s_target][:, -1] / C[s_target])
+        # the mean of R iid weighted χ² terms (mean in [ρ, 1]) by its Satterthwaite law χ²_ν/ν, ν = 2R/sd²,
+        # sd the delta-method SD of one stream's t|err|²/C: an SE read from the same streams falls with
+        # their mean (a skewed, non-negative statistic) and understates a low mean's spread
+        nu = 2.0 * n_streams / normalised_error_sd(tq_of[s_target], tk, tv, cov, q) ** 2
+        lower = rho_end * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu
+        upper = float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu
         res.measure(constant_id, ratio, prediction=(1.0 + rho_end) / 2, se=ratio_se, allowance=(1.0 - rho_end) / 2,
-                    t_rate_1=t_rate[-1], s_target=s_target, n_streams=n_streams)
+                    lower=lower, upper=upper, t_rate_1=t_rate[-1], s_target=s_target, n_streams=n_streams,
+                    nu=nu, rho_end=rho_end)
     return res
 
 

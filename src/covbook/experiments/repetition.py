@@ -59,6 +59,8 @@ CHAPTER = "09"
 
 #: The shortest context length of the slope fits in :func:`markov_gap_rates`.
 FIT_FROM = 32
+#: The share of simple cycles that ``established_cycles_simple`` must exclude (one cycle in ten revisiting a token).
+SIMPLE_ALTERNATIVE = 0.9
 #: What :func:`temperature_sweep` records per temperature and model (greedy: no H, h_kernel, h_model).
 SWEEP_KEYS = ("H", "h_kernel", "h_pred", "h_model", "within", "between", "seq_rep", "rep_l", "distinct")
 
@@ -213,9 +215,10 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
     ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps; a cycle
     present after ``t_detect`` steps is *predicted to hold* when the kernel's greedy margin m beats
     twice the Markov gap δ at detection (:func:`covbook.markov.cycle_summary`).  Measures
-    ``established_cycles_simple`` (the share of held cycles that visit distinct tokens) and
-    ``hold_predictions_hold`` (the share of predicted-to-hold cycles that held), with the base rate
-    of holding among all early cycles.
+    ``established_cycles_simple`` (the share of the held cycles with m > 2δ that visit distinct
+    tokens: on these the model's greedy choice is the kernel's, so the run iterates the kernel's
+    greedy map, and a map's cycles are simple) and ``hold_predictions_hold`` (the share of
+    predicted-to-hold cycles that held), with the base rate of holding among all early cycles.
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
@@ -236,9 +239,7 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
     for name, value in dict(n_models=n_models, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy,
                             **cyc).items():
         out.glue(name, value)
-    out.measure("established_cycles_simple", cyc["frac_simple_held"],
-                reason=None if cyc["n_held"] else "no cycle established at the detection step held to the end",
-                t_detect=t_detect)
+    _measure_simple(out, records, t_detect=t_detect)
     # the base rate: the share of all cycles established at the detection step that held
     base_rate = cyc["n_held"] / max(cyc["n_early"], 1)
     out.glue("hold_base_rate", base_rate)
@@ -248,6 +249,31 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
                 reason=None if cyc["n_pred_hold"] else "the mean field predicted no cycle to hold",
                 base_rate=base_rate)
     return out
+
+
+def _measure_simple(out: GreedyCycles, records: list[CycleRecord], *, t_detect: int) -> None:
+    r"""``established_cycles_simple`` over the held cycles that the kernel's greedy map follows with m > 2δ.
+
+    A cycle of one map on the vocabulary visits distinct tokens.  The model is only within the
+    Markov gap δ of the kernel, so where the kernel's lead m is at most 2δ its greedy choice need
+    not be the model's, and a cycle the model follows there (a period above V, say) is not a cycle
+    of the kernel's map: those cycles are not counted (``n_simple_other``, ``n_simple_other_simple``).
+    Glues the count, how many of them have period at least 3 (periods 1 and 2 are simple by
+    minimality) and the chance that all of those would be simple if one cycle in ten revisited a
+    token (:data:`SIMPLE_ALTERNATIVE`).
+    """
+    held = [r for r in records if r.early is not None and r.observed_break is None]
+    followed = [r for r in held if r.margin > 2 * r.gap]  # the model's choices are the kernel's (TV bound)
+    other = [r for r in held if not r.margin > 2 * r.gap]
+    n_long = sum(r.early[1] >= 3 for r in followed)
+    share = float(np.mean([bool(r.early_simple) for r in followed])) if followed else float("nan")
+    for name, value in dict(n_simple_cycles=len(followed), n_simple_long=n_long,
+                            simple_chance_at_alt=SIMPLE_ALTERNATIVE ** n_long, n_simple_other=len(other),
+                            n_simple_other_simple=sum(bool(r.early_simple) for r in other)).items():
+        out.glue(name, value)
+    out.measure("established_cycles_simple", share,
+                reason=None if followed else "no held cycle was followed by the kernel's greedy map with a "
+                "margin above twice the Markov gap", t_detect=t_detect, n_cycles=len(followed), n_long=n_long)
 
 
 # --------------------------------------------------------------------------------------------
