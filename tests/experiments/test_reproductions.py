@@ -77,6 +77,16 @@ def test_closed_forms() -> None:
     assert garg.measurements["prior_garg_ls_k20"]["value"] < 1e-6  # least squares is exact at k = d
 
 
+def test_best_gd_head_gap_is_signed_with_its_paired_se(results) -> None:
+    head = results[3]
+    m = head.measurements["prior_vo_softmax_is_best_gd_head"]
+    assert m["prediction"] == rp.HEAD_GAP_ALTERNATIVE and m["se"] > 0 and m["n_ref"] == N_EVAL
+    # the refined best GD head is no worse than the grid's best of the same sign (same tasks)
+    sign = np.sign(head.align["eta_attn"])
+    grid_best = head.c_loss[np.sign(head.eta_grid) == sign].min()
+    assert float(head.sq.mean()) / (1 + m["value"]) <= grid_best * (1 + 1e-12)
+
+
 def test_claim_ids_and_glued_names_are_the_chapters(results) -> None:
     ids = [cid for r in results for cid in r.measurements]
     assert ids == list(load_rules(RULES))
