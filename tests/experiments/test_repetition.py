@@ -83,7 +83,9 @@ def test_deterministic_given_the_streams(results) -> None:
     assert np.array_equal(sweep.fixed_point, results[2].fixed_point)
     assert sweep.measurements.keys() == results[2].measurements.keys()
     for k, m in sweep.measurements.items():
-        assert m["value"] == results[2].measurements[k]["value"] or np.isnan(m["value"]), k
+        # to rounding: numpy's SIMD sums may group terms by the arrays' memory alignment, so two calls in one
+        # process can differ in the last bit (a fresh process, as a notebook run, repeats the same numbers)
+        assert np.isclose(m["value"], results[2].measurements[k]["value"], rtol=1e-12, atol=0, equal_nan=True), k
 
 
 def test_established_cycles_simple_counts_the_cycles_the_kernel_decides(results) -> None:
