@@ -17,6 +17,7 @@ Random streams (``streams.seed_for``): ``tune`` and ``test`` (von Oswald tasks),
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -32,13 +33,13 @@ from covbook._validate import check_positive_float, check_positive_int, resolve_
 from covbook.experiments.result import RandomStreams, Result
 from covbook.icl.tasks import RegressionTasks
 from covbook.icl.training import TrainLog
-from covbook.rules import Claim, fmt
+from covbook.rules import Claim
 from covbook.stats import mean_with_se
 
 __all__ = ["CHAPTER", "VO_D", "VO_N", "VO_VAR", "PUBLISHED_VO", "GARG_D", "GARG_KEY_KS", "TABLE",
            "VOClosedForm", "VOTunedStep", "VOLinearAttention", "VOSoftmaxHead", "SoftmaxLimit", "GargCurves",
            "vo_closed_form", "vo_tuned_step", "vo_linear_attention", "vo_softmax_head", "softmax_limit",
-           "garg_curves", "summary_table"]
+           "garg_curves", "summary_table", "table_number"]
 
 CHAPTER = "11"
 
@@ -421,6 +422,36 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
     return out
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def table_number(x: float | None) -> str:
+    """One format for the table's numbers: three significant digits, and ``m × 10ⁿ`` outside [10⁻³, 10⁵).
+
+    Examples
+    --------
+    >>> table_number(0.20876), table_number(1.958e-09), table_number(0.0), table_number(None)
+    ('0.209', '1.96 × 10⁻⁹', '0', '—')
+    """
+    if x is None:
+        return "—"
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e5:
+        return f"{x:.3g}"
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
+def _window_text(c: Claim) -> str:
+    """The claim's window in :func:`table_number`'s format: ``centre ± half-width`` or ``[lower, upper]``."""
+    if c.expected is not None and c.tolerance is not None:
+        return f"{table_number(c.expected)} ± {table_number(c.tolerance)}"
+    lo = "−∞" if c.lower is None else table_number(c.lower)
+    hi = "∞" if c.upper is None else table_number(c.upper)
+    return f"[{lo}, {hi}]"
+
+
 def summary_table(judged: Mapping[str, Claim]) -> Styler:
     """The published values against covbook's judged claims (``{id: Claim}`` from ``claims.record``),
     one row per :data:`TABLE` entry, and the trained transformer of Garg et al. (not attempted)."""
@@ -429,8 +460,8 @@ def summary_table(judged: Mapping[str, Claim]) -> Styler:
     missing = [cid for cid, *_ in TABLE if cid not in judged]
     if missing:
         raise ValueError(f"judged lacks the claims {missing} of the table: record every experiment first")
-    rows = [{"quantity": q, "published": pub, "source": src, "covbook measured": fmt(judged[cid].measured),
-             "covbook expected": judged[cid].expected_text(), "claim": cid,
+    rows = [{"quantity": q, "published": pub, "source": src, "covbook measured": table_number(judged[cid].measured),
+             "covbook expected": _window_text(judged[cid]), "claim": cid,
              "verdict": "✓ pass" if judged[cid].passed else "✗ fail"}
             for cid, q, pub, src in TABLE]
     rows.append({"quantity": "trained transformer (12 layers), k = 10 (d = 20)", "published": "≈ 0.5 (≈ least squares)",
