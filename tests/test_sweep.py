@@ -224,8 +224,8 @@ def test_flag_count_sentence_compares_the_observed_flags_with_chance():
     data = {"01_alpha": {"claims": [{"kind": "evidence", "n": 10}] * 100}}
     none = 1 - _chance_of_at_least(data, 1)
     zero = _flag_count_sentence(data, 0)
-    assert zero.startswith("No evidence claim is flagged here")
+    assert zero.startswith("No statistical claim is flagged here")
     assert zero.endswith(f"none by failures with probability {none:.2g}.")
-    assert _flag_count_sentence(data, 1).startswith("1 evidence claim is flagged here")
+    assert _flag_count_sentence(data, 1).startswith("1 statistical claim is flagged here")
     two = _flag_count_sentence(data, 2)
-    assert two.startswith("2 evidence claims are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two
+    assert two.startswith("2 statistical claims are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two

@@ -377,10 +377,10 @@ def _chance_of_at_least(data: dict, k: int) -> float:
 
 
 def _flag_count_sentence(data: dict, k: int) -> str:
-    """How the observed number ``k`` of flagged evidence claims compares with chance."""
+    """How the observed number ``k`` of flagged statistical (evidence or compatible) claims compares with chance."""
     none = 1.0 - _chance_of_at_least(data, 1)
-    first = ("No evidence claim is flagged here" if k == 0 else
-             "1 evidence claim is flagged here" if k == 1 else f"{k} evidence claims are flagged here")
+    first = ("No statistical claim is flagged here" if k == 0 else
+             "1 statistical claim is flagged here" if k == 1 else f"{k} statistical claims are flagged here")
     tail = "" if k == 0 else f" and {k} or more with probability {_chance_of_at_least(data, k):.2g}"
     return (f"{first}; treating the claims as independent (those of one notebook share a run), a correct book "
             f"flags none by failures with probability {none:.2g}{tail}.")
@@ -451,12 +451,15 @@ def _profile_summary(profile: str, entries: dict) -> list[str]:
              f"**Flagged claims: {len(flagged)}**"
              + (f" ({flagged_ids})" if flagged else "") + ". "
              + _flag_count_sentence(entries, sum(r["flagged"] for r in stat)), "",
-             f"*Power of the flag rule at {n_seeds} seeds:* a claim that fails a fraction r of runs is flagged "
-             f"when it fails at {FLAG_FAILURES} seeds or more, with probability 1 − (1 − r)^n − n r (1 − r)^(n−1); "
-             f"the rule catches a failure rate of {100 * detectable_rate(n_seeds, 0.5):.2g} % half the time and "
-             f"of {100 * detectable_rate(n_seeds, 0.8):.2g} % with probability 0.8, while a correct claim is "
-             f"flagged by failures with probability {_flag_chance(n_seeds):.2g}. "
-             f"The count of failing evaluations is the sharper test: a book whose claims failed at 10 α would "
+             (f"*Power of the flag rule at {n_seeds} seeds:* a claim that fails a fraction r of runs is flagged "
+              f"when it fails at {FLAG_FAILURES} seeds or more, with probability 1 − (1 − r)^n − n r (1 − r)^(n−1); "
+              f"the rule catches a failure rate of {100 * detectable_rate(n_seeds, 0.5):.2g} % half the time and "
+              f"of {100 * detectable_rate(n_seeds, 0.8):.2g} % with probability 0.8, while a correct claim is "
+              f"flagged by failures with probability {_flag_chance(n_seeds):.2g}. "
+              if n_seeds >= FLAG_FAILURES else
+              f"*Power of the flag rule:* with {n_seeds} seed(s) no claim can fail at {FLAG_FAILURES} seeds, so the "
+              "rule flags by spread and missing values only. ")
+             + f"The count of failing evaluations is the sharper test: a book whose claims failed at 10 α would "
              f"show about {10 * expected:.2g} failures here.", ""]
     return lines
 
