@@ -33,6 +33,7 @@ from pathlib import Path
 
 from covbook._devices import device_name
 from covbook.book.config import Paths, UsageError
+from covbook.book.provenance import versions
 from covbook.book.records import RunRecord, read_run
 from covbook._jsonio import DamagedFile, read_json
 
@@ -83,15 +84,7 @@ def science_hash(package: Path = PACKAGE) -> str:
 @lru_cache(maxsize=1)
 def environment() -> dict[str, str]:
     """Versions that can change a result: Python, torch, numpy (read without importing them)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("torch", "numpy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+    return versions(("torch", "numpy"))
 
 
 def resolve_device(device: str) -> str:

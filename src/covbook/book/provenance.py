@@ -14,12 +14,13 @@ from pathlib import Path
 __all__ = ["versions", "git_commit"]
 
 
-def versions() -> dict[str, str]:
-    """Versions of Python and the packages a run depends on."""
+def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "seaborn",
+                                          "papermill", "jupytext", "jupyter-book")) -> dict[str, str]:
+    """Versions of Python and of ``packages`` (read without importing them; "not installed" when absent)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("covbook", "torch", "numpy", "scipy", "matplotlib", "seaborn", "papermill", "jupytext", "jupyter-book"):
+    for pkg in packages:
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
