@@ -36,7 +36,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from covbook.book.cache import content_hash, file_digest, is_cached, resolve_device, science_hash
+from covbook.book.cache import content_hash, file_digest, is_cached, notebook_science, resolve_device
 from covbook.book.config import (
     DEFAULT_PROFILE, DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
     select,
@@ -680,12 +680,12 @@ def plan_jobs(
         raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
                          "defaults, which set no lengths")
     dev = resolved_device or resolve_device(device)
-    science = science_hash()
     jobs = []
     for name, path in chosen.items():
         check_cells(path)
         defaults = notebook_parameters(path)
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
+        science = notebook_science(path)  # the science modules this notebook imports
         jobs.append(Job(name, path, params, content_hash(path, params, science, dev), dev, defaults))
     return jobs
 
