@@ -38,6 +38,15 @@ def make_notebook(body: str, params: str = "x = 1") -> str:
             f"```{{code-cell}} ipython3\n{body}\n```\n")
 
 
+def book_project(root: Path) -> Path:
+    """A copy of this project's notebooks and book sources (no outputs) in the new folder ``root``."""
+    root.mkdir()
+    shutil.copy2(ROOT / "_config.yml", root)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    return root
+
+
 #: One JSON line ``{what, root, wall, cpu, started}`` per timed pipeline step of this session (``timed=`` in
 #: :func:`covbook`), appended by whichever pytest-xdist worker ran it and printed by the terminal summary in
 #: conftest.py (which empties the file when the session starts).

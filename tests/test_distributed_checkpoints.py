@@ -8,7 +8,6 @@ checkpoint folder came back to the tree and is reused.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from covbook.book import distributed as dist
 from covbook.book import runner
 from covbook.book.config import Paths
-from helpers import ROOT, covbook
+from helpers import book_project, covbook
 
 NAME = "10_trained_language_model"
 DIGEST = "ab" * 32
@@ -221,15 +220,6 @@ def test_collect_commits_the_returned_folder_and_a_killed_job_none(tmp_path):
 # ----------------------------------------------------------------------------- chapter 10 on local:1
 
 
-def _book_project(root: Path) -> Path:
-    """A copy of this project's notebooks and book sources (no outputs), as in test_distributed.py."""
-    root.mkdir()
-    shutil.copy2(ROOT / "_config.yml", root)
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    return root
-
-
 def _glued(tree: Path, name: str) -> str:
     """The glued ``train_seconds_nope`` of the executed notebook: read from the checkpoint when it is reused."""
     nb = json.loads((tree / "book" / "generated" / f"{NAME}.ipynb").read_text())
@@ -248,7 +238,7 @@ def _checkpoint_files(tree: Path) -> dict[str, tuple[int, int, bytes]]:
 
 @pytest.mark.notebooks
 def test_chapter_10_on_a_cluster_brings_its_checkpoints_home_and_a_local_run_reuses_them(tmp_path):
-    tree = _book_project(tmp_path / "tree")
+    tree = book_project(tmp_path / "tree")
     args = ["run", "--profile", "smoke", "--device", "cpu", "--no-progress", "10"]
     res = covbook(tree, *args, "--cluster", "local:1")
     assert res.returncode == 0, res.stdout + res.stderr
