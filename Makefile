@@ -38,20 +38,22 @@ pdf: book
 	$(BIN)/python -m covbook.book.pdf
 
 # stages: setup, lint, the fast tests, then the slow ones (notebooks at smoke with their claims, the
-# rehearsal of the full profile, the book build, the browser test); each prints its time, then a table
+# rehearsal of the full profile, the book build, the browser test); each prints its time, then a table.
+# Both test stages run on one pytest-xdist worker per core; in the slow stage the tests of the smoke run
+# and those of the rehearsal each stay on one worker (tests/conftest.py, --dist loadgroup).
 test:
 	@$(STAGE) --reset
 	$(call stage,setup,$(MAKE) --no-print-directory setup)
 	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks)
 	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
 	$(call stage,actionlint,$(BIN)/actionlint)
-	$(call stage,fast-tests,$(BIN)/python -m pytest -m "not notebooks and not book")
-	$(call stage,slow-tests,$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs)
+	$(call stage,fast-tests,$(BIN)/python -m pytest -m "not notebooks and not book" -n auto)
+	$(call stage,slow-tests,$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs -n auto --dist loadgroup)
 	@$(STAGE) --summary
 
-# the fast tests only (no notebook executed, no book built): seconds
+# the fast tests only (no notebook executed, no book built), on one pytest-xdist worker per core: seconds
 unit: setup
-	$(BIN)/python -m pytest -m "not notebooks and not book"
+	$(BIN)/python -m pytest -m "not notebooks and not book" -n auto
 
 # ruff on src, tests, benchmarks (line length 120) and on the notebooks' code cells (88: the book's page width)
 lint: setup

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PIPELINE_STEPS, ROOT, covbook, make_notebook, pipeline_project
+from helpers import PIPELINE_STEPS, ROOT, covbook, make_notebook, pipeline_project, pipeline_steps
 
 #: The rule of the fixture notebooks' one claim (`claims.measure('x_is_x', x, prediction=x)`).
 X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
@@ -79,16 +79,17 @@ def smoke_book(smoke_project: Path) -> subprocess.CompletedProcess:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Where the slow stage's time went: each pipeline step, each notebook it ran, the slowest tests."""
-    if not PIPELINE_STEPS:
+    steps = pipeline_steps()
+    if not steps:
         return
     from covbook._jsonio import DamagedFile, read_json
 
     tr = terminalreporter
     tr.section("where the time went (wall under the current load; CPU = user + system)")
-    for what, _, wall, cpu, _ in PIPELINE_STEPS:
+    for what, _, wall, cpu, _ in steps:
         tr.write_line(f"{what:<32} {wall:8.1f} s wall {cpu:8.1f} s CPU")
     phases = ("kernel", "setup", "science", "figures", "claims")
-    for what, root, _, _, started in PIPELINE_STEPS:
+    for what, root, _, _, started in steps:
         runs = sorted((root / "book" / "generated" / "runs").glob("*.json"))
         if "build" in what or not runs:
             continue
@@ -119,3 +120,69 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.write_line("")
         tr.write_line("slowest test calls (fixtures excluded): " + ", ".join(
             f"{r.nodeid.split('::')[-1]} {r.duration:.1f} s" for r in slow))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs both stages on one worker per core) each worker takes its share of
+    the cores for torch, instead of every worker starting one thread per core.  The controller (or a run
+    without xdist) starts the session's record of pipeline steps afresh."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+    if not hasattr(config, "workerinput"):
+        PIPELINE_STEPS.unlink(missing_ok=True)
+
+
+#: fixtures of the one smoke run of a session (conftest.smoke_project and everything built on it)
+SMOKE_FIXTURES = {"smoke_project", "smoke_book", "site", "driver", "pdf"}
+#: the test files whose every test uses the smoke run, and the single tests elsewhere that do
+SMOKE_FILES = {"test_notebooks.py", "test_browser.py", "test_pdf.py"}
+SMOKE_TESTS = {"test_results.py::test_results_page_of_the_smoke_run"}
+
+
+def pipeline_group(nodeid: str) -> str | None:
+    """The pipeline run a test shares with others: ``"smoke"``, ``"rehearsal"`` or None (it shares none).
+
+    Read from the test's id alone, so that pytest-xdist's controller, which collects nothing, can group by it.
+    """
+    from test_rehearsal import REHEARSED
+
+    path, _, test = nodeid.partition("::")
+    file = path.rsplit("/", 1)[-1]
+    if file == "test_rehearsal.py" and test.startswith("test_notebook_runs_at_full_shapes["):
+        return "rehearsal" if test[test.index("[") + 1:-1] in REHEARSED else "smoke"
+    if file in SMOKE_FILES or f"{file}::{test}" in SMOKE_TESTS:
+        return "smoke"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``--dist loadgroup`` (the slow stage of `make test`): the tests of one pipeline run on one worker.
+
+    The tests of the smoke run (its notebooks, the book built from it, the browser, the PDF) form one unit of
+    work and those of the rehearsal another, so each pipeline runs once in the session while the other tests
+    (runner, reliability, sweep, cluster, small books) share the remaining workers.  xdist's own
+    ``xdist_group`` mark cannot do this here: it renames the test ids, which pytest 9.2 no longer lets it do.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PipelineGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return pipeline_group(nodeid) or nodeid
+
+    return PipelineGroups(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the smoke run must be in its group (:func:`pipeline_group`): else, on another worker,
+    it would execute every notebook a second time."""
+    stray = [item.nodeid for item in items
+             if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())) and pipeline_group(item.nodeid) != "smoke"]
+    if stray:
+        raise pytest.UsageError(f"tests/conftest.py: add to SMOKE_FILES or SMOKE_TESTS (they use the smoke run): "
+                                f"{', '.join(stray)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -37,9 +38,27 @@ def make_notebook(body: str, params: str = "x = 1") -> str:
             f"```{{code-cell}} ipython3\n{body}\n```\n")
 
 
-#: ``(what, project root, wall s, CPU s, started)`` of each timed pipeline step of this session
-#: (``timed=`` in :func:`covbook`), printed by the terminal summary in conftest.py.
-PIPELINE_STEPS: list[tuple[str, Path, float, float, float]] = []
+def book_project(root: Path) -> Path:
+    """A copy of this project's notebooks and book sources (no outputs) in the new folder ``root``."""
+    root.mkdir()
+    shutil.copy2(ROOT / "_config.yml", root)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    return root
+
+
+#: One JSON line ``{what, root, wall, cpu, started}`` per timed pipeline step of this session (``timed=`` in
+#: :func:`covbook`), appended by whichever pytest-xdist worker ran it and printed by the terminal summary in
+#: conftest.py (which empties the file when the session starts).
+PIPELINE_STEPS = ROOT / ".covbook" / "test" / "pipeline-steps.jsonl"
+
+
+def pipeline_steps() -> list[tuple[str, Path, float, float, float]]:
+    """``(what, project root, wall s, CPU s, started)`` of each timed pipeline step recorded this session."""
+    if not PIPELINE_STEPS.is_file():
+        return []
+    rows = [json.loads(line) for line in PIPELINE_STEPS.read_text().splitlines() if line.strip()]
+    return [(r["what"], Path(r["root"]), r["wall"], r["cpu"], r["started"]) for r in rows]
 
 
 def covbook(cwd: Path, *args: str, check: bool = False, timed: str | None = None) -> subprocess.CompletedProcess:
@@ -49,7 +68,10 @@ def covbook(cwd: Path, *args: str, check: bool = False, timed: str | None = None
     if timed:
         after = os.times()
         cpu = after.children_user - before.children_user + after.children_system - before.children_system
-        PIPELINE_STEPS.append((timed, cwd, time.perf_counter() - start, cpu, started))
+        PIPELINE_STEPS.parent.mkdir(parents=True, exist_ok=True)
+        with PIPELINE_STEPS.open("a") as fh:  # one short line per write: whole lines from concurrent workers
+            fh.write(json.dumps({"what": timed, "root": str(cwd), "wall": time.perf_counter() - start, "cpu": cpu,
+                                 "started": started}) + "\n")
     if check and proc.returncode:
         raise AssertionError(f"covbook {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -215,10 +215,11 @@ def test_wait_blocks_until_the_lock_is_free(project):
     with tree_lock(paths.lock, "holder"):
         proc = subprocess.Popen([sys.executable, "-m", "covbook.book.cli", "clean", "--wait"], cwd=project,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)
+        first = proc.stderr.readline()  # blocks until the child has found the lock held (however slow its start)
+        time.sleep(0.5)
         assert proc.poll() is None  # still waiting
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "waiting for pid" in err and "covbook clean" in out
+    assert proc.returncode == 0 and "waiting for pid" in first + err and "covbook clean" in out
 
 
 # ----------------------------------------------------------------------------- damaged outputs

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -15,7 +14,7 @@ import pytest
 
 from covbook.book.config import UsageError
 from covbook.book.distributed import parse_cluster
-from helpers import COVBOOK, ROOT, covbook
+from helpers import COVBOOK, book_project, covbook
 
 FAST = ("01_covariance_readout", "02_elliptical_inputs")  # the two fastest notebooks at smoke (9–15 s each)
 
@@ -49,15 +48,6 @@ def test_run_help_documents_the_cluster():
 
 
 # ----------------------------------------------------------------------------- two notebooks × two seeds
-
-
-def _book_project(root: Path) -> Path:
-    """A copy of this project's notebooks and book sources (no outputs)."""
-    root.mkdir()
-    shutil.copy2(ROOT / "_config.yml", root)
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    return root
 
 
 def _children(pid: int) -> list[int]:
@@ -124,10 +114,10 @@ def _outputs(tree: Path, name: str) -> list:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
 def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tmp_path):
     seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", "--replace", *FAST]
-    local = _book_project(tmp_path / "local")
+    local = book_project(tmp_path / "local")
     res = covbook(local, "sweep", *seeds, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
-    dist = _book_project(tmp_path / "dist")
+    dist = book_project(tmp_path / "dist")
     proc = subprocess.Popen([*COVBOOK, "sweep", *seeds, "--cluster", "local:2"], cwd=dist,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed: dict = {}

@@ -1,12 +1,13 @@
-"""The rehearsal: every notebook with the `full` profile's shapes at smoke lengths.
+"""The rehearsal: every notebook with the `full` profile's shapes at short lengths.
 
 `covbook run --profile full --rehearse` takes the full profile's parameters,
 except those listed under the notebook's `lengths:` key in notebooks/profiles.yml,
-which take their smoke value: model sizes, dimensions, lists of sizes and the
-device are the paper-scale ones, the number of tokens and steps is small.  A
+which take their smoke value or the (smaller) value given there: model sizes,
+dimensions, lists of sizes and the device are the paper-scale ones, the number
+of tokens and steps is small.  A
 paper-scale run must not fail on what this minute-long run catches (shape
 errors, memory at the full model sizes, parameters a notebook does not have).
-The claims are not asserted here: at smoke lengths with full shapes a claim's
+The claims are not asserted here: at short lengths with full shapes a claim's
 own uncertainty is what it is; `test_notebooks.py` checks the claims.
 
 A notebook whose full profile changes only its lengths rehearses with exactly

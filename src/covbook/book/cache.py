@@ -4,10 +4,13 @@ A notebook is served from ``book/generated`` when its key is unchanged.  The
 key covers what can change a result and nothing else:
 
 - the notebook's source and the parameters injected into it;
-- the *science* code: the syntax tree of every ``.py`` file of the ``covbook``
-  package outside ``covbook/book/`` (the pipeline: runner, CLI, report, lock ...
-  never change a number, so editing them re-executes nothing; nor do comments,
-  docstrings, formatting, a ``notes.txt`` or an editor's ``.ipynb_checkpoints/``);
+- the *science* code the notebook runs: the syntax tree of every ``.py`` module of the
+  ``covbook`` package outside ``covbook/book/`` that the notebook's code cells import,
+  directly or through other modules (:func:`notebook_science`: every ``import`` statement
+  of a module counts, also one inside a function; editing ``covbook/transformer``
+  re-executes the chapters that import it and no other).  The pipeline (runner, CLI,
+  report, lock ...) never changes a number, so editing it re-executes nothing; nor do
+  comments, docstrings, formatting, a ``notes.txt`` or an editor's ``.ipynb_checkpoints/``;
 - the versions of Python, torch and numpy;
 - the device the notebook resolves to (``auto`` becomes ``cpu`` or ``cuda``).
 
@@ -32,12 +35,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from covbook._devices import device_name
-from covbook.book.config import Paths, UsageError
+from covbook.book.config import Paths, UsageError, _myst_code_cells
 from covbook.book.provenance import versions
 from covbook.book.records import RunRecord, read_run
 from covbook._jsonio import DamagedFile, read_json
 
-__all__ = ["PACKAGE", "science_hash", "environment", "resolve_device", "content_hash", "is_cached",
+__all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device", "content_hash", "is_cached",
            "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
@@ -62,8 +65,9 @@ def _code_of(f: Path) -> bytes:
     return ast.dump(tree).encode()
 
 
-def science_hash(package: Path = PACKAGE) -> str:
-    """Hash of the science code: the syntax tree of every ``.py`` file of ``package`` outside ``book/``.
+def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> str:
+    """Hash of the science code: the syntax tree of every ``.py`` file of ``package`` outside ``book/``
+    (or of the files ``modules`` only, e.g. :func:`science_modules` of a notebook).
 
     Only Python code can change a result (the package ships no data files):
     comments, docstrings, formatting, a ``notes.txt``, ``__pycache__`` and
@@ -71,7 +75,7 @@ def science_hash(package: Path = PACKAGE) -> str:
     """
     h = hashlib.sha256()
     pipeline = package / "book"
-    for f in sorted(package.rglob("*.py")):
+    for f in sorted(package.rglob("*.py") if modules is None else modules):
         rel = f.relative_to(package)
         if not f.is_file() or pipeline in f.parents or any(part.startswith(".") or part == "__pycache__"
                                                             for part in rel.parts):
@@ -79,6 +83,103 @@ def science_hash(package: Path = PACKAGE) -> str:
         h.update(rel.as_posix().encode() + b"\0")
         h.update(_code_of(f) + b"\0")
     return h.hexdigest()
+
+
+def _is_science(rel: Path) -> bool:
+    return not any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+
+
+def _module_file(package: Path, dotted: str) -> Path | None:
+    """The file of module ``dotted`` (``covbook.x.y``) inside ``package``, or None (not covbook's, or absent)."""
+    parts = dotted.split(".")
+    if parts[0] != package.name:
+        return None
+    base = package.joinpath(*parts[1:])
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _imports(package: Path, f: Path, tree: ast.AST) -> tuple[set[Path], bool]:
+    """The covbook files ``f`` imports anywhere in its body (with their parent packages), and whether it
+    imports dynamically (``importlib.import_module``, ``__import__``: then no static closure is trusted)."""
+    found: set[Path] = set()
+    here = ".".join((package.name, *f.relative_to(package).with_suffix("").parts))
+    if f.name == "__init__.py":
+        here = here.rsplit(".", 1)[0] + "._"  # relative imports resolve against the package itself
+    dynamic = False
+
+    def add(dotted: str) -> None:
+        parts = dotted.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__, a/b/__init__ and a/b/c
+            m = _module_file(package, ".".join(parts[:i]))
+            if m is not None:
+                found.add(m)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")[: -node.level]
+                base = ".".join([*anchor, base] if base else anchor)
+            add(base)
+            for alias in node.names:  # `from covbook.x import y`: y may be a module
+                add(f"{base}.{alias.name}")
+        elif isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            dynamic |= name in ("import_module", "__import__")
+    return found, dynamic
+
+
+def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] | None:
+    """The science modules (files of ``package`` outside ``book/``) that code ``sources`` imports, directly or
+    through other covbook modules (the pipeline's included), sorted; None when one of them imports dynamically.
+
+    Examples
+    --------
+    >>> mods = science_modules(["from covbook.experiments import readout"])
+    >>> [m.relative_to(PACKAGE).as_posix() for m in mods][-4:]
+    ['processes.py', 'rules.py', 'stats.py', 'theory.py']
+    >>> any(m.parent.name == "transformer" for m in mods)
+    False
+    """
+    pipeline = package / "book"
+    seen: set[Path] = set()
+    todo: list[Path] = []
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue  # a cell magic or the like: run_notebooks refuses real syntax errors before any kernel
+        todo += _imports(package, package / "__init__.py", tree)[0]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        try:
+            tree = ast.parse(f.read_bytes(), filename=str(f))
+        except (SyntaxError, ValueError):
+            continue  # keyed on its bytes by science_hash; it imports nothing Python can read
+        found, dynamic = _imports(package, f, tree)
+        if dynamic:
+            return None
+        todo += found - seen
+    return sorted(f for f in seen if pipeline not in f.parents and _is_science(f.relative_to(package)))
+
+
+def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
+    """Hash of the science code notebook ``nb_path`` runs (:func:`science_modules` of its code cells);
+    the whole package's :func:`science_hash` when its imports cannot be followed statically."""
+    sources = [src for _, src in _myst_code_cells(nb_path.read_text(encoding="utf-8"))]
+    sources = ["\n".join(ln for ln in s.splitlines() if not ln.lstrip().startswith(("%", "!"))) for s in sources]
+    modules = science_modules(sources, package)
+    return science_hash(package) if modules is None else science_hash(package, modules)
 
 
 @lru_cache(maxsize=1)

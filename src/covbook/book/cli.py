@@ -111,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
-                   help="the profile's shapes at smoke lengths (the parameters under `lengths:` in profiles.yml)")
+                   help="the profile's shapes at short lengths (the parameters under `lengths:` in profiles.yml)")
     c = sub.add_parser("check", help="verify the claims of the last run", formatter_class=_Help)
     c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
     s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table",

@@ -25,6 +25,19 @@ its tree with :func:`covbook.book.runner.commit_outcome`, the same commit the
 local pool makes.  Workers therefore need the same covbook checkout (science
 code, Python, torch, numpy: each job checks) but no shared filesystem.
 
+Checkpoints (chapter 10) travel the same way, as bytes.  A job carries the
+checkpoint folder its key has in the client's tree
+(``book/generated/checkpoints/NAME/KEY/``, :func:`covbook.book.runner.checkpoint_folder`;
+none with ``--force``), the worker puts it where the runner looks for it in the
+scratch tree, so the notebook resumes or loads it exactly as a local run would,
+and a successful job returns the folder with its other outputs.  The client
+commits it with them (:func:`commit_with_checkpoints`): one directory swap,
+undone when the outputs fail to commit; a failed, stopped or killed job changes no
+checkpoint folder, and a job re-run after its worker died is committed once, like
+its notebook.  Each way is at most :data:`CHECKPOINT_MAX_BYTES` (one Dask message;
+chapter 10 makes about 0.8 MB at ``--profile smoke``, 3 MB at quick, 77 MB at full);
+past it the folder stays where it is and the run says so.
+
 Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls (it then
 stops its notebook's process, whose kernel goes with it), cancels the queued
 futures, keeps what finished and closes a local cluster.
@@ -48,7 +61,9 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.config import DEVICES, Paths, UsageError
 
-__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_trees", "run_remote", "ALLOWED_FAILURES"]
+__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_trees", "run_remote", "ALLOWED_FAILURES",
+           "CHECKPOINT_MAX_BYTES", "CheckpointsTooLarge", "pack_checkpoints", "unpack_checkpoints",
+           "commit_with_checkpoints"]
 
 EXTRA = "pip install -e '.[cluster]'"
 #: worker deaths a job survives on a local cluster before it is reported failed (Dask's default is 3)
@@ -57,6 +72,15 @@ POLL_S = 1.0  # how often a running job looks at the stop event
 STOP_GRACE_S = 3.0  # SIGTERM, then SIGKILL, for a notebook's process on a worker
 CONNECT_TIMEOUT_S = 20
 SCHEMES = ("tcp", "tls", "ws", "wss")
+#: the most checkpoint bytes one job carries each way: to its worker (embedded in the task, which the
+#: scheduler keeps until the job ends, so that a job re-run after its worker died gets them again) and
+#: back with its result.  Chapter 10, the one chapter with checkpoints, makes about 0.8 MB at
+#: ``--profile smoke``, 3 MB at quick and 77 MB at full (two models and their AdamW state, float32).
+CHECKPOINT_MAX_BYTES = 256 << 20
+
+
+class CheckpointsTooLarge(ValueError):
+    """A checkpoint folder over :data:`CHECKPOINT_MAX_BYTES`: it is not carried (the run says so)."""
 
 
 @dataclass
@@ -205,15 +229,131 @@ def _resolve_device(cluster: Cluster, device: str) -> str:
     return cluster.client.submit(resolve_device, device, pure=False).result()
 
 
+# ----------------------------------------------------------------------------- checkpoints as bytes
+
+
+def pack_checkpoints(folder: Path, limit: int | None = None) -> dict[str, bytes] | None:
+    """The files of a checkpoint folder, by POSIX path relative to it; ``None`` when there is no folder.
+
+    Hidden files (the temporaries of an atomic write cut short) and anything but a plain file (a
+    link) are left out.  Raises :class:`CheckpointsTooLarge` when the files add up to more than
+    ``limit`` bytes (default :data:`CHECKPOINT_MAX_BYTES`; measured before any is read), so that a
+    transfer never passes it.
+    """
+    limit = CHECKPOINT_MAX_BYTES if limit is None else limit
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    files = [p for p in sorted(folder.rglob("*"))
+             if p.is_file() and not p.is_symlink()
+             and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+    size = sum(p.stat().st_size for p in files)
+    if size > limit:
+        raise CheckpointsTooLarge(f"the checkpoints of {folder.name} are {size / 2**20:.1f} MiB, over the "
+                                  f"{limit / 2**20:.0f} MiB a cluster job carries (CHECKPOINT_MAX_BYTES)")
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in files}
+
+
+def _inside(rel: str) -> bool:
+    """Whether a packed path stays inside its folder (relative, no ``..``, not hidden)."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and not any(part in ("..", "") or part.startswith(".")
+                                                                   for part in parts)
+
+
+def unpack_checkpoints(files: dict[str, bytes], folder: Path, *, sync: bool = False) -> None:
+    """Write :func:`pack_checkpoints`' ``files`` into ``folder`` (made if missing); ``sync``: fsync each file.
+
+    A path outside ``folder`` is refused (``ValueError``) before anything is written.
+    """
+    bad = [rel for rel in files if not _inside(rel)]
+    if bad:
+        raise ValueError(f"refusing a checkpoint file outside its folder: {bad[0]}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        dst = folder / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(dst, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+
+
+def commit_with_checkpoints(paths: Paths, outcome: dict, checkpoints: dict[str, bytes] | None,
+                            digest: str) -> dict:
+    """:func:`covbook.book.runner.commit_outcome`, and the job's checkpoint folder with it, as one unit.
+
+    With ``checkpoints`` (what the worker returned) and a successful ``outcome``, the files are written
+    and synced into a hidden folder next to ``checkpoints/NAME/KEY`` (same filesystem), the old folder
+    is renamed aside, the new one renamed in, then the outputs are committed: when they commit, the old
+    folder is removed; when they do not (or on any error, Ctrl-C included), the new folder goes and
+    the old one comes back.  A failed outcome, or a failure to write the checkpoints (the run then fails,
+    its last good outputs kept), leaves the folder as it was.  Killed half-way, the tree holds the old
+    folder, the new one or none, never a partial one; hidden leftovers go at the next run
+    (:func:`covbook.book.runner.prune_checkpoints`).  Returns the Result as a dict.
+    """
+    from covbook.book.runner import _oserror_text, checkpoint_folder, commit_outcome
+
+    if checkpoints is None or outcome["error"] is not None:
+        return commit_outcome(paths, outcome)
+    dst = checkpoint_folder(paths, outcome["name"], digest)
+    staged = backup = None
+    swapped = False
+
+    def undo() -> None:
+        if swapped:
+            shutil.rmtree(dst, ignore_errors=True)
+        if backup is not None and not dst.exists():
+            os.replace(backup, dst)
+
+    try:
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            staged = Path(tempfile.mkdtemp(prefix=f".{dst.name}.new-", dir=dst.parent))
+            unpack_checkpoints(checkpoints, staged, sync=True)
+            if dst.exists():
+                backup = dst.with_name(f".{dst.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                os.replace(dst, backup)
+            os.replace(staged, dst)
+            swapped = True
+        except (OSError, ValueError) as err:
+            undo()
+            text = _oserror_text(err) if isinstance(err, OSError) else str(err)
+            return commit_outcome(paths, {**outcome, "error": f"could not write the checkpoints: {text}; "
+                                                              "the last good outputs are kept"})
+        except BaseException:  # Ctrl-C
+            undo()
+            raise
+        try:
+            result = commit_outcome(paths, outcome)
+        except BaseException:
+            undo()
+            raise
+        if result["status"] != "ok":
+            undo()
+        elif backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+        return result
+    finally:
+        if staged is not None and staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+
+
 # ----------------------------------------------------------------------------- on a worker
 
 
-def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> dict:
+def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str,
+               checkpoints: dict[str, bytes] | None = None) -> dict:
     """Execute one notebook on this Dask worker in a scratch tree; return its outputs (bytes) and outcome.
 
-    ``job``: the local pool's job (name, params, digest, device, threads, rehearse);
+    ``job``: the local pool's job (name, params, digest, device, threads, rehearse, force);
     ``files``: ``notebooks/`` by relative path; ``expect``: the client's :func:`_identity`;
-    ``stop``: the name of the run's stop event.
+    ``stop``: the name of the run's stop event; ``checkpoints``: the job's checkpoint folder in the
+    client's tree (:func:`pack_checkpoints`), if any.  A successful job returns its checkpoint folder
+    too (``checkpoints``, ``None`` when the notebook made none or it is over :data:`CHECKPOINT_MAX_BYTES`,
+    then said in ``note``).
     """
     from distributed import Event, get_worker
 
@@ -229,14 +369,7 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
                            f"device than {job['device']!r}; pass --device explicitly")
     scratch = Path(tempfile.mkdtemp(prefix=f"covbook-{job['name']}-", dir=worker.local_directory))
     try:
-        (scratch / "notebooks").mkdir()
-        for rel, data in files.items():
-            dst = scratch / "notebooks" / rel
-            if ".." in Path(rel).parts or Path(rel).is_absolute():
-                raise RuntimeError(f"refusing a notebook file outside the scratch tree: {rel}")
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(data)
-        (scratch / "_config.yml").write_text("# scratch tree of one covbook job on a Dask worker\n")
+        scratch_tree(scratch, job, files, checkpoints)
         rundir = scratch / ".covbook" / "tmp" / "job"
         rundir.mkdir(parents=True)
         job_file = rundir / f"{job['name']}.job.json"
@@ -263,11 +396,43 @@ def run_remote(job: dict, files: dict[str, bytes], expect: dict, stop: str) -> d
                                f"{proc.returncode}\n{tail}".strip()) from None
         name = job["name"]
         nb, claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+        packed, note = returned_checkpoints(scratch, job, outcome)
         return {"outcome": {k: outcome[k] for k in ("name", "meta", "error")}, "worker": worker.address,
                 "notebook": nb.read_bytes() if nb.is_file() else None,
-                "claims": claims.read_bytes() if claims.is_file() else None}
+                "claims": claims.read_bytes() if claims.is_file() else None,
+                "checkpoints": packed, "note": note}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def scratch_tree(scratch: Path, job: dict, files: dict[str, bytes], checkpoints: dict[str, bytes] | None) -> None:
+    """Fill a job's scratch tree: ``notebooks/`` from ``files``, and the job's checkpoint folder (where the
+    runner's :func:`covbook.book.runner.checkpoint_folder` puts it) from ``checkpoints``."""
+    from covbook.book.runner import checkpoint_folder
+
+    (scratch / "notebooks").mkdir()
+    for rel, data in files.items():
+        dst = scratch / "notebooks" / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise RuntimeError(f"refusing a notebook file outside the scratch tree: {rel}")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+    (scratch / "_config.yml").write_text("# scratch tree of one covbook job on a Dask worker\n")
+    if checkpoints is not None:
+        unpack_checkpoints(checkpoints, checkpoint_folder(Paths(scratch), job["name"], job["digest"]))
+
+
+def returned_checkpoints(scratch: Path, job: dict, outcome: dict) -> tuple[dict[str, bytes] | None, str | None]:
+    """What a finished job returns of its checkpoint folder: the packed folder of a successful run
+    (``None`` for a failed one, or when it made none) and a note when the folder is too large to carry."""
+    from covbook.book.runner import checkpoint_folder
+
+    if outcome.get("error") is not None:
+        return None, None
+    try:
+        return pack_checkpoints(checkpoint_folder(Paths(scratch), job["name"], job["digest"])), None
+    except CheckpointsTooLarge as err:
+        return None, f"{err}: not brought back, the next run of {job['name']} trains afresh"
 
 
 def _released(worker) -> bool:
@@ -301,9 +466,30 @@ def _notebook_files(paths: Paths) -> dict[str, bytes]:
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)}
 
 
-def _collect(fut, paths: Paths, name: str, rundir: Path):
-    """Commit a finished future's outputs into ``paths`` (the local pool's commit); a failed Result if it raised."""
-    from covbook.book.runner import Result, commit_outcome
+def outgoing_checkpoints(paths: Paths, name: str, digest: str, *, force: bool,
+                         say=None) -> dict[str, bytes] | None:
+    """The checkpoints a job carries to its worker: its key's folder in ``paths`` (``None`` with ``force``,
+    which retrains, or when there is none).  Folders of other keys are removed, as a local run does
+    (:func:`covbook.book.runner.prune_checkpoints`); the current one stays until a successful job replaces it.
+    ``say``: where a note goes when the folder is over :data:`CHECKPOINT_MAX_BYTES` (then ``None``).
+    """
+    from covbook.book.runner import prune_checkpoints
+
+    here = prune_checkpoints(paths, name, digest)
+    if force:
+        return None
+    try:
+        return pack_checkpoints(here)
+    except CheckpointsTooLarge as err:
+        if say is not None:
+            say(f"  note    {name}: {err}: not sent, the job trains afresh")
+        return None
+
+
+def _collect(fut, paths: Paths, name: str, rundir: Path, digest: str, say=None):
+    """Commit a finished future's outputs and checkpoints into ``paths`` (:func:`commit_with_checkpoints`);
+    a failed Result if it raised.  ``say``: where the job's note goes."""
+    from covbook.book.runner import Result
 
     try:
         payload = fut.result()
@@ -312,7 +498,10 @@ def _collect(fut, paths: Paths, name: str, rundir: Path):
     for suffix, data in ((".ipynb", payload["notebook"]), (".claims.json", payload["claims"])):
         if data is not None:
             (rundir / f"{name}{suffix}").write_bytes(data)
-    return Result(**commit_outcome(paths, {**payload["outcome"], "rundir": str(rundir)}))
+    if payload.get("note") and say is not None:
+        say(f"  note    {name}: {payload['note']}")
+    return Result(**commit_with_checkpoints(paths, {**payload["outcome"], "rundir": str(rundir)},
+                                            payload.get("checkpoints"), digest))
 
 
 def run_trees(
@@ -332,6 +521,7 @@ def run_trees(
     :func:`covbook.book.cache.is_cached`); call it holding the lock of every tree.  Raises
     :class:`covbook.book.runner.Interrupted` on Ctrl-C or SIGTERM, listing what finished and what not.
     """
+    import dask
     from distributed import Event
     from tqdm import tqdm
 
@@ -368,16 +558,20 @@ def run_trees(
                 d.mkdir(parents=True, exist_ok=True)
             [files] = client.scatter([_notebook_files(trees[0][0])], hash=False)  # one future: the whole folder
             expect = _identity()
+            # a job's checkpoints ride in its task (at most CHECKPOINT_MAX_BYTES): no warning for that
+            big = {"distributed.admin.large-graph-warning-threshold": f"{CHECKPOINT_MAX_BYTES + (16 << 20)}B"}
             for i, job in todo:
                 payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
-                           "threads": cluster.threads, "rehearse": rehearse}
-                fut = client.submit(run_remote, payload, files, expect, stop.name, pure=False,
-                                    key=f"covbook-{job.name}-seed{trees[i][1]}-{run_id}")
+                           "threads": cluster.threads, "rehearse": rehearse, "force": force}
+                ckpt = outgoing_checkpoints(trees[i][0], job.name, job.digest, force=force, say=bar.write)
+                with dask.config.set(big):
+                    fut = client.submit(run_remote, payload, files, expect, stop.name, ckpt, pure=False,
+                                        key=f"covbook-{job.name}-seed{trees[i][1]}-{run_id}")
                 pending[fut] = (i, job)
         while pending:
             for fut in [f for f in pending if f.done()]:
                 i, job = pending.pop(fut)
-                r = _collect(fut, trees[i][0], job.name, rundirs[i])
+                r = _collect(fut, trees[i][0], job.name, rundirs[i], job.digest, say=bar.write)
                 results[i].append(r)
                 if r.status == "ok":
                     runner._record_timing(trees[i][0], job, r, profile_key)
@@ -393,7 +587,7 @@ def run_trees(
             for fut, (i, job) in list(pending.items()):  # finished before it could be stopped: kept
                 if fut.status == "finished":
                     del pending[fut]
-                    results[i].append(_collect(fut, trees[i][0], job.name, rundirs[i]))
+                    results[i].append(_collect(fut, trees[i][0], job.name, rundirs[i], job.digest, say=bar.write))
         finally:
             bar.close()
             for d in rundirs:

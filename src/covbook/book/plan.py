@@ -166,7 +166,7 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
     """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0."""
     dev = planned_device(device)
     profiles = load_profiles(paths.profiles)
-    mode = f"profile {profile}" + (" rehearsal (smoke lengths)" if rehearse else "")
+    mode = f"profile {profile}" + (" rehearsal (short lengths)" if rehearse else "")
     print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
     rows, low_total, high_total, unknown = [], 0.0, 0.0, []
     for job in jobs:

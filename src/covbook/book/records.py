@@ -92,7 +92,7 @@ class RunRecord(Mapping):
 
     @property
     def rehearsal(self) -> bool:
-        """Whether the run was a rehearsal (the full profile's shapes at smoke lengths)."""
+        """Whether the run was a rehearsal (the full profile's shapes at short lengths)."""
         return bool(self._data.get("rehearsal"))
 
     @property

@@ -36,7 +36,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from covbook.book.cache import content_hash, file_digest, is_cached, resolve_device, science_hash
+from covbook.book.cache import content_hash, file_digest, is_cached, notebook_science, resolve_device
 from covbook.book.config import (
     DEFAULT_PROFILE, DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
     select,
@@ -44,7 +44,7 @@ from covbook.book.config import (
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "execute_one", "execute_uncommitted",
-           "commit_outcome", "commit_files", "CHECKPOINT_ENV"]
+           "commit_outcome", "commit_files", "checkpoint_folder", "prune_checkpoints", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
@@ -373,19 +373,39 @@ def _oserror_text(err: OSError) -> str:
     return f"{err.strerror or err}{where}"
 
 
+def checkpoint_folder(paths: Paths, name: str, digest: str) -> Path:
+    """Where notebook ``name`` keeps its checkpoints under cache key ``digest``: ``checkpoints/NAME/KEY``.
+
+    ``KEY`` is the first 16 hex digits of the key.  The one rule for the folder's place, shared by a
+    local run (:func:`_checkpoints`) and a cluster's client and workers (:mod:`covbook.book.distributed`).
+    """
+    return paths.checkpoints / name / digest[:16]
+
+
+def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = False) -> Path:
+    """Remove the notebook's checkpoints made under other keys (they can never be used again) and, with
+    ``force``, the current one (it retrains); returns the current folder (:func:`checkpoint_folder`).
+
+    Everything else in ``checkpoints/NAME/`` goes too: the hidden staging and backup folders a cluster's
+    commit leaves when it is killed half-way (:func:`covbook.book.distributed.commit_with_checkpoints`).
+    """
+    here = checkpoint_folder(paths, name, digest)
+    base = here.parent
+    if base.is_dir():
+        for d in base.iterdir():
+            if d != here or force:
+                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
+    return here
+
+
 def _checkpoints(paths: Paths, job: dict) -> Path:
     """The notebook's checkpoint folder, keyed on its cache key: new code, settings or versions, new folder.
 
     Checkpoints of the notebook made under other keys are removed (they can never
     be used again); with ``--force`` the current one is removed too (it retrains).
     """
-    base = paths.checkpoints / job["name"]
-    here = base / job["digest"][:16]
-    if base.is_dir():
-        for d in base.iterdir():
-            if d != here or job.get("force"):
-                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    return here  # made by covbook.session.checkpoint_dir() when a notebook asks for it
+    # made by covbook.session.checkpoint_dir() when a notebook asks for it
+    return prune_checkpoints(paths, job["name"], job["digest"], force=bool(job.get("force")))
 
 
 def execute_one(job: dict) -> dict:
@@ -660,12 +680,12 @@ def plan_jobs(
         raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
                          "defaults, which set no lengths")
     dev = resolved_device or resolve_device(device)
-    science = science_hash()
     jobs = []
     for name, path in chosen.items():
         check_cells(path)
         defaults = notebook_parameters(path)
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
+        science = notebook_science(path)  # the science modules this notebook imports
         jobs.append(Job(name, path, params, content_hash(path, params, science, dev), dev, defaults))
     return jobs
 
