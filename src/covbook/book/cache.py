@@ -47,9 +47,18 @@ PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
 
 
+def _version(f: Path) -> bytes:
+    return f.read_bytes()  # the file's version is its content (cheap to read; parsing is what is saved)
+
+
 def _code_of(f: Path) -> bytes:
     """What in a ``.py`` file can change a result: its syntax tree without docstrings (no comments, no formatting)."""
-    text = f.read_bytes()
+    return _code_of_version(f, _version(f))
+
+
+@lru_cache(maxsize=1024)
+def _code_of_version(f: Path, text: bytes) -> bytes:
+    """:func:`_code_of` of ``f`` holding ``text``: each version of a file parsed once per process."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. an invalid escape sequence: the bytes still key it
@@ -136,6 +145,17 @@ def _imports(package: Path, f: Path, tree: ast.AST) -> tuple[set[Path], bool]:
     return found, dynamic
 
 
+@lru_cache(maxsize=1024)
+def _file_imports(package: Path, f: Path, text: bytes) -> tuple[frozenset[Path], bool]:
+    """:func:`_imports` of file ``f`` holding ``text``: each version of a file parsed once per process."""
+    try:
+        tree = ast.parse(text, filename=str(f))
+    except (SyntaxError, ValueError):
+        return frozenset(), False  # keyed on its bytes by science_hash; it imports nothing Python can read
+    found, dynamic = _imports(package, f, tree)
+    return frozenset(found), dynamic
+
+
 def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] | None:
     """The science modules (files of ``package`` outside ``book/``) that code ``sources`` imports, directly or
     through other covbook modules (the pipeline's included), sorted; None when one of them imports dynamically.
@@ -162,11 +182,7 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
         if f in seen:
             continue
         seen.add(f)
-        try:
-            tree = ast.parse(f.read_bytes(), filename=str(f))
-        except (SyntaxError, ValueError):
-            continue  # keyed on its bytes by science_hash; it imports nothing Python can read
-        found, dynamic = _imports(package, f, tree)
+        found, dynamic = _file_imports(package, f, _version(f))
         if dynamic:
             return None
         todo += found - seen
