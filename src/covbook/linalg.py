@@ -1,7 +1,8 @@
 r"""Small linear algebra shared by the input laws and the closed forms (paper Sec. 3; book chapter 4).
 
 The stationary covariance of a Gaussian VAR(1) (the discrete Lyapunov
-equation) and the spectral radius that decides whether it exists.  Kept apart
+equation), the spectral radius that decides whether it exists, and a least
+squares solve that gives the same bits on every call.  Kept apart
 from :mod:`covbook.processes` and :mod:`covbook.theory` so that both can use
 it without importing each other.
 """
@@ -12,7 +13,7 @@ import torch
 
 from covbook._validate import as_covariance, as_tensor, check_square, finite_result
 
-__all__ = ["spectral_radius", "stationary_covariance"]
+__all__ = ["lstsq", "spectral_radius", "stationary_covariance"]
 
 
 def spectral_radius(A: object) -> float:
@@ -53,3 +54,37 @@ def stationary_covariance(A: object, noise_cov: object) -> torch.Tensor:
     lhs = torch.eye(d * d, dtype=torch.float64) - torch.kron(a, a)  # (d², d²)
     sigma = torch.linalg.solve(lhs, q.reshape(-1)).reshape(d, d)  # row-major vec is consistent with kron(A, A)
     return finite_result(0.5 * (sigma + sigma.T), "the stationary covariance")
+
+
+def lstsq(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    r"""Least-squares solution :math:`\hat X = \arg\min_X \lVert aX - b\rVert_F`, deterministic on the CPU.
+
+    ``torch.linalg.lstsq``'s default CPU driver, LAPACK ``gelsy`` (pivoted
+    QR), returns results that differ in the last bits from call to call on
+    the same input with the MKL that torch's wheels ship (about 1 call in 4
+    on a 5 × 3 system, one thread or two).  The SVD driver ``gelsd`` gives the
+    same bits on every call and also handles a rank-deficient ``a``; CUDA has
+    only ``gels`` (QR, full column rank), which is used there.
+
+    Parameters
+    ----------
+    a : (m, n) tensor
+    b : (m, k) tensor, on ``a``'s device and of its dtype
+
+    Returns
+    -------
+    (n, k) tensor, the minimum-norm least-squares solution.
+
+    Examples
+    --------
+    The mean of 1 and 3 is the least-squares constant through them:
+
+    >>> one = torch.ones(2, 1, dtype=torch.float64)
+    >>> round(float(lstsq(one, torch.tensor([[1.0], [3.0]], dtype=torch.float64))), 12)
+    2.0
+    """
+    if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
+        raise ValueError(f"a and b must be (m, n) and (m, k) matrices with the same m, got {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    driver = "gelsd" if a.device.type == "cpu" else "gels"
+    return torch.linalg.lstsq(a, b, driver=driver).solution  # (n, k)

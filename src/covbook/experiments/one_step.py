@@ -24,6 +24,7 @@ from scipy import stats
 from covbook import icl
 from covbook._validate import check_nonnegative_float, check_positive_float, check_positive_int, resolve_device
 from covbook.experiments.result import RandomStreams, Result
+from covbook.linalg import lstsq
 from covbook.plotting import errorbar_with_curve, loglog_with_fit
 from covbook.rules import LEVEL
 from covbook.stats import mean_with_se, slope_with_se
@@ -200,7 +201,7 @@ def _measure_rate(out: Rate, paths: dict[str, torch.Tensor], xq: torch.Tensor, t
     # is ≈ χ²_d; recover ŵ − w from the m ≥ d query predictions
     d, cov_x, noise = problem.d, problem.cov_x, problem.noise
     n_last = int(checkpoints[-1])
-    dw = torch.linalg.lstsq(xq, (paths["ols"][:, -1] - truth).T).solution.T  # (R, d)
+    dw = lstsq(xq, (paths["ols"][:, -1] - truth).T).T  # (R, d)
     ols_stat = ((n_last - d - 1) * ((dw @ cov_x) * dw).sum(-1) / (noise**2 * d)).numpy()  # (R,) ≈ χ²_d/d
     dof = d * n_streams
     out.measure("ols_error_final", ols_stat.mean(), lower=stats.chi2.ppf(LEVEL / 2, dof) / dof,

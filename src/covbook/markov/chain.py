@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from covbook._validate import check_positive_int
+from covbook.linalg import lstsq
 from covbook.markov._checks import _check_size, _distribution, _kernel
 from covbook.markov.frequencies import entropy
 
@@ -52,7 +53,7 @@ def stationary_distribution(kernel: object) -> torch.Tensor:
     a = torch.cat([k.T - eye, torch.ones(1, v, dtype=torch.float64)])  # (V+1, V)
     b = torch.zeros(v + 1, dtype=torch.float64)
     b[-1] = 1.0
-    pi = torch.linalg.lstsq(a, b[:, None]).solution[:, 0]  # (V,)
+    pi = lstsq(a, b[:, None])[:, 0]  # (V,)
     if float(pi.min()) < -1e-8:
         raise ValueError("kernel's stationary solution is not a probability vector")
     pi = pi.clamp_min(0.0)
