@@ -239,7 +239,7 @@ def _checkpoint_files(tree: Path) -> dict[str, tuple[int, int, bytes]]:
 @pytest.mark.notebooks
 def test_chapter_10_on_a_cluster_brings_its_checkpoints_home_and_a_local_run_reuses_them(tmp_path):
     tree = book_project(tmp_path / "tree")
-    args = ["run", "--profile", "smoke", "--device", "cpu", "--no-progress", "10"]
+    args = ["run", "--profile", "smoke", "--rehearse", "--device", "cpu", "--no-progress", "10"]  # tiny lengths
     res = covbook(tree, *args, "--cluster", "local:1")
     assert res.returncode == 0, res.stdout + res.stderr
     record = json.loads((tree / "book" / "generated" / "runs" / f"{NAME}.json").read_text())
