@@ -54,7 +54,18 @@ def test_gains_shapes_and_closed_form(gains) -> None:
     np.testing.assert_allclose(gains.laws["Gaussian"].g, 1.0)
     np.testing.assert_allclose(gains.laws["Laplace"].g, 2 / (2 - gains.laws["Laplace"].s))
     assert 0 < gains.numbers["angle_a_sigma_a"] < 90 and gains.numbers["t_max_text"] == "2,000"
-    assert gains.measurements["gain_Laplace"]["r_s_j"] == 0.4 and gains.measurements["gain_NIG"]["dof"] == R - 1
+    assert gains.measurements["gain_Laplace"]["r_s_j"] == 0.2 and gains.measurements["gain_NIG"]["dof"] == R - 1
+
+
+def test_claims_read_where_the_weights_have_a_third_moment() -> None:
+    # Laplace and NIG weights e^{aᵀx} have moments of order k < √(2/s) only: M(3a) < ∞ needs s < 2/9
+    import inspect
+
+    assert all(elliptical.S_CLAIM[name] < 2 / 9 for name in ("Laplace", "NIG"))
+    assert inspect.signature(elliptical.doubling).parameters["s_to"].default < 2 / 9
+    for name, s in elliptical.S_CLAIM.items():
+        assert s in elliptical.S_GRID[name] and s <= elliptical.S_FAST[name]
+    assert 0.05 in elliptical.S_GRID["Laplace"]
 
 
 def test_kurtosis_and_doubling(gains) -> None:
@@ -62,7 +73,7 @@ def test_kurtosis_and_doubling(gains) -> None:
     assert k.measurements["t1_expansion_kappa_Laplace"]["prediction"] == pytest.approx(3.0)
     assert k.measurements["t1_expansion_kappa_Gaussian"]["allowance"] == pytest.approx(0.0, abs=1e-12)
     d = elliptical.doubling(gains)
-    assert d.numbers["doubling_expected"] == pytest.approx(2 * (2 / 1.6) / (2 / 1.9))
+    assert d.numbers["doubling_expected"] == pytest.approx(2 * (2 / 1.8) / (2 / 1.95))
     assert abs(d.measurements["doubling_Laplace"]["value"] - d.numbers["doubling_expected"]) < 0.1
 
 
