@@ -19,7 +19,7 @@ from helpers import ROOT  # noqa: E402
 
 torch.set_num_threads(1)
 TRAIN = dict(d_model=8, n_layers=2, n_heads=2, seq_len=8, batch_size=4, steps=3, lr=3e-3)
-CONTEXTS = dict(n_text=2, n_prompts=3, n_greedy=2, prompt_len=4, gen_len=8)
+CONTEXTS = dict(n_text=2, n_prompts=3, n_greedy=2, prompt_len=4, gen_len=8, n_rep=3)
 RULES = set(load_rules(rules_path(ROOT, "10_trained_language_model")))
 
 
@@ -66,7 +66,7 @@ def test_the_measurements_are_the_chapters_claims(results) -> None:
                                            "loss_nope_minus_rotary"]
     assert {"t_eval", "n_win", "gen_len"} <= set(ctx.numbers)
     assert {"order_z", "t_quantile_text", "gap_last_samples", "shuffle_rate_text_se"} <= set(order.numbers)
-    assert {"cycle_frac_rotary", "cycle_lowest_share", "n_period1_nope"} <= set(cycles.numbers)
+    assert {"cycle_frac_rotary", "cycle_lowest_share", "n_period1_nope", "n_runs_longer_nope"} <= set(cycles.numbers)
     assert {"tau_low", "text_between", "seqrep_one_rotary"} <= set(sweep.numbers)
     assert {"ell", "rep_text", "rep_nope"} <= set(rep.numbers)
 
@@ -82,7 +82,35 @@ def test_shapes(results) -> None:
     assert [len(r) for r in cycles.records.values()] == [2, 2] and cycles.runs["nope"].shape == (2, 12)
     assert cycles.report().startswith("nope: ")
     assert [len(rows) for rows in sweep.sweep.values()] == [2, 2]
-    assert rep.text_rows.shape == rep.rep_rows["nope"].shape == (2,)
+    assert ctx.rep_windows.shape == (3, 12) and rep.text_rows.shape == rep.rep_rows["nope"].shape == (3,)
+    assert rep.measurements["rep_excess_nope"]["dof"] == 2 and rep.measurements["rep_excess_nope"]["n_win"] == 3
+
+
+def test_rep_windows_change_no_other_draw(results, text: lm.Corpus) -> None:
+    ctx = results[1]
+    plain = lm.contexts(text, **{**CONTEXTS, "n_rep": None}, streams=Streams(0, "10"))
+    more = lm.contexts(text, **{**CONTEXTS, "n_rep": 5}, streams=Streams(0, "10"))
+    for c in (plain, more):
+        assert torch.equal(c.val_windows, ctx.val_windows) and torch.equal(c.greedy_prompts, ctx.greedy_prompts)
+    assert plain.rep_windows is plain.val_windows and more.n_rep == 5
+
+
+def test_cycles_are_counted_once_per_orbit(results) -> None:
+    cycles = results[3]
+    m = cycles.measurements["cycles_self_consistent_nope"]
+    # a count of distinct cycles, defined (0 of 0) when no run ends in a cycle of period >= 2
+    assert 0 <= m["value"] <= m["upper"] == m["n_cycles"] <= m["n_runs"] and m["lower"] <= m["upper"]
+    assert m["tenth"] == 0.1 * m["n_cycles"] and m.get("reason") is None
+
+
+def test_distinct_cycles() -> None:
+    # rotations of one period are one orbit, with one verdict
+    got = lm.distinct_cycles([(np.array([4, 7, 2]), True), (np.array([2, 4, 7]), True), (np.array([7, 2, 4]), True),
+                              (np.array([5, 6]), False), (np.array([6, 5]), False), (np.array([4, 2, 7]), False)])
+    assert got == {(2, 4, 7): True, (5, 6): False, (2, 7, 4): False}
+    assert lm.distinct_cycles([]) == {}
+    with pytest.raises(ValueError, match="two verdicts"):
+        lm.distinct_cycles([(np.array([1, 2]), True), (np.array([2, 1]), False)])
 
 
 def test_checkpoints_are_kept_and_loaded(results, text: lm.Corpus, folder) -> None:
@@ -125,6 +153,7 @@ def test_plots(results) -> None:
     (lambda t, r: lm.temperature_sweep(r[0].models, r[1], vocab_size=t.vocab_size, taus=[0.5, 2.0],
                                        streams=Streams(0, "10")), "taus"),
     (lambda t, r: lm.rep_excess(r[0].models, r[1], ell=0), "ell"),
+    (lambda t, r: lm.contexts(t, **{**CONTEXTS, "n_rep": 0}, streams=Streams(0, "10")), "n_rep"),
 ])
 def test_bad_input(call, match: str, text: lm.Corpus, results) -> None:
     with pytest.raises(ValueError, match=match):
