@@ -127,6 +127,7 @@ def test_verdict_line_mentions_value_window_and_power():
     ("x: {kind: sanity, statement: s, window: fixed, interval: [2, 1]}", "lower <= upper"),
     ("x: {kind: sanity, statement: s, window: tolerance}", "tolerance"),
     ("x: {kind: sanity, statement: s, window: fixed, interval: [0, 1], colour: red}", "unknown key"),
+    ("x: {kind: evidence, statement: s, window: at_least, per_run: yes please}", "per_run must be true or false"),
     ("x: {kind: evidence, statement: s, window: above, alternatives: [{value: 0}]}", "alternative"),
     ("1: {kind: sanity, statement: s, window: fixed, interval: [0, 1]}", "literal identifier"),
     ("[1, 2]", "mapping"),

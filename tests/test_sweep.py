@@ -8,7 +8,7 @@ import pytest
 
 from claims_fixtures import claim, fake_project, fake_run, write_rules
 from covbook.book.config import Paths, UsageError
-from covbook.book.sweep import binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
+from covbook.book.sweep import _write, binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
 from covbook.claims import LEVEL, Z
 from helpers import covbook, make_notebook
 
@@ -229,3 +229,21 @@ def test_flag_count_sentence_compares_the_observed_flags_with_chance():
     assert _flag_count_sentence(data, 1).startswith("1 statistical claim is flagged here")
     two = _flag_count_sentence(data, 2)
     assert two.startswith("2 statistical claims are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two
+
+
+def test_a_per_run_claim_reports_its_spread_but_is_flagged_by_failures_only(tmp_path):
+    """``per_run: true`` (the estimand is the run's own trained model): its spread across seeds is the
+    estimand's, so SD/SE is reported with a mark and does not flag; failures still do."""
+    c = claim("c", "01_alpha", window="at_least")
+    c["_rule"]["per_run"] = True
+    proj = fake_project(tmp_path, {"01_alpha": [c]})
+    paths = Paths(proj)
+    for seed in (0, 1, 2):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + 5 * seed, se=0.25, window="at_least")],
+                 seed=seed)
+    rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
+    assert rows[0]["per_run"] and rows[0]["sd_over_se"] == pytest.approx(5.0 / 0.25)
+    assert not rows[0]["flagged"]
+    _write(paths, calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"]), {})
+    assert "20 (per run)" in write_calibration_page(paths).read_text(encoding="utf-8")

@@ -16,6 +16,11 @@ under the claim's literal id::
       - {name: "t^(-1/2)", value: -0.5}
       - {name: no decay, value: 0.0}
 
+A rule with ``per_run: true`` claims something of an object the run itself
+draws or trains (its trained model, say), whose true value changes with the
+seed: its SE is conditional on that object, so the calibration counts its
+failures but does not compare its spread across seeds with that SE.
+
 :func:`judge` is a pure function ``(rule, measurement) -> Claim``: the
 notebook shows its verdict when it records a measurement, and ``covbook check``
 re-judges stored measurements (of the last run, or of every seed of a sweep)
@@ -100,6 +105,7 @@ class Rule:
     interval: tuple[float | None, float | None] | None = None
     tolerance: float | None = None
     alternatives: tuple[Alternative, ...] = ()
+    per_run: bool = False  # the estimand is this run's drawn or trained object, which changes with the seed
 
 
 @dataclass
@@ -149,6 +155,7 @@ class Claim:
     powered: bool | None = None
     history: str | None = None
     profile: str | None = None
+    per_run: bool = False
 
     def _ipython_display_(self) -> None:
         """Show nothing: :func:`measure` has already shown the verdict line."""
@@ -449,7 +456,7 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
     return Claim(id=m.id, notebook=m.notebook, statement=statement or rule.statement, measured=value,
                  expected=exp, tolerance=tol, lower=lo, upper=hi, passed=bool(passed), theorem=rule.theorem,
                  extra=extra, kind=rule.kind, basis=basis, reason=reason, window=rule.window,
-                 alternatives=alts, powered=powered, history=rule.history, profile=profile)
+                 alternatives=alts, powered=powered, history=rule.history, profile=profile, per_run=rule.per_run)
 
 
 # --- reading rules files ---------------------------------------------------------------------------------------
@@ -472,7 +479,7 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: rule {cid!r} must be a mapping")
     unknown = set(raw) - {"kind", "statement", "theorem", "window", "basis", "history", "interval", "tolerance",
-                          "alternatives"}
+                          "alternatives", "per_run"}
     if unknown:
         raise ValueError(f"{where}: rule {cid!r}: unknown key(s) {', '.join(sorted(unknown))}")
     kind, win, stmt = raw.get("kind"), raw.get("window"), raw.get("statement")
@@ -505,8 +512,11 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
     for k in ("theorem", "basis", "history"):
         if raw.get(k) is not None and not isinstance(raw[k], str):
             raise ValueError(f"{where}: rule {cid!r}: {k} must be text")
+    per_run = raw.get("per_run", False)
+    if not isinstance(per_run, bool):
+        raise ValueError(f"{where}: rule {cid!r}: per_run must be true or false, got {per_run!r}")
     return Rule(cid, kind, stmt.strip(), win, raw.get("theorem"), (raw.get("basis") or "").strip() or None,
-                (raw.get("history") or "").strip() or None, interval, tol, tuple(alts))
+                (raw.get("history") or "").strip() or None, interval, tol, tuple(alts), per_run)
 
 
 def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:

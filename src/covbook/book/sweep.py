@@ -254,6 +254,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                   and c.extra["se"] > 0]
             spread = (statistics.stdev(zs) if len(zs) == n > 1 else
                       (sd / se if sd is not None and se else None))
+            per_run = bool(got and got[0].per_run)
             if got and got[0].window in SIGNIFICANCE_WINDOWS:
                 # a significance claim (|effect| beyond k·SE) has no level-α window for a spread to widen:
                 # an effect that varies across seeds shows as failures (a loss of power), counted above
@@ -270,7 +271,10 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                 "tail_p": tail,
                 "fail_seeds": fail_seeds,
                 "missing_seeds": missing,
-                "flagged": _flagged(fails, spread, n, missing),
+                "per_run": per_run,
+                # a per-run claim's spread across seeds is its estimand's (one model per seed), not an error
+                # of its SE: reported, not flagged
+                "flagged": _flagged(fails, None if per_run else spread, n, missing),
             })
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
                      "rules_commit": rules_commit(paths.root),
@@ -406,7 +410,10 @@ _INTRO = [
     f"A claim is **flagged** when it fails at {FLAG_FAILURES} seeds or more, when the spread of its values "
     f"across seeds exceeds {FLAG_SPREAD:g} times the standard error it recorded (SD/SE > {FLAG_SPREAD:g}, "
     "at 3 seeds or more; not for a significance claim, whose window lies beyond k·SE of the value it must "
-    "exclude, so that a varying effect shows only as failures), or when some seed did not record it. A flagged claim is biased or too narrow: it "
+    "exclude, so that a varying effect shows only as failures, nor for a *per-run* claim, marked (per run): one "
+    "about an object the run draws or trains, such as its trained model, whose SE is conditional on that object "
+    "and whose true value moves with the seed), or when some seed did not record it. A flagged claim is biased "
+    "or too narrow: it "
     "is fixed at its cause (its window, prediction or statistic), not by widening, and a fix is followed by "
     "a calibration on new seeds.",
     "",
@@ -478,8 +485,9 @@ def _notebook_table(name: str, e: dict) -> list[str]:
             flag += f" failed at seed(s) {', '.join(map(str, r['fail_seeds']))}"
         if r["missing_seeds"]:
             flag += f" not recorded at seed(s) {', '.join(map(str, r['missing_seeds']))}"
+        spread = _num(r.get("sd_over_se")) + (" (per run)" if r.get("per_run") else "")
         lines.append(f"| {flag} | `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
-                     f"{_num(r['sd'])} | {_num(r.get('sd_over_se'))} | {r['expected'].replace('|', '/')} |")
+                     f"{_num(r['sd'])} | {spread} | {r['expected'].replace('|', '/')} |")
     return [*lines, ""]
 
 
