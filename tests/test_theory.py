@@ -34,6 +34,8 @@ from covbook.theory import (
     laplace_rate_fraction,
     laplace_weight_tail_index,
     logit_variance,
+    normalised_error_sd,
+    quadratic_error_moments,
     readout_error_covariance,
     readout_mse_constant,
     scale_to_logit_variance,
@@ -45,6 +47,7 @@ from covbook.theory import (
     tilt_vector,
     tilted_mean,
     tilted_mean_expansion,
+    var1_error_covariance,
     var1_rate_constant,
 )
 
@@ -316,6 +319,45 @@ def test_var1_rate_constant_against_simulation():
     se = t * float(((out - a) ** 2).std()) / math.sqrt(r)
     assert abs(tmse - c) < 4 * se + 0.05 * c
     assert c > float(readout_mse_constant([[1.0]], [[1.0]], [[1.0]], [[1.0]], [a]))
+
+
+def test_var1_error_covariance_traces_are_the_rate_constants_and_it_reduces_to_iid():
+    A = torch.tensor([[0.8, 0.2], [-0.1, 0.6]], dtype=F64)
+    q = torch.tensor([[0.4, -0.3], [1.0, 0.2], [-0.5, 0.5]], dtype=F64)
+    V = var1_error_covariance(I2, I2, I2, A, COV, q)  # (3, 2, 3, 2)
+    traces = torch.stack([torch.trace(V[j, :, j, :]) for j in range(3)])
+    torch.testing.assert_close(traces, var1_rate_constant(I2, I2, I2, A, COV, q))
+    flat = V.reshape(6, 6)
+    torch.testing.assert_close(flat, flat.T)  # a covariance: symmetric, positive definite
+    assert float(torch.linalg.eigvalsh(flat).min()) > 0
+    torch.testing.assert_close(var1_error_covariance(I2, I2, I2, torch.zeros(2, 2), COV, q),
+                               readout_error_covariance(I2, I2, I2, COV, q))
+
+
+def test_quadratic_error_moments_against_normalised_error_sd_and_simulation():
+    q = torch.tensor([[0.4, -0.3], [1.0, 0.2]], dtype=F64)
+    V = readout_error_covariance(I2, I2, I2, COV, q)
+    c = readout_mse_constant(I2, I2, I2, COV, q)
+    mean, sd = quadratic_error_moments(V, c)
+    assert mean == pytest.approx(1.0) and sd == pytest.approx(normalised_error_sd(I2, I2, I2, COV, q))
+    # Monte Carlo of the quadratic form (1/m) Σ_j |err_j|²/c_j with √t err ~ N(0, V)
+    g = torch.Generator().manual_seed(5)
+    e = torch.randn(200_000, 4, generator=g, dtype=F64) @ torch.linalg.cholesky(V.reshape(4, 4)).T  # (n, 4)
+    qf = ((e.reshape(-1, 2, 2) ** 2).sum(-1) / c).mean(-1)  # (n,)
+    assert float(qf.std()) == pytest.approx(sd, rel=0.02)
+
+
+def test_var1_error_covariance_against_simulation():
+    # the SD over streams of t·|err|²/C_A of an AR(1) context against the long-run quadratic form
+    rho, a = 0.7, 0.5
+    p = VAR1([[rho]], [[1 - rho**2]])
+    t, r = 10_000, 400
+    out = readout_paths(p, [[a]], [[1.0]], [[1.0]], [[1.0]], [t], streams=r, seed=4)[:, 0, 0, 0]  # (R,)
+    V = var1_error_covariance([[1.0]], [[1.0]], [[1.0]], [[rho]], [[1 - rho**2]], [[a]])  # (1, 1, 1, 1)
+    mean, sd = quadratic_error_moments(V, V.reshape(1))
+    assert sd == pytest.approx(math.sqrt(2.0))  # one query, one dimension: χ²₁
+    stat = (t * (out - a) ** 2 / V.reshape(())).numpy()  # (R,)
+    assert abs(stat.std() - sd) < 0.2 * sd
 
 
 def test_var1_rate_constant_rejects_unstable():

@@ -32,7 +32,8 @@ __all__ = [
     "tilt_vector", "logit_variance", "scale_to_logit_variance", "covariance_readout", "readout_mse_constant",
     "readout_error_covariance", "normalised_error_sd", "spectral_radius", "stationary_covariance", "elliptical_gain",
     "elliptical_kurtosis", "small_logit_gain", "small_logit_remainder", "tilted_mean", "tilted_mean_expansion",
-    "var1_rate_constant", "student_t_extreme_angle_sd", "laplace_weight_tail_index", "heavy_tail_mse_exponent",
+    "var1_rate_constant", "var1_error_covariance", "quadratic_error_moments",
+    "student_t_extreme_angle_sd", "laplace_weight_tail_index", "heavy_tail_mse_exponent",
     "laplace_rate_fraction", "delta_method_reach", "reach_allowance", "MAX_LOGIT_VARIANCE",
 ]
 
@@ -461,6 +462,92 @@ def var1_rate_constant(
             break
     finite_result(total, "the rate constant C_A")
     return total[0] if single else total
+
+
+def var1_error_covariance(
+    theta_q: object, theta_k: object, theta_v: object, A: object, noise_cov: object, q: object
+) -> torch.Tensor:
+    r"""Joint long-run covariance of √t (out_t(q_j) − Θ_VΣa_j) over the queries of one VAR(1) stream.
+
+    The delta-method error of query j is the average of φ_j(x_s) = (Θ_V x_s − Θ_VΣa_j)
+    e^{a_jᵀx_s}/M(a_j); for the mixing stationary Gaussian VAR(1) the errors of the m queries read
+    from one stream are jointly Gaussian in the limit, with the long-run covariance
+
+    .. math:: V_{jk} = B_0(j, k) + \sum_{h\ge1}\bigl(B_h(j, k) + B_h(k, j)^\top\bigr), \qquad
+              B_h(j, k) = \mathbb E\,\varphi_j(x_0)\varphi_k(x_h)^\top
+              = e^{a_j^\top\Gamma_h^\top a_k}\,\Theta_V\bigl(\Gamma_h^\top
+              + \Gamma_h^\top a_k\,a_j^\top\Gamma_h^\top\bigr)\Theta_V^\top,
+
+    Γ_h = Cov(x_{s+h}, x_s) = A^hΣ (the pair (x_0, x_h) tilted by (a_j, a_k); book chapter 4).
+    tr V_jj is :func:`var1_rate_constant`; for A = 0 it is :func:`readout_error_covariance`.
+    The series is summed until ‖A^h‖ < 1e-18.
+
+    Returns
+    -------
+    tensor, shape (m, d_v, m, d_v)
+
+    Examples
+    --------
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> V = var1_error_covariance(I, I, I, torch.zeros(2, 2), I, [[0.5, 0.0], [0.0, 0.5]])
+    >>> bool(torch.allclose(V, readout_error_covariance(I, I, I, I, [[0.5, 0.0], [0.0, 0.5]])))
+    True
+    """
+    a_mat = as_tensor(A, "A", ndim=2)
+    sigma = stationary_covariance(a_mat, noise_cov)  # (d, d)
+    d = sigma.shape[0]
+    tq, tk, tv = _weights(theta_q, theta_k, theta_v, d)
+    qq, _ = _queries(q, d)
+    a = qq @ tq.T @ tk  # (m, d)
+    _check_exp_range(((a @ sigma) * a).sum(-1), "the error covariance")
+    total = None
+    power = torch.eye(d, dtype=torch.float64)  # A^h
+    for h in range(100_000):
+        gt = (power @ sigma).T  # (d, d): Γ_hᵀ = Cov(x_0, x_h)
+        tilt = torch.exp(a @ gt @ a.T)  # (m, m): e^{a_jᵀΓ_hᵀa_k}
+        u = a @ gt.T @ tv.T  # (m, d_v): rows (Θ_VΓ_hᵀa_k)ᵀ = a_kᵀΓ_hΘ_Vᵀ
+        w = a @ gt @ tv.T  # (m, d_v): rows (Θ_VΓ_h a_j)ᵀ = a_jᵀΓ_hᵀΘ_Vᵀ
+        base = tv @ gt @ tv.T  # (d_v, d_v): Θ_VΓ_hᵀΘ_Vᵀ
+        # B_h(j, k)_{il} = tilt_jk (base_il + (Θ_VΓ_hᵀa_k)_i (Θ_VΓ_h a_j)_l)
+        b_h = tilt[:, None, :, None] * (base[None, :, None, :] + torch.einsum("ki,jl->jikl", u, w))
+        if h == 0:
+            total = b_h
+        else:
+            total = total + b_h + b_h.permute(2, 3, 0, 1)  # B_h(j, k) + B_h(k, j)ᵀ
+        power = power @ a_mat
+        if float(power.abs().max()) < 1e-18:
+            break
+    return finite_result(total, "the error covariance")
+
+
+def quadratic_error_moments(V: object, c: object) -> tuple[float, float]:
+    r"""Mean and standard deviation of Q = (1/m) Σ_j t|err_j|²/c_j when √t (err_1, …, err_m) ~ N(0, V).
+
+    With D = diag(1/c_j) (each block times the identity), Q is a Gaussian quadratic form with
+    mean (1/m) Σ_j tr V_jj/c_j and variance (2/m²) tr((DV)²) (book chapters 1 and 4).
+
+    Parameters
+    ----------
+    V : shape (m, d_v, m, d_v), a joint error covariance (:func:`readout_error_covariance`,
+        :func:`var1_error_covariance`)
+    c : shape (m,), positive normalising constants
+
+    Examples
+    --------
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> quadratic_error_moments(readout_error_covariance(I, I, I, I, [[0.0, 0.0]]), [2.0])   # χ²₂/2
+    (1.0, 1.0)
+    """
+    v = as_tensor(V, "V", ndim=4)
+    m, dv = v.shape[0], v.shape[1]
+    if v.shape != (m, dv, m, dv):
+        raise ValueError(f"V must have shape (m, d_v, m, d_v), got {tuple(v.shape)}")
+    cc = as_tensor(c, "c", ndim=1)
+    if cc.shape != (m,) or bool((cc <= 0).any()):
+        raise ValueError(f"c must hold {m} positive constants, got {tuple(cc.shape)}")
+    dv_mat = (v / cc[:, None, None, None]).reshape(m * dv, m * dv)
+    mean = float(torch.stack([torch.trace(v[j, :, j, :]) for j in range(m)]).div(cc).mean())
+    return mean, float(torch.sqrt(2.0 * torch.trace(dv_mat @ dv_mat)) / m)
 
 
 def student_t_extreme_angle_sd(nu: int, grid: int = 2001) -> float:

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 from covbook.experiments import Result, dependence  # noqa: E402
 from covbook.rules import load_rules, rules_path  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
-from covbook.theory import readout_mse_constant, var1_rate_constant  # noqa: E402
+from covbook.theory import quadratic_error_moments, readout_mse_constant, var1_rate_constant  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
 IDS = {
@@ -71,6 +71,17 @@ def test_var1(var: dependence.Var1Readout) -> None:
         q = np.sqrt(dependence.S_LEVELS[name][-1]) * v.unit
         assert np.allclose(v.C_A[-dependence.N_DIRS:], var1_rate_constant(EYE, EYE, EYE, v.A, dependence.Q, q).numpy())
     assert var.measurements["var_positive_vs_iid_s1"]["predicted"] > 1
+    # the constants' run intervals: the Satterthwaite law of the mean, from the long-run error covariance
+    for cid in ("var_constant_positive", "var_constant_negative", "var_positive_vs_iid_s1",
+                "var_negative_vs_iid_s0p1", "var_negative_vs_iid_s1"):
+        m = var.measurements[cid]
+        limit = m.get("predicted", 1.0)
+        assert 0 < m["lower"] < m["rho_end"] * limit < limit < m["upper"]
+    for name, cid in (("positive", "var_constant_positive"), ("negative", "var_constant_negative")):
+        v = var.runs[name]
+        mean, sd = quadratic_error_moments(v.V, v.C_A)
+        assert mean == pytest.approx(1.0)
+        assert var.measurements[cid]["nu"] == pytest.approx(2 * v.ratio.shape[0] / sd**2)
     assert var.measurements["var_negative_vs_iid_s0p1"]["predicted"] < 1
     assert _within(var.measurements["var_constant_positive"]) and _within(var.measurements["var_slope_negative"])
     assert {"var_positive_rho", "var_negative_rho", "var_negative_vs_iid_s1_z_iid"} <= set(var.numbers)

@@ -33,7 +33,15 @@ from covbook.plotting import loglog_with_fit
 from covbook.processes import VAR1, BimodalGaussian, NonErgodicGaussian, Process, RandomWalk, SkewedExponential
 from covbook.rules import LEVEL, Z
 from covbook.stats import bootstrap_se, loglog_slope, mean_with_se, slope_with_se
-from covbook.theory import reach_allowance, readout_mse_constant, spectral_radius, tilted_mean, var1_rate_constant
+from covbook.theory import (
+    quadratic_error_moments,
+    reach_allowance,
+    readout_mse_constant,
+    spectral_radius,
+    tilted_mean,
+    var1_error_covariance,
+    var1_rate_constant,
+)
 
 __all__ = ["CHAPTER", "Var1Readout", "NonErgodicReadout", "WalkReadout", "BentReadout", "var1", "nonergodic",
            "random_walk", "bent", "LEVEL_CHI2_2", "Q", "TRANSITIONS", "S_LEVELS", "N_DIRS"]
@@ -79,7 +87,8 @@ class Var1Transition:
 
     ``sq`` has shape (R, n_t, m): |out_t(q_i) − Σ q_i|² for the m = N_DIRS × levels queries;
     ``C_A`` and ``C_iid`` (m,) the VAR(1) and iid rate constants; ``ratio`` (R, n_t) t·|err|²/C_A
-    averaged over the queries; ``naive_gap`` the mean |Qa − Σa|².
+    averaged over the queries; ``naive_gap`` the mean |Qa − Σa|²; ``V`` (m, 2, m, 2) the queries'
+    joint long-run error covariance (:func:`covbook.theory.var1_error_covariance`).
     """
 
     A: torch.Tensor
@@ -90,6 +99,7 @@ class Var1Transition:
     C_iid: np.ndarray
     ratio: np.ndarray
     naive_gap: float
+    V: torch.Tensor | None = None
 
 
 @dataclass
@@ -154,11 +164,14 @@ def var1(n_streams: int, n_streams_var: int, t_var: int, *, streams: RandomStrea
     :data:`S_LEVELS` are read at 12 log-spaced t up to ``t_var``.  Measures, per transition,
 
     * ``var_constant_*``: t|out_t − Σa|²/C_A at the longest t (Σ = AΣAᵀ + Q; C_A of
-      :func:`covbook.theory.var1_rate_constant`), between ρ and 1 (the reach heuristic);
+      :func:`covbook.theory.var1_rate_constant`), between ρ and 1 (the reach heuristic), with the run
+      interval of :func:`_mean_law` (the SD of one stream's statistic from
+      :func:`covbook.theory.var1_error_covariance`) for a rule with window ``run_interval``;
     * ``var_slope_*``: the MSE slope over the last two decades, between −1 and −1 + b;
 
     and per (transition, s) ``var_positive_vs_iid_s1``, ``var_negative_vs_iid_s0p1``,
-    ``var_negative_vs_iid_s1``: t|err|²/C_iid against the formula's C_A/C_iid.  Glues
+    ``var_negative_vs_iid_s1``: t|err|²/C_iid against the formula's C_A/C_iid (its run interval
+    likewise, from the SD of one stream's t|err|²/C_iid).  Glues
     ``var_{positive,negative}_rho`` (spectral radii), ``var_{positive,negative}_naive_z`` (the
     error of the readout Qa in root-mean-square errors), and ``{tag}_predicted``, ``{tag}_z_iid``
     for each comparison tag.
@@ -181,11 +194,28 @@ def var1(n_streams: int, n_streams_var: int, t_var: int, *, streams: RandomStrea
         c_iid = readout_mse_constant(_EYE, _EYE, _EYE, sigma, q).numpy()  # (m,)
         naive_gap = float(((q @ Q - q @ sigma) ** 2).sum(-1).mean())  # |Qa − Σa|², averaged
         res.runs[name] = Var1Transition(A=A, sigma=sigma, unit=unit, sq=sq, C_A=c_a, C_iid=c_iid, naive_gap=naive_gap,
-                                        ratio=(cps[None, :, None] * sq / c_a).mean(-1))  # ratio: (R, n_t)
+                                        ratio=(cps[None, :, None] * sq / c_a).mean(-1),  # ratio: (R, n_t)
+                                        V=var1_error_covariance(_EYE, _EYE, _EYE, A, Q, q))  # V: (m, 2, m, 2)
         res.glue(f"var_{name}_rho", spectral_radius(A))
     for name in TRANSITIONS:
         _var1_claims(res, name, streams)
     return res
+
+
+def _mean_law(mean: float, sd: float, n_r: int, rho: float) -> dict[str, float]:
+    r"""The run interval of the mean of ``n_r`` iid streams' weighted χ² statistic, by its Satterthwaite law.
+
+    One stream's t·|err|²/c (averaged over queries) is asymptotically a Gaussian quadratic form of mean
+    ``mean`` and SD ``sd`` (:func:`covbook.theory.quadratic_error_moments`); the mean of ``n_r`` streams is
+    taken as mean·χ²_ν/ν with ν = 2 n_r mean²/sd² (the same mean and variance), and its range is widened
+    to [ρ·mean, mean] by the pre-asymptotic deficit (the reach heuristic ρ).  Returns ``lower`` = ρ·mean·q_lo,
+    ``upper`` = mean·q_hi (q the χ²_ν/ν quantiles at LEVEL/2 and 1 − LEVEL/2) and ``nu``.  The SE read
+    from the same streams is not used: it falls with their mean (a skewed, non-negative statistic), so a
+    low mean would come with a narrow window.
+    """
+    nu = 2.0 * n_r * mean**2 / sd**2
+    return dict(lower=rho * mean * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu,
+                upper=mean * float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu, nu=nu)
 
 
 def _var1_claims(res: Var1Readout, name: str, streams: RandomStreams) -> None:
@@ -196,8 +226,9 @@ def _var1_claims(res: Var1Readout, name: str, streams: RandomStreams) -> None:
     s_all = [s for s in S_LEVELS[name] for _ in range(N_DIRS)]
     b, rho_end = reach_allowance(s_all, cps[fit])
     m, se = mean_with_se(v.ratio[:, -1])
+    _, sd = quadratic_error_moments(v.V, v.C_A)  # one stream's t·|err|²/C_A: mean 1, SD sd
     res.measure(constant_id, m, prediction=(1 + rho_end) / 2, se=se, allowance=(1 - rho_end) / 2, name=name,
-                cps_var_1=cps[-1])
+                cps_var_1=cps[-1], n_r=n_r, rho_end=rho_end, **_mean_law(1.0, sd, n_r, rho_end))
     slope, sse = slope_with_se(cps[fit], v.sq.mean(-1)[:, fit], seed=streams.seed_for(f"bootstrap-var1-{name}"))
     res.measure(slope_id, slope, prediction=-1.0 + b / 2, se=sse, allowance=b / 2, name=name, n_r=n_r)
     res.glue(f"var_{name}_naive_z", np.sqrt(v.naive_gap / v.sq[:, -1].mean()))
@@ -205,14 +236,15 @@ def _var1_claims(res: Var1Readout, name: str, streams: RandomStreams) -> None:
         cols = slice(N_DIRS * j, N_DIRS * (j + 1))  # the directions at this s
         per_stream = (cps[-1] * v.sq[:, -1, cols] / v.C_iid[cols]).mean(-1)  # (R,): t·|err|²/C_iid
         m, se = mean_with_se(per_stream)
-        predicted = float((v.C_A[cols] / v.C_iid[cols]).mean())
+        predicted, sd_s = quadratic_error_moments(v.V[cols][:, :, cols], v.C_iid[cols])  # mean of C_A/C_iid
         _, rho_s = reach_allowance([s], cps[fit])
         tag = _VS_IID[(name, s)]
         res.glue(f"{tag}_predicted", predicted)
         res.glue(f"{tag}_z_iid", (m - 1.0) / se)  # distance from the iid value, in SE
         res.measure(tag, m, prediction=predicted * (1 + rho_s) / 2, se=se, allowance=predicted * (1 - rho_s) / 2,
-                    name=name, s=s, predicted=predicted,
-                    below_if_predicted_1_else_above="below" if predicted < 1 else "above")
+                    name=name, s=s, predicted=predicted, n_r=n_r, rho_end=rho_s,
+                    below_if_predicted_1_else_above="below" if predicted < 1 else "above",
+                    **_mean_law(predicted, sd_s, n_r, rho_s))
 
 
 # --------------------------------------------------------------------------------------------------
