@@ -68,6 +68,9 @@ def test_rate_matches_the_closed_form_constant_and_slope(rate, configs) -> None:
         assert rate.measurements[slope_id]["s_target"] == rate.measurements[constant_id]["s_target"] == s
         c = rate.measurements[constant_id]  # the Satterthwaite run interval of the mean, times [ρ, 1]
         assert 0 < c["lower"] < c["rho_end"] <= 1 < c["upper"] and c["nu"] > 0
+        y = rate.t_rate[-1] * rate.sq[s][:, -1] / rate.C[s]  # (R,) the streams' t|err|²/C
+        assert c["sd"] == max(c["sd_delta"], float(np.std(y, ddof=1)))  # the larger SD sets ν = 2R/SD²
+        assert c["nu"] == pytest.approx(2 * R / c["sd"] ** 2)
         for cid in (slope_id, constant_id):
             m = rate.measurements[cid]
             assert abs(m["value"] - m["prediction"]) < 4 * m["se"] + m["allowance"], (cid, m)

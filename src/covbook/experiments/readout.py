@@ -256,8 +256,9 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     Both carry the pre-asymptotic allowance of :func:`covbook.theory.reach_allowance`: the slope lies
     between −1 and −1 + b, the constant between ρ and 1, and each prediction is the window's middle.
     A constant also carries the run interval [ρ q_lo, q_hi] of the mean of ``n_streams`` iid weighted χ²
-    terms (q the χ²_ν/ν quantiles at LEVEL, ν = 2 n_streams/sd², sd from
-    :func:`covbook.theory.normalised_error_sd`), for a rule with window ``run_interval``.
+    terms (q the χ²_ν/ν quantiles at LEVEL, ν = 2 n_streams/sd², sd the larger of
+    :func:`covbook.theory.normalised_error_sd`, the t → ∞ SD of one stream, and the streams' own SD),
+    for a rule with window ``run_interval``.
     Glues ``t_max`` and ``n_streams``.
     """
     if head.queries is None:
@@ -283,16 +284,21 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
                                   seed=streams.seed_for(f"bootstrap-rate-{tag}"))
         res.measure(slope_id, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, s_target=s_target,
                     n_streams=n_streams)
-        ratio, ratio_se = mean_with_se(t_rate[-1] * sq[s_target][:, -1] / C[s_target])
+        y = t_rate[-1] * sq[s_target][:, -1] / C[s_target]  # (R,) one stream's t|err|²/C
+        ratio, ratio_se = mean_with_se(y)
         # the mean of R iid weighted χ² terms (mean in [ρ, 1]) by its Satterthwaite law χ²_ν/ν, ν = 2R/sd²,
-        # sd the delta-method SD of one stream's t|err|²/C: an SE read from the same streams falls with
-        # their mean (a skewed, non-negative statistic) and understates a low mean's spread
-        nu = 2.0 * n_streams / normalised_error_sd(tq_of[s_target], tk, tv, cov, q) ** 2
+        # sd the delta-method SD of one stream's t|err|²/C, raised to the streams' own SD when that is larger:
+        # an SE read from the same streams alone falls with their mean (a skewed, non-negative statistic) and
+        # understates a low mean's spread, while the delta-method SD is the t → ∞ value, which one stream's SD
+        # exceeds by 1.1-1.4× at s = 1-2 and t = 2·10⁴ (1,500 streams per setting, development seeds)
+        sd_delta = normalised_error_sd(tq_of[s_target], tk, tv, cov, q)
+        sd = max(sd_delta, float(np.std(y, ddof=1)))
+        nu = 2.0 * n_streams / sd**2
         lower = rho_end * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu
         upper = float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu
         res.measure(constant_id, ratio, prediction=(1.0 + rho_end) / 2, se=ratio_se, allowance=(1.0 - rho_end) / 2,
                     lower=lower, upper=upper, t_rate_1=t_rate[-1], s_target=s_target, n_streams=n_streams,
-                    nu=nu, rho_end=rho_end)
+                    nu=nu, rho_end=rho_end, sd_delta=sd_delta, sd=sd)
     return res
 
 
