@@ -98,15 +98,21 @@ def test_sweep_on_the_fixture_project(project):
     assert again.stdout.count("1 ok, 0 failed") == 3
 
 
+def _one_claim_sweep(tmp_path, window: str, values: list[float], se: float = 0.25, per_run: bool = False) -> Paths:
+    """A fake project whose one claim ``c`` of ``01_alpha`` measured ``values[seed]`` at seeds 0, 1, …"""
+    c = claim("c", "01_alpha", window=window)
+    if per_run:
+        c["_rule"]["per_run"] = True
+    paths = Paths(fake_project(tmp_path, {"01_alpha": [c]}))
+    for seed, value in enumerate(values):
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=value, se=se, window=window)], seed=seed)
+    return paths
+
+
 def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
     """A one-sided claim (no centre) divides the SD of its values by the SE its measurement recorded."""
-    c = claim("c", "01_alpha", window="at_least")
-    proj = fake_project(tmp_path, {"01_alpha": [c]})
-    paths = Paths(proj)
-    for seed in (0, 1):
-        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + seed, se=0.25, window="at_least")],
-                 seed=seed)
+    paths = _one_claim_sweep(tmp_path, "at_least", [1.0, 2.0])
     rows = calibrate(paths, "smoke", [0, 1], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["passed"] == 2
     assert rows[0]["sd_over_se"] == pytest.approx((2 ** 0.5 / 2) / 0.25)  # SD of (1, 2) over the SE 0.25
@@ -114,13 +120,7 @@ def test_sd_over_se_uses_the_standard_error_a_claim_recorded(tmp_path):
 
 def test_a_significance_claim_is_flagged_by_failures_not_by_spread(tmp_path):
     """An `above` window (the value beyond k·SE of what it excludes): a varying effect is not a spread flag."""
-    c = claim("c", "01_alpha", window="above")
-    proj = fake_project(tmp_path, {"01_alpha": [c]})
-    paths = Paths(proj)
-    for seed in (0, 1, 2):
-        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=10.0 + 20 * seed, se=0.25, window="above")],
-                 seed=seed)
+    paths = _one_claim_sweep(tmp_path, "above", [10.0, 30.0, 50.0])
     rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["sd_over_se"] is None and not rows[0]["flagged"]
 
@@ -234,14 +234,7 @@ def test_flag_count_sentence_compares_the_observed_flags_with_chance():
 def test_a_per_run_claim_reports_its_spread_but_is_flagged_by_failures_only(tmp_path):
     """``per_run: true`` (the estimand is the run's own trained model): its spread across seeds is the
     estimand's, so SD/SE is reported with a mark and does not flag; failures still do."""
-    c = claim("c", "01_alpha", window="at_least")
-    c["_rule"]["per_run"] = True
-    proj = fake_project(tmp_path, {"01_alpha": [c]})
-    paths = Paths(proj)
-    for seed in (0, 1, 2):
-        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + 5 * seed, se=0.25, window="at_least")],
-                 seed=seed)
+    paths = _one_claim_sweep(tmp_path, "at_least", [1.0, 6.0, 11.0], per_run=True)
     rows = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"]
     assert rows[0]["per_run"] and rows[0]["sd_over_se"] == pytest.approx(5.0 / 0.25)
     assert not rows[0]["flagged"]

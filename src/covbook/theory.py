@@ -262,10 +262,8 @@ def normalised_error_sd(
     1.0
     """
     V = readout_error_covariance(theta_q, theta_k, theta_v, cov, q)  # (m, d_v, m, d_v)
-    m, dv = V.shape[0], V.shape[1]
-    C = torch.stack([torch.trace(V[j, :, j, :]) for j in range(m)])  # (m,)
-    DV = (V / C[:, None, None, None]).reshape(m * dv, m * dv)
-    return float(torch.sqrt(2.0 * torch.trace(DV @ DV)) / m)
+    C = torch.stack([torch.trace(V[j, :, j, :]) for j in range(V.shape[0])])  # (m,) tr V_jj
+    return quadratic_error_moments(V, C)[1]
 
 
 def elliptical_gain(s: object, scale: object) -> torch.Tensor:
