@@ -17,7 +17,7 @@ from covbook.theory import delta_method_reach, student_t_extreme_angle_sd  # noq
 from helpers import ROOT  # noqa: E402
 
 IDS = {
-    "large_logits": {"gauss_reach_s3", "gauss_reach_s5", "gauss_deficit_s5"},
+    "large_logits": {"gauss_reach_s3", "gauss_deficit_s5"},
     "laplace_rates": {"laplace_slope_s0p25", "laplace_rate_s1"},
     "student_t": {"t_growth_nu1", "t_angle_nu1", "t_growth_nu2", "t_angle_nu2", "t_growth_nu3", "t_angle_nu3",
                   "t_top_weight"},
@@ -49,12 +49,12 @@ def test_large_logits(large: rates.LargeLogits) -> None:
     assert isinstance(large, Result) and set(large.measurements) == IDS["large_logits"]
     assert large.ratio[3.0].shape == (rates.STREAMS_S3, large.checkpoints[3.0].size)
     assert large.ratio[5.0].shape == (3, large.checkpoints[5.0].size) and large.checkpoints[5.0][-1] == 2000
-    assert set(large.numbers) == {"t_long_text", "n_long", "gauss_rho_s3", "gauss_rho_s5"}
+    assert set(large.numbers) == {"t_long_text", "n_long", "gauss_rho_s3", "gauss_rho_s5", "gauss_ratio_s5"}
     assert large.numbers["t_long_text"] == "2e3" and large.numbers["n_long"] == 3
     rho = float(delta_method_reach([5.0], [2000]))
-    m = large.measurements["gauss_reach_s5"]
-    assert m["rho"] == pytest.approx(rho) and m["prediction"] == pytest.approx((1 + rho) / 2)
-    assert m["dof"] == 2 and large.measurements["gauss_reach_s3"]["dof"] == rates.STREAMS_S3 - 1
+    assert large.numbers["gauss_rho_s5"] == pytest.approx(rho)
+    assert large.numbers["gauss_ratio_s5"] == pytest.approx(large.ratio[5.0][:, -1].mean())
+    assert large.measurements["gauss_reach_s3"]["dof"] == rates.STREAMS_S3 - 1
 
 
 def test_laplace_rates(laplace: rates.LaplaceRates) -> None:

@@ -418,7 +418,6 @@ class Models(Result):
     dattn: Depths
     dmlp: Depths
     contexts: torch.Tensor = field(repr=False)  # (R, T) discrete tokens
-    F_dmlp: torch.Tensor = field(repr=False)  # (L+1, V, d): F_l of every token for the MLP model
 
     def plot(self, axes: np.ndarray) -> None:
         """The three models' gaps in three panels of a 2 × 2 grid (the fourth is removed)."""
@@ -433,35 +432,57 @@ class Models(Result):
 def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
     """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule.
 
-    Returns the depths and the polar rule's error max_l mean |F_l − F_l^fine|² against a rule
-    with twice the nodes.
+    Pair k of streams (2k, 2k+1) goes through a model of its own (the ``("full-model", k)``
+    weights): a model's finite-t slope departs from −1 by an amount of its own, larger for
+    deeper layers, so the pairs' bootstrap resamples the models too and the slope is that of the
+    gap averaged over models.  Returns the depths and the polar rule's error
+    max_l mean |F_l − F_l^fine|² against a rule with twice the nodes, for the first pair's model.
     """
     dev, cp, n = s.device, s.checkpoints, s.quad_nodes
-    model = CausalTransformer(**s.shape, mlp=True, layer_norm=True,
-                              seed=s.streams.seed_for("full-model")).to(dev)
-    queries = xg[:, cp - 1].reshape(-1, s.d_in)  # (R n_t, d_in)
-    polar = gaussian_polar_rule(s.cov, n, n)
-    F = mean_field(model, *(p.to(dev) for p in polar), queries)  # (L+1, R n_t, d)
-    fine = gaussian_polar_rule(s.cov, 2 * n, 2 * n)
-    F_fine = mean_field(model, *(p.to(dev) for p in fine), queries)  # (L+1, R n_t, d)
-    polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
-    sq, hs = squared_gaps(model, xg, F.view(s.n_layers + 1, s.n_streams, len(cp), s.d_model), cp)
-    reach = reach_of(_logit_variances(model, *polar, queries, dev), s.t_fit)
-    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm",
-                "Gaussian context, MLP and layer norm, F_L by quadrature.", sq, hs, reach)
+    polar = [p.to(dev) for p in gaussian_polar_rule(s.cov, n, n)]
+    fine = [p.to(dev) for p in gaussian_polar_rule(s.cov, 2 * n, 2 * n)]
+    sqs, hss, svs, polar_err = [], [], [], float("nan")
+    for k in range(s.n_streams // 2):
+        model = CausalTransformer(**s.shape, mlp=True, layer_norm=True,
+                                  seed=s.streams.seed_for("full-model", k)).to(dev)
+        x = xg[2 * k: 2 * k + 2]  # (2, T, d_in): the pair
+        queries = x[:, cp - 1].reshape(-1, s.d_in)  # (2 n_t, d_in)
+        F = mean_field(model, *polar, queries)  # (L+1, 2 n_t, d)
+        if k == 0:  # the rule's check, on the first pair's model (its cost grows as nodes^4)
+            F_fine = mean_field(model, *fine, queries)  # (L+1, 2 n_t, d)
+            polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
+        sq, hs = squared_gaps(model, x, F.view(s.n_layers + 1, 2, len(cp), s.d_model), cp)
+        sqs.append(sq)
+        hss.append(hs)
+        svs.append(_logit_variances(model, *polar, queries, dev))  # (L, 2 n_t)
+    reach = reach_of(torch.cat(svs, 1), s.t_fit)
+    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm (a model per pair)",
+                "Gaussian context, MLP and layer norm, F_L by quadrature, a model per pair of streams.",
+                np.concatenate(sqs, 1), torch.cat(hss, 1), reach)
     return d, polar_err
 
 
-def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor) -> tuple[torch.Tensor, np.ndarray,
-                                                                               torch.Tensor, list[float]]:
-    """The exact discrete mean field F (L+1, V, d), the gaps (L+1, R, n_t), states and allowances."""
+def _discrete_mlp(s: Setting, name: str, k: object = ()) -> CausalTransformer:
+    """The discrete model with two heads, MLP and layer norm, weights from the ``(name, k)`` seed."""
+    return CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
+                             mlp=True, layer_norm=True, seed=s.streams.seed_for(name, k)).to(s.device)
+
+
+def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor, *,
+              reach: bool = True) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, list[float]]:
+    """The exact discrete mean field F (L+1, V, d), the gaps (L+1, R, n_t), states and allowances.
+
+    With ``reach=False`` the allowances are not computed (an empty list).
+    """
     dev, cp = s.device, s.checkpoints
     tokens = torch.arange(s.vocab, device=dev)  # (V,)
     F = mean_field(model, tokens, s.freqs.to(dev), tokens)  # (L+1, V, d)
     sq, hs = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
+    if not reach:
+        return F, sq, hs, []
     x_at = xd[:, cp - 1].reshape(-1)  # (R n_t,)
-    reach = reach_of(_logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, dev), s.t_fit)
-    return F, sq, hs, reach
+    b = reach_of(_logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, dev), s.t_fit)
+    return F, sq, hs, b
 
 
 def models(s: Setting, gauss: Depths) -> Models:
@@ -470,7 +491,8 @@ def models(s: Setting, gauss: Depths) -> Models:
     Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  The
     attention-only discrete model gets the largest scale of :data:`SCALES` with early-attention
     ratio χ_l ≤ 2 at every layer on min(R, 16) pilot contexts (the ``"pilot"`` stream); the MLP
-    model has two heads and layer norm (the ``"positions"`` weights Experiment 4 reuses).
+    models have two heads and layer norm, one per pair of streams (the ``("dmlp", k)`` weights),
+    as the Gaussian MLP models have (``("full-model", k)``).
     Measures ``slope_gmlp_L*``, ``slope_dattn_L*`` and ``slope_dmlp_L*``; glues ``polar_err``,
     ``n_pilot``, ``scale_d``, ``chi_pilot``, ``chi_verdict``, ``chi_gauss`` (the largest χ of
     ``gauss``, Experiment 1's result), ``chi_run_start`` and ``chi_run_end``.
@@ -497,16 +519,22 @@ def models(s: Setting, gauss: Depths) -> Models:
                     "Discrete context, attention only, exact F_L, logit scale without an "
                     "early-position attention sink (χ ≤ 2 on pilot contexts).", sq, hs, reach)
 
-    d_mlp = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
-                              mlp=True, layer_norm=True, seed=streams.seed_for("positions")).to(dev)
-    F_mlp, sq, hs, reach = _discrete(s, d_mlp, xd)
-    exact = mean_field_discrete(d_mlp, s.freqs.to(dev))  # (V, d)
-    if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
-        raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
-    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
-                   "Discrete context, two heads, MLP and layer norm, exact F_L.", sq, hs, reach)
+    sqs, hss, svs = [], [], []
+    for k in range(s.n_streams // 2):  # a model per pair, as for the Gaussian MLP model
+        d_mlp = _discrete_mlp(s, "dmlp", k)
+        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
+        F_mlp, sq, hs, _ = _discrete(s, d_mlp, x, reach=False)
+        exact = mean_field_discrete(d_mlp, s.freqs.to(dev))  # (V, d)
+        if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
+            raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
+        sqs.append(sq)
+        hss.append(hs)
+        svs.append(_logit_variances(d_mlp, torch.arange(s.vocab), s.freqs, x[:, s.checkpoints - 1].reshape(-1), dev))
+    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm (a model per pair)",
+                   "Discrete context, two heads, MLP and layer norm, exact F_L, a model per pair of streams.",
+                   np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
 
-    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=xd, F_dmlp=F_mlp)
+    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=xd)
     for d in (gmlp, dattn, dmlp):
         r.merge(d)
     verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is"
@@ -577,12 +605,13 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
 
 
 def positions(s: Setting, m: Models) -> Positions:
-    """Experiment 4: learned and rotary positions on the discrete MLP model of Experiment 3.
+    """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
     The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
     E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on Experiment 3's discrete contexts,
-    with the other weights kept (the ``"positions"`` seed).  The bias part is gap − variance.
-    Measures ``context_variance_none`` (prediction −1 + b/2, b the MLP model's depth-L reach),
+    for one model with two heads, MLP and layer norm (the ``"positions"`` weights) read without
+    positions and with each kind of position, the other weights kept.  The bias part is gap − variance.
+    Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position model's depth-L reach),
     ``context_variance_learned`` (−1, checkpoints as replicates), ``context_variance_rotary``
     (0), ``gap_plateau_learned`` (0) and ``gap_plateau_rotary`` (−1); glues ``gap_ratio_learned``,
     ``gap_ratio_rotary`` (the gap at t_max over the gap at the fit's start) and ``t_span_text``.
@@ -591,19 +620,20 @@ def positions(s: Setting, m: Models) -> Positions:
         raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
     streams, dev, cp, fit, tf = s.streams, s.device, s.checkpoints, s.fit, s.t_fit
     xd = m.contexts  # (R, T)
-    sq_hs = {"none": (m.dmlp.sq, m.dmlp.hs)}
+    F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
+    sq_hs = {"none": (sq, hs)}
     for pos in ("learned", "rotary"):
         model = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
                                   mlp=True, layer_norm=True, pos=pos, max_len=s.t_max,
                                   seed=streams.seed_for("positions")).to(dev)
-        sq_hs[pos] = squared_gaps(model, xd, m.F_dmlp[:, xd[:, cp - 1]], cp)
+        sq_hs[pos] = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
     r = Positions(n_layers=s.n_layers, checkpoints=cp)
     for pos, (sq, hs) in sq_hs.items():
         r.variance[pos], r.gap[pos] = context_variance(hs), sq[-1]
 
     cv = r.variance["none"]  # (R/2, n_t)
     slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
-    b = m.dmlp.reach[-1]
+    b = reach[-1]
     r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
               allowance=b / 2)
     slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,

@@ -132,9 +132,10 @@ def large_logits(t_long: int, n_long: int, *, streams: RandomStreams,
     .. math:: r_t = \frac14\sum_{i=1}^4 \frac{t\,|\mathrm{out}_t(a_i) - \Sigma a_i|^2}{C(a_i)},
               \qquad C(a) = e^{s}(\operatorname{tr}\Sigma + |\Sigma a|^2),
 
-    at 15 log-spaced t from 100.  Measures ``gauss_reach_s3`` and ``gauss_reach_s5`` (r at the
-    longest t, between ρ(s, t) and 1) and ``gauss_deficit_s5`` (r near t = 1000 at s = 5); glues
-    ``gauss_rho_s3``, ``gauss_rho_s5``, ``t_long_text`` and ``n_long``.
+    at 15 log-spaced t from 100.  Measures ``gauss_reach_s3`` (r at the longest t, between
+    ρ(s, t) and 1) and ``gauss_deficit_s5`` (r near t = 1000 at s = 5); glues ``gauss_ratio_s5``
+    (r at the longest t at s = 5, no claim: the few streams' values are too heavy-tailed for a
+    reliable standard error), ``gauss_rho_s3``, ``gauss_rho_s5``, ``t_long_text`` and ``n_long``.
 
     Raises ``ValueError`` for ``t_long`` below 1010 or ``n_long`` below 2.
     """
@@ -163,8 +164,8 @@ def large_logits(t_long: int, n_long: int, *, streams: RandomStreams,
                       cps_by_s_s_1=cps[-1], rho=rho, n_r=r.shape[0])
         if s == 3.0:
             res.measure("gauss_reach_s3", m, **fields)
-        else:
-            res.measure("gauss_reach_s5", m, **fields)
+        else:  # no claim: n_long heavy-tailed streams give no reliable SE (SD/SE 2.25 over 20 seeds)
+            res.glue("gauss_ratio_s5", float(m))
     r5, cps5 = res.ratio[5.0], res.checkpoints[5.0]
     j = int(np.argmin(np.abs(cps5 - 1000)))
     m, se = mean_with_se(r5[:, j])
