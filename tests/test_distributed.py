@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -14,9 +15,33 @@ import pytest
 
 from covbook.book.config import UsageError
 from covbook.book.distributed import parse_cluster
-from helpers import COVBOOK, book_project, covbook
+from helpers import COVBOOK, covbook, make_notebook
 
-FAST = ("01_covariance_readout", "02_elliptical_inputs")  # the two fastest notebooks at smoke (9–15 s each)
+#: The sweep test's two notebooks: a tiny project's (the wiring is under test, not the science, which the
+#: fast suite and the smoke run of the real chapters test), each drawing from its named streams, so the
+#: outputs depend on the seed, and sleeping long enough for a worker to be killed mid-job.
+FAST = ("01_alpha", "02_beta")
+DRAW = ("import time\n"
+        "from covbook import claims\n"
+        "from covbook.session import setup, streams\n"
+        "setup(profile, seed, 'cpu', chapter=CHAPTER)\n"
+        "v = float(streams.generator('draw').standard_normal())\n"
+        "print(f'drew {v!r}')\n"
+        "time.sleep(8)\n"
+        "claims.measure('x_is_x', v, prediction=v)")
+X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"
+
+
+def _tiny_project(root: Path) -> Path:
+    """Two notebooks of :data:`FAST` (one claim each, its value drawn from the seed's streams) with rules."""
+    (root / "notebooks" / "rules").mkdir(parents=True)
+    (root / "book").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "_config.yml", root / "_config.yml")
+    for i, name in enumerate(FAST, 1):
+        (root / "notebooks" / f"{name}.md").write_text(make_notebook(DRAW, f"CHAPTER = '0{i}'"))
+        (root / "notebooks" / "rules" / f"{name}.yml").write_text(X_IS_X)
+    (root / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {}\n")
+    return root
 
 
 def test_parse_cluster_accepts_the_three_spellings(tmp_path):
@@ -114,10 +139,10 @@ def _outputs(tree: Path, name: str) -> list:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
 def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tmp_path):
     seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", "--replace", *FAST]
-    local = book_project(tmp_path / "local")
+    local = _tiny_project(tmp_path / "local")
     res = covbook(local, "sweep", *seeds, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
-    dist = book_project(tmp_path / "dist")
+    dist = _tiny_project(tmp_path / "dist")
     proc = subprocess.Popen([*COVBOOK, "sweep", *seeds, "--cluster", "local:2"], cwd=dist,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed: dict = {}
@@ -158,8 +183,6 @@ SLEEPER = ("import time\ntime.sleep(120)\n"
 def test_ctrl_c_or_sigterm_stops_the_cluster_and_its_kernels(project, signum):
     """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM while two kernels run on local:2: exit 130,
     one line saying what did not finish, every worker and kernel gone, nothing written, no temporaries."""
-    from helpers import make_notebook
-
     for name in ("01_alpha", "02_beta"):
         (project / "notebooks" / f"{name}.md").write_text(make_notebook(SLEEPER))
     proc = subprocess.Popen([*COVBOOK, "run", "--profile", "smoke", "--cluster", "local:2", "--no-progress"],
