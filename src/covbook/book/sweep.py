@@ -54,11 +54,39 @@ FLAG_SPREAD = 2.0
 #: Windows that test significance (the value lies beyond k·SE of the prediction it must exclude), not
 #: agreement: their spread across seeds is the effect's, and they are flagged by failures only.
 SIGNIFICANCE_WINDOWS = ("above", "below")
-DEVELOPMENT_SEEDS = range(0, 1000)
-"""Seeds declared as development seeds: every seed tolerances were ever checked against while the rules were
+class SeedRanges:
+    """A set of seeds given as inclusive ranges, e.g. ``SeedRanges((0, 999), (1100, 1119))``.
+
+    >>> seeds = SeedRanges((0, 9), (20, 29))
+    >>> 5 in seeds, 15 in seeds, seeds.text(), seeds.as_json()
+    (True, False, '0–9 and 20–29', [[0, 9], [20, 29]])
+    """
+
+    def __init__(self, *ranges: tuple[int, int]) -> None:
+        if not ranges or any(len(r) != 2 or r[0] > r[1] for r in ranges):
+            raise ValueError(f"ranges must be (first, last) pairs with first <= last, got {ranges!r}")
+        self.ranges = tuple((int(a), int(b)) for a, b in ranges)
+
+    def __contains__(self, seed: object) -> bool:
+        return isinstance(seed, int) and any(a <= seed <= b for a, b in self.ranges)
+
+    def text(self) -> str:
+        """The ranges in words: ``0–999, 1100–1119 and 1200–1219``."""
+        parts = [f"{a}–{b}" if a != b else f"{a}" for a, b in self.ranges]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    def as_json(self) -> list[list[int]]:
+        """The ranges as ``[[first, last], ...]``."""
+        return [[a, b] for a, b in self.ranges]
+
+
+DEVELOPMENT_SEEDS = SeedRanges((0, 999), (1100, 1119), (1200, 1219), (2000, 2002))
+"""Seeds declared as development seeds.  Every seed tolerances were checked against while the rules were
 written lies below 1000 (the earlier sweeps used 0-9; CI and the chapters' defaults use 0; ad hoc checks used
-small seeds).  A calibration at these seeds is in sample; the book's out-of-sample calibration uses seeds
-from 1000 up, never run before the rules were frozen."""
+small seeds).  The others are the seeds of earlier out-of-sample calibrations (smoke 1100-1119 and 1200-1219,
+quick 2000-2002): claims they flagged were fixed at their cause, so from then on they count as development
+seeds too.  A calibration at these seeds is in sample; the book's out-of-sample calibration uses seeds never
+run before the rules were frozen."""
 _PROFILE_ORDER = {name: i for i, name in enumerate(PROFILES)}
 #: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
 STATISTICAL = ("evidence", "compatible")
@@ -201,7 +229,7 @@ def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     profiles[profile] = dict(sorted({**profiles.get(profile, {}), **data}.items()))
     write_json_atomic(paths.root / CALIBRATION_JSON,
                       {"level": LEVEL, "flag_failures": FLAG_FAILURES, "flag_spread": FLAG_SPREAD,
-                       "development_seeds": [DEVELOPMENT_SEEDS.start, DEVELOPMENT_SEEDS.stop - 1],
+                       "development_seeds": DEVELOPMENT_SEEDS.as_json(),
                        "profiles": dict(sorted(profiles.items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9)))})
     write_calibration_page(paths)
     return data
@@ -418,10 +446,11 @@ _INTRO = [
     "a calibration on new seeds.",
     "",
     "**Out of sample.** The rules (kinds, windows, alternatives: `notebooks/rules/`) are frozen at the "
-    "commit each section names before the sweep; seeds below "
-    f"{DEVELOPMENT_SEEDS.stop} are declared *development seeds* (tolerances were checked against some of "
-    "them while the rules were written), and a sweep at any of them is marked in sample. The book's "
-    "calibration uses seeds never run before the rules were frozen.",
+    "commit each section names before the sweep; the seeds "
+    f"{DEVELOPMENT_SEEDS.text()} are declared *development seeds* (tolerances were checked against some of "
+    "those below 1000 while the rules were written; the others are the seeds of earlier out-of-sample "
+    "calibrations, whose flagged claims were then fixed), and a sweep at any of them is marked in sample. "
+    "The book's calibration uses seeds never run before the rules were frozen.",
     "",
     "The column SD/SE compares the spread across seeds with the standard error the claim recorded: for a "
     "claim with a numeric prediction and a standard error at every seed it is the SD of the standardized "
