@@ -163,11 +163,11 @@ class Gains(Result):
             ma, sea = r.angle.mean(0), r.angle.std(0, ddof=1) / np.sqrt(n)  # (m,)
             axes[1].errorbar(r.s * (1 + 0.02 * i), ma, Z * sea, fmt="o", color=col, ms=4, label=name)
         axes[0].set(xlabel="logit variance $s = a^\\top\\Sigma a$", ylabel="gain $g(s)$", ylim=(0.9, 4.2),
-                    title="Measured gain (±Z SE) against $g(s)$; dotted: $1+\\kappa s/6$")
+                    title="Gain against $g(s)$")
         axes[0].legend(title="filled: 1/t regime", loc="upper left")
         axes[1].axhline(0, color="k", lw=0.8)
         axes[1].set(xscale="log", xlabel="$s$", ylabel="angle(out, $\\Sigma a$) [degrees]",
-                    title=f"Direction: angle to $\\Sigma a$ (the angle from $a$ is {self.angle_a_sigma_a:.0f}°)")
+                    title=f"Angle to $\\Sigma a$ ($a$ itself: {self.angle_a_sigma_a:.0f}°)")
         axes[1].legend()
 
     @property
