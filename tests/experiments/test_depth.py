@@ -115,6 +115,9 @@ def test_tail_exponents_are_the_chosen_ones(run) -> None:
 def test_markov_constant_exceeds_the_iid_one_for_a_sticky_chain(run) -> None:
     m = run["markov"]
     assert m.c_markov > m.c_iid > 0 and m.numbers["c_ratio"] == pytest.approx(m.c_markov / m.c_iid)
+    # the constant is read on chains of its own, CONSTANT_CHAINS times as many as the slopes'
+    n = run["setting"].n_streams * depth.CONSTANT_CHAINS
+    assert m.measurements["t4_markov_constant"]["n_streams"] == m.measurements["t4_markov_not_iid"]["n_streams"] == n
 
 
 def test_context_variance_of_identical_pairs_is_zero() -> None:

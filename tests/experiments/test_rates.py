@@ -55,6 +55,10 @@ def test_large_logits(large: rates.LargeLogits) -> None:
     assert large.numbers["gauss_rho_s5"] == pytest.approx(rho)
     assert large.numbers["gauss_ratio_s5"] == pytest.approx(large.ratio[5.0][:, -1].mean())
     assert large.measurements["gauss_reach_s3"]["dof"] == rates.STREAMS_S3 - 1
+    deficit = large.measurements["gauss_deficit_s5"]  # on streams of its own, of the length it is read at
+    assert deficit["dof"] == rates.STREAMS_DEFICIT - 1 and deficit["ratio_by_s_5_0_shape_0"] == rates.STREAMS_DEFICIT
+    cps5 = large.checkpoints[5.0]
+    assert deficit["cps_by_s_5_0_j"] == cps5[np.argmin(np.abs(cps5 - 1000))] and 0 < deficit["value"] < 1
 
 
 def test_laplace_rates(laplace: rates.LaplaceRates) -> None:

@@ -60,6 +60,9 @@ CHAPTER = "08"
 #: The grid of logit scales from which the models' scales are selected.
 SCALES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 
+#: The Markov constant is read on this many times n_streams chains of its own (its SE sets its power).
+CONSTANT_CHAINS = 4
+
 #: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
 KAPPA_MIN = 2.0
 
@@ -692,7 +695,8 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     Q has rows E_ij / Σ_j E_ij with E_ij ~ Exp(1) and the R chains come from the ``"draws"``
     stream.  For one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the Markov-chain
     variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance D_π − ππᵀ
-    gives the alternative.  C is read as the mean over streams of t·gap at t ≥ t_max/4.
+    gives the alternative.  C is read as the mean over chains of t·gap at t ≥ t_max/4, on
+    :data:`CONSTANT_CHAINS` × R chains of its own (the ``"markov-constant"`` stream).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
     ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
 
@@ -724,7 +728,12 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov)
     r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid)
     late = cp >= s.t_max / 4  # constant read at t >= t_max/4
-    c_meas, c_se = mean_with_se((r.sq[1][:, late] * cp[late]).mean(1))
+    n_const = CONSTANT_CHAINS * s.n_streams  # the constant's own chains: its SE is the claim's power
+    xc = sample_markov_chain(P, n_const, s.t_max, generator=streams.torch_generator("markov-constant")).to(dev)
+    h_c = hidden_states_at(one_layer, xc, cp[late])[-1]  # (R_c, n_late, d)
+    F_1 = mean_field_discrete(one_layer, pi_P.to(dev))  # (V, d)
+    sq_c = ((h_c - F_1[xc[:, cp[late] - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_late)
+    c_meas, c_se = mean_with_se((sq_c * cp[late]).mean(1))
     for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
         r.glue(name, value)
@@ -734,6 +743,6 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
         b = reach[depth]
         r.measure(cid, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, depth=depth,
                   n_streams=s.n_streams)
-    r.measure("t4_markov_constant", c_meas, prediction=r.c_markov, se=c_se, n_streams=s.n_streams)
-    r.measure("t4_markov_not_iid", c_meas, prediction=r.c_iid, se=c_se, n_streams=s.n_streams)
+    r.measure("t4_markov_constant", c_meas, prediction=r.c_markov, se=c_se, n_streams=n_const)
+    r.measure("t4_markov_not_iid", c_meas, prediction=r.c_iid, se=c_se, n_streams=n_const)
     return r
