@@ -252,3 +252,11 @@ def test_development_seeds_hold_the_earlier_out_of_sample_calibrations() -> None
     for bad in [(), ((5, 4),), ((1, 2, 3),)]:
         with pytest.raises(ValueError, match="ranges must be"):
             SeedRanges(*bad)
+
+
+def test_the_summary_names_each_set_of_seeds_with_its_notebooks() -> None:
+    from covbook.book.sweep import _seeds_sentence
+
+    assert _seeds_sentence({(1, 2, 3): ["01", "02"]}) == "Seeds 1–3 (3)"
+    assert _seeds_sentence({(1, 2, 3): ["01"], (7, 9): ["03", "08"]}) == (
+        "Seeds 1–3 (3) for notebook(s) 01; 7, 9 (2) for notebook(s) 03, 08")

@@ -422,6 +422,15 @@ def _num(x: float | None) -> str:
     return "—" if x is None else fmt(x)
 
 
+def _seeds_sentence(groups: dict[tuple[int, ...], list[str]]) -> str:
+    """``Seeds 1300–1319 (20)``, or per set of seeds with its notebooks when they differ."""
+    if len(groups) == 1:
+        (seeds,) = groups
+        return f"Seeds {_seed_text(list(seeds))} ({len(seeds)})"
+    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for notebook(s) {', '.join(v)}"
+                                for k, v in groups.items())
+
+
 def _seed_text(seeds: list[int]) -> str:
     return (f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else
             ", ".join(map(str, seeds)))
@@ -469,15 +478,17 @@ def _profile_summary(profile: str, entries: dict) -> list[str]:
     rows = [r for e in entries.values() for r in e["claims"]]
     stat = [r for r in rows if r["kind"] in STATISTICAL]
     n_eval, n_fail = failing_evaluations(entries)
-    seeds = sorted({s for e in entries.values() for s in e["seeds"]})
-    n_seeds = len(seeds)
+    groups: dict[tuple[int, ...], list[str]] = {}  # the notebooks of each set of seeds
+    for name, e in sorted(entries.items()):
+        groups.setdefault(tuple(e["seeds"]), []).append(name[:2])
+    n_seeds = min(len(k) for k in groups)  # the flag rule's power at the fewest seeds of any notebook
     flagged = [r for r in rows if r["flagged"]]
     oos = all(e.get("out_of_sample") for e in entries.values())
     commits = sorted({e.get("rules_commit", "unknown") for e in entries.values()})
     expected = n_eval * LEVEL
     flagged_ids = ", ".join("`" + r["id"] + "`" for r in flagged)
     lines = [f"## Profile `{profile}`", "",
-             f"Seeds {_seed_text(seeds)} ({n_seeds}), "
+             _seeds_sentence(groups) + ", "
              + ("**out of sample** (none is a development seed)" if oos else
                 "**in sample** (development seeds: tolerances were checked against some of them)")
              + f"; rules frozen at commit {', '.join(commits)}. {len(rows)} claims ({len(stat)} statistical) "
