@@ -415,7 +415,29 @@ def _flag_count_sentence(data: dict, k: int) -> str:
              "1 statistical claim is flagged here" if k == 1 else f"{k} statistical claims are flagged here")
     tail = "" if k == 0 else f" and {k} or more with probability {_chance_of_at_least(data, k):.2g}"
     return (f"{first}; treating the claims as independent (those of one notebook share a run), a correct book "
-            f"flags none by failures with probability {none:.2g}{tail}.")
+            f"flags none by failures with probability {none:.2g}{tail}." + _spread_chance_sentence(data))
+
+
+def spread_flag_chance(n: int) -> float:
+    """P(SD/SE > FLAG_SPREAD) for a calibrated claim with normal errors over ``n`` seeds: P(χ²_{n−1} > s²(n−1)).
+
+    >>> round(spread_flag_chance(3), 4), spread_flag_chance(20) < 1e-7
+    (0.0183, True)
+    """
+    from scipy.stats import chi2
+
+    return float(chi2.sf(FLAG_SPREAD**2 * (n - 1), n - 1)) if n >= 3 else 0.0
+
+
+def _spread_chance_sentence(data: dict) -> str:
+    """How many statistical claims a calibrated book flags by spread alone, at each notebook's number of seeds."""
+    expected = sum(spread_flag_chance(len(e["seeds"])) for e in data.values() for r in e["claims"]
+                   if r["kind"] in STATISTICAL and not r.get("per_run") and r.get("sd_over_se") is not None)
+    if expected < 0.05:
+        return ""
+    return (f" By spread alone (SD/SE above {FLAG_SPREAD:g}, from so few seeds a noisy statistic) a calibrated book "
+            f"with normal errors flags about {expected:.2g} of these claims: at this number of seeds a spread flag "
+            "is a reason to look, not evidence of a miscalibration.")
 
 
 def _num(x: float | None) -> str:
