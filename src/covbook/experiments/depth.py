@@ -23,6 +23,7 @@ from functools import cached_property
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import NullFormatter
 
 from covbook._validate import check_nonnegative_float, check_positive_int, resolve_device
 from covbook.attention import readout_paths
@@ -282,6 +283,7 @@ class Depths(Result):
             ax.loglog(tf, np.exp(icpt) * tf**slope, "-", color=line.get_color(), lw=1)
         ax.set(xlabel="context length $t$", ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
                title=self.title)
+        ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less: labelled minor ticks collide
         ax.legend()
 
 
