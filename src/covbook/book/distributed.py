@@ -45,6 +45,7 @@ futures, keeps what finished and closes a local cluster.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -184,6 +185,18 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _quiet_closed_client(hook):
+    """``sys.unraisablehook`` without the "IOLoop is closed" that a worker's closed client prints when collected
+    after its loop (the worker's stderr is the command's); every other message goes to ``hook``."""
+    def quiet(unraisable) -> None:
+        exc, obj = getattr(unraisable, "exc_value", None), getattr(unraisable, "object", None)
+        if not (isinstance(exc, RuntimeError) and str(exc) == "IOLoop is closed"
+                and "Client.__del__" in getattr(obj, "__qualname__", "")):
+            hook(unraisable)
+
+    return quiet
+
+
 def _own_process_group():
     """A worker plugin of a local cluster: the worker process leaves the terminal's process group, so that
     Ctrl-C reaches only the client, which then stops the jobs and closes the cluster in order."""
@@ -195,6 +208,14 @@ def _own_process_group():
                 os.setpgid(0, 0)
             except OSError:  # a session leader, or not allowed: Ctrl-C then reaches the worker too
                 pass
+            sys.unraisablehook = _quiet_closed_client(sys.unraisablehook)
+
+        def teardown(self, worker) -> None:
+            from distributed.client import _global_clients
+
+            for c in list(_global_clients.values()):  # the worker's own client (the jobs' stop events)
+                with contextlib.suppress(Exception):
+                    c.close()
 
     return OwnProcessGroup()
 
