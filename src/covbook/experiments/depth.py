@@ -467,10 +467,19 @@ def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
     return d, polar_err
 
 
-def _discrete_mlp(s: Setting, name: str, k: object = ()) -> CausalTransformer:
-    """The discrete model with two heads, MLP and layer norm, weights from the ``(name, k)`` seed."""
+def _discrete_mlp(s: Setting, name: str, k: object = (), **kw: object) -> CausalTransformer:
+    """The discrete model with two heads, MLP and layer norm, weights from the ``(name, k)`` seed.
+
+    ``kw`` (e.g. ``pos``, ``max_len``) goes to :class:`CausalTransformer`.
+    """
     return CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
-                             mlp=True, layer_norm=True, seed=s.streams.seed_for(name, k)).to(s.device)
+                             mlp=True, layer_norm=True, seed=s.streams.seed_for(name, k), **kw).to(s.device)
+
+
+def _discrete_logit_variances(s: Setting, model: CausalTransformer, xd: torch.Tensor) -> torch.Tensor:
+    """Mean-field logit variances (L, R n_t) of the discrete contexts' tokens at the checkpoints."""
+    x_at = xd[:, s.checkpoints - 1].reshape(-1)  # (R n_t,)
+    return _logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, s.device)
 
 
 def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor, *,
@@ -485,9 +494,7 @@ def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor, *,
     sq, hs = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
     if not reach:
         return F, sq, hs, []
-    x_at = xd[:, cp - 1].reshape(-1)  # (R n_t,)
-    b = reach_of(_logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, dev), s.t_fit)
-    return F, sq, hs, b
+    return F, sq, hs, reach_of(_discrete_logit_variances(s, model, xd), s.t_fit)
 
 
 def models(s: Setting, gauss: Depths) -> Models:
@@ -534,7 +541,7 @@ def models(s: Setting, gauss: Depths) -> Models:
             raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
         sqs.append(sq)
         hss.append(hs)
-        svs.append(_logit_variances(d_mlp, torch.arange(s.vocab), s.freqs, x[:, s.checkpoints - 1].reshape(-1), dev))
+        svs.append(_discrete_logit_variances(s, d_mlp, x))  # (L, 2 n_t)
     dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm (a model per pair)",
                    "Discrete context, two heads, MLP and layer norm, exact F_L, a model per pair of streams.",
                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
@@ -623,14 +630,12 @@ def positions(s: Setting, m: Models) -> Positions:
     """
     if not isinstance(m, Models):
         raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
-    streams, dev, cp, fit, tf = s.streams, s.device, s.checkpoints, s.fit, s.t_fit
+    streams, cp, fit, tf = s.streams, s.checkpoints, s.fit, s.t_fit
     xd = m.contexts  # (R, T)
     F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
     sq_hs = {"none": (sq, hs)}
     for pos in ("learned", "rotary"):
-        model = CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
-                                  mlp=True, layer_norm=True, pos=pos, max_len=s.t_max,
-                                  seed=streams.seed_for("positions")).to(dev)
+        model = _discrete_mlp(s, "positions", pos=pos, max_len=s.t_max)  # the same weights, with positions
         sq_hs[pos] = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
     r = Positions(n_layers=s.n_layers, checkpoints=cp)
     for pos, (sq, hs) in sq_hs.items():
