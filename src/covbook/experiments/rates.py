@@ -210,12 +210,14 @@ class LaplaceRates(Result):
         ax.legend(fontsize="x-small")
 
 
-def laplace_rates(t_max: int, n_streams: int, *, streams: RandomStreams,
+def laplace_rates(t_max: int, n_streams: int, *, streams: RandomStreams, n_streams_s1: int | None = None,
                   device: str | torch.device = "cpu") -> LaplaceRates:
     r"""The MSE slope of the readout over multivariate Laplace tokens (Σ = I, d = 2) at s = 1/4 and 1.
 
-    ``n_streams`` streams of ``t_max`` tokens, four queries ±√s e_i each, at 10 log-spaced t from
-    100.  Measures
+    ``n_streams`` streams of ``t_max`` tokens at s = 1/4 and ``n_streams_s1`` (default ``n_streams``)
+    at s = 1, four queries ±√s e_i each, at 10 log-spaced t from 100.  At s = 1 the squared errors
+    are heavy-tailed (a few streams meet one enormous weight), so the bootstrap SE of the slope is
+    itself noisy and needs more streams for the same power.  Measures
 
     * ``laplace_slope_s0p25``: the slope over the last two decades against the pre-asymptotic
       prediction −1 + d log ρ_L / d log t (:func:`covbook.theory.laplace_rate_fraction`), with the
@@ -224,23 +226,26 @@ def laplace_rates(t_max: int, n_streams: int, *, streams: RandomStreams,
       between 1 − α and the slope of t^{1−α} log²(tM), M(a) = 1/(1 − s/2) = 2;
 
     and glues ``laplace_pred_s0p25``, ``laplace_beta``, ``laplace_beta_log``, ``laplace_corrected``
-    (the slope of MSE/log²(tM) at s = 1), ``t_max_text`` and ``n_streams``.
+    (the slope of MSE/log²(tM) at s = 1), ``t_max_text``, ``n_streams`` and ``n_streams_s1``.
 
-    Raises ``ValueError`` for ``t_max`` below 101 or ``n_streams`` below 2.
+    Raises ``ValueError`` for ``t_max`` below 101 or ``n_streams`` or ``n_streams_s1`` below 2.
     """
     t_max = check_length(t_max, "t_max")
     n_streams = check_streams(n_streams, "n_streams")
+    n_streams_s1 = n_streams if n_streams_s1 is None else check_streams(n_streams_s1, "n_streams_s1")
     dev = resolve_device(device)
     laplace = MultivariateLaplace(_EYE)
     cps = log_checkpoints(t_max, 10)
     res = LaplaceRates(checkpoints=cps)
     for i, s in enumerate(S_LAPLACE):
-        sq = _squared_error(laplace, axis_queries(s), cps, n_streams, streams.seed_for("laplace", replicate=i), dev)
+        n = n_streams_s1 if s == 1.0 else n_streams
+        sq = _squared_error(laplace, axis_queries(s), cps, n, streams.seed_for("laplace", replicate=i), dev)
         res.sq_err[s] = sq.mean(-1)  # (R, n_t): mean over queries
     res.glue("t_max_text", length_text(t_max))
     res.glue("n_streams", n_streams)
+    res.glue("n_streams_s1", n_streams_s1)
     _laplace_quarter(res, t_max, n_streams, streams)
-    _laplace_one(res, n_streams, streams)
+    _laplace_one(res, n_streams_s1, streams)
     return res
 
 
