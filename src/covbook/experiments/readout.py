@@ -331,7 +331,9 @@ def causal(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     The queries come from the stream ``causal-queries``, Θ_Q is scaled so that the largest s over them is
     :data:`CAUSAL_S`, and the contexts from the stream ``causal``: at each t the output with the query
     among the keys, and the same t − 1 context tokens without it (the exact self-term).  Claims:
-    ``causal_slope`` and ``causal_constant`` (as in :func:`rate`, the allowance from each stream's s) and
+    ``causal_slope`` (as in :func:`rate`, the allowance from each stream's s), ``causal_constant`` (the
+    mean over streams of t|err|²/C at the longest t, with the delta-method SD of that mean: each
+    stream's term tends to a weighted χ² of SD :func:`covbook.theory.normalised_error_sd`) and
     ``self_term_bias_slope``, the log-log slope of the mean squared shift, −1 (an O(1/t) bias; bootstrap
     SEs on the streams ``bootstrap-causal`` and ``bootstrap-self-term``).
     """
@@ -353,9 +355,14 @@ def causal(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     b, rho_end = reach_allowance(s_r, t_rate[fit_from])
     slope, se = slope_with_se(t_rate[fit_from], sq_self[:, fit_from], seed=streams.seed_for("bootstrap-causal"))
     res.measure("causal_slope", slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, n_streams=n_streams)
-    ratio, ratio_se = mean_with_se(t_rate[-1] * sq_self[:, -1])
-    res.measure("causal_constant", ratio, prediction=(1.0 + rho_end) / 2, se=ratio_se,
-                allowance=(1.0 - rho_end) / 2, n_streams=n_streams)
+    ratio = float(np.mean(t_rate[-1] * sq_self[:, -1]))
+    # The law of the mean, not its plug-in SE: each stream's t|err|²/C is a weighted χ² (skewed), so the
+    # sample SD is small exactly when the mean is low; the delta-method SD of each stream's term is not.
+    sd_r = np.array([normalised_error_sd(tq, tk, tv, cov, qq) for qq in qs])  # (R,)
+    sd_mean = float(np.sqrt(np.sum(sd_r**2))) / n_streams  # the streams are independent
+    plug_in = mean_with_se(t_rate[-1] * sq_self[:, -1])[1]
+    res.measure("causal_constant", ratio, prediction=(1.0 + rho_end) / 2, se=sd_mean,
+                allowance=(1.0 - rho_end) / 2, n_streams=n_streams, plug_in_se=plug_in)
     b_slope, b_se = slope_with_se(t_rate[fit_from], shift[:, fit_from], seed=streams.seed_for("bootstrap-self-term"))
     res.measure("self_term_bias_slope", b_slope, prediction=-1.0, se=b_se, n_streams=n_streams)
     return res
