@@ -33,7 +33,7 @@ from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import GaussianIID
 from covbook.rules import LEVEL
-from covbook.stats import mean_with_se, slope_with_se
+from covbook.stats import slope_with_se
 from covbook.theory import (
     covariance_readout,
     logit_variance,
@@ -285,21 +285,28 @@ def rate(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
         res.measure(slope_id, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, s_target=s_target,
                     n_streams=n_streams)
         y = t_rate[-1] * sq[s_target][:, -1] / C[s_target]  # (R,) one stream's t|err|²/C
-        ratio, ratio_se = mean_with_se(y)
-        # the mean of R iid weighted χ² terms (mean in [ρ, 1]) by its Satterthwaite law χ²_ν/ν, ν = 2R/sd²,
-        # sd the delta-method SD of one stream's t|err|²/C, raised to the streams' own SD when that is larger:
-        # an SE read from the same streams alone falls with their mean (a skewed, non-negative statistic) and
-        # understates a low mean's spread, while the delta-method SD is the t → ∞ value, which one stream's SD
-        # exceeds by 1.1-1.4× at s = 1-2 and t = 2·10⁴ (1,500 streams per setting, development seeds)
         sd_delta = normalised_error_sd(tq_of[s_target], tk, tv, cov, q)
-        sd = max(sd_delta, float(np.std(y, ddof=1)))
-        nu = 2.0 * n_streams / sd**2
-        lower = rho_end * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu
-        upper = float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu
-        res.measure(constant_id, ratio, prediction=(1.0 + rho_end) / 2, se=ratio_se, allowance=(1.0 - rho_end) / 2,
-                    lower=lower, upper=upper, t_rate_1=t_rate[-1], s_target=s_target, n_streams=n_streams,
-                    nu=nu, rho_end=rho_end, sd_delta=sd_delta, sd=sd)
+        res.measure(constant_id, float(np.mean(y)), **_constant_law(y, sd_delta, rho_end), t_rate_1=t_rate[-1],
+                    s_target=s_target, n_streams=n_streams)
     return res
+
+
+def _constant_law(y: np.ndarray, sd_delta: float, rho_end: float) -> dict[str, float]:
+    r"""The window of the mean of R independent t|err|²/C terms (mean in [ρ, 1]) by its Satterthwaite law.
+
+    χ²_ν/ν with ν = 2R/sd², sd the delta-method SD of one term (``sd_delta``, its t → ∞ value; the RMS over
+    streams when each has its own query), raised to the terms' own SD when that is larger, times the range
+    [ρ, 1].  An SE read from the same streams alone falls with their mean (a skewed, non-negative statistic)
+    and understates a low mean's spread; one stream's SD exceeds the delta-method SD by 1.1-1.4× at s = 1-2
+    and t = 2·10⁴ (1,500 streams per setting, development seeds).  Returns the measurement's fields.
+    """
+    n = len(y)
+    sd = max(sd_delta, float(np.std(y, ddof=1)))
+    nu = 2.0 * n / sd**2
+    return dict(prediction=(1.0 + rho_end) / 2, se=float(np.std(y, ddof=1)) / np.sqrt(n),
+                allowance=(1.0 - rho_end) / 2, lower=rho_end * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu,
+                upper=float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu, nu=nu, rho_end=rho_end, sd_delta=sd_delta,
+                sd=sd)
 
 
 @dataclass
@@ -355,14 +362,10 @@ def causal(head: Head, t_max: int, n_streams: int, *, streams: RandomStreams,
     b, rho_end = reach_allowance(s_r, t_rate[fit_from])
     slope, se = slope_with_se(t_rate[fit_from], sq_self[:, fit_from], seed=streams.seed_for("bootstrap-causal"))
     res.measure("causal_slope", slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, n_streams=n_streams)
-    ratio = float(np.mean(t_rate[-1] * sq_self[:, -1]))
-    # The law of the mean, not its plug-in SE: each stream's t|err|²/C is a weighted χ² (skewed), so the
-    # sample SD is small exactly when the mean is low; the delta-method SD of each stream's term is not.
-    sd_r = np.array([normalised_error_sd(tq, tk, tv, cov, qq) for qq in qs])  # (R,)
-    sd_mean = float(np.sqrt(np.sum(sd_r**2))) / n_streams  # the streams are independent
-    plug_in = mean_with_se(t_rate[-1] * sq_self[:, -1])[1]
-    res.measure("causal_constant", ratio, prediction=(1.0 + rho_end) / 2, se=sd_mean,
-                allowance=(1.0 - rho_end) / 2, n_streams=n_streams, plug_in_se=plug_in)
+    y = t_rate[-1] * sq_self[:, -1]  # (R,) one stream's t|err|²/C
+    sd_r = np.array([normalised_error_sd(tq, tk, tv, cov, qq) for qq in qs])  # (R,): each stream's own query
+    res.measure("causal_constant", float(np.mean(y)), **_constant_law(y, float(np.sqrt(np.mean(sd_r**2))), rho_end),
+                n_streams=n_streams)
     b_slope, b_se = slope_with_se(t_rate[fit_from], shift[:, fit_from], seed=streams.seed_for("bootstrap-self-term"))
     res.measure("self_term_bias_slope", b_slope, prediction=-1.0, se=b_se, n_streams=n_streams)
     return res
