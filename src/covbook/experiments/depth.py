@@ -299,7 +299,7 @@ def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs
     for l in range(1, s.n_layers + 1):
         pairs = (sq[l][0::2] + sq[l][1::2]) / 2  # (R/2, n_t): a pair shares its checkpoint tokens
         slope, se = slope_with_se(s.t_fit, pairs[:, s.fit], n_boot=s.n_boot,
-                                  seed=s.streams.seed_for("bootstrap-pairs", l))
+                                  seed=s.streams.seed_for(f"bootstrap-pairs-{tag}", l))
         b = reach[l - 1]
         d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=pairs.shape[0] - 1,
                   allowance=b / 2, statement=statement, l=l, pairs_shape_0=pairs.shape[0])
