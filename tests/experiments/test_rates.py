@@ -124,6 +124,7 @@ def test_helpers() -> None:
     (lambda s: rates.large_logits(2000, 1, streams=s), "n_long"),
     (lambda s: rates.laplace_rates(50, 4, streams=s), "t_max"),
     (lambda s: rates.laplace_rates(1000, 1, streams=s), "n_streams"),
+    (lambda s: rates.laplace_rates(1000, 4, n_streams_s1=1, streams=s), "n_streams_s1"),
     (lambda s: rates.student_t(1000, 0, streams=s), "n_streams_t"),
     (lambda s: rates.student_t(2.5, 4, streams=s), "t_max"),
 ])
