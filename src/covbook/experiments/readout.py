@@ -33,7 +33,7 @@ from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import GaussianIID
 from covbook.rules import LEVEL
-from covbook.stats import slope_with_se
+from covbook.stats import mean_with_se, slope_with_se
 from covbook.theory import (
     covariance_readout,
     logit_variance,
@@ -301,9 +301,10 @@ def _constant_law(y: np.ndarray, sd_delta: float, rho_end: float) -> dict[str, f
     and t = 2·10⁴ (1,500 streams per setting, development seeds).  Returns the measurement's fields.
     """
     n = len(y)
-    sd = max(sd_delta, float(np.std(y, ddof=1)))
+    se = mean_with_se(y)[1]  # the streams' own SE, s/√R
+    sd = max(sd_delta, se * float(np.sqrt(n)))
     nu = 2.0 * n / sd**2
-    return dict(prediction=(1.0 + rho_end) / 2, se=float(np.std(y, ddof=1)) / np.sqrt(n),
+    return dict(prediction=(1.0 + rho_end) / 2, se=se,
                 allowance=(1.0 - rho_end) / 2, lower=rho_end * float(stats.chi2.ppf(LEVEL / 2, nu)) / nu,
                 upper=float(stats.chi2.ppf(1 - LEVEL / 2, nu)) / nu, nu=nu, rho_end=rho_end, sd_delta=sd_delta,
                 sd=sd)
