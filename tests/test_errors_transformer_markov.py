@@ -126,6 +126,8 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("logit_variances positions", lambda: tr.mean_field_logit_variances(_lm(pos="learned"), [0], [1.0], [0]),
      "positional"),
     ("logit_variances weights", lambda: tr.mean_field_logit_variances(_lm(), [0, 1], [-1.0, 2.0], [0]), "weights"),
+    ("with_logit_variances weights",
+     lambda: tr.mean_field_with_logit_variances(_lm(), [0, 1], [-1.0, 2.0], [0]), "weights"),
     ("tail_safe_scale empty", lambda: tr.tail_safe_logit_scale(torch.eye(2), [], d_in=2, d_model=4, n_layers=1),
      "scales"),
     ("tail_safe_scale negative", lambda: tr.tail_safe_logit_scale(torch.eye(2), [-1.0], d_in=2, d_model=4,

@@ -126,16 +126,16 @@ def test_input_errors():
         hidden_states_at(m, torch.zeros(1, 3, dtype=torch.long), [4])
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(("m", "t"), [(7, 7), (3, 9), (1, 5)])
-def test_block_attention_is_the_reference_bit_for_bit(dtype, m, t):
-    """The blocks' attention gives softmax_attention(causal=True)'s values and gradients exactly."""
-    from covbook.attention import softmax_attention
-    from covbook.transformer.model import _causal_attention
+def test_block_attention_is_the_reference_bit_for_bit(dtype, m, t, causal):
+    """The models' attention gives softmax_attention's values and gradients exactly, causal or not."""
+    from covbook.attention import block_attention, softmax_attention
 
     gen = torch.Generator().manual_seed(m * 10 + t)
     q, k, v = (torch.randn(2, 3, n, 4, generator=gen, dtype=dtype).requires_grad_() for n in (m, t, t))
-    fast, ref = _causal_attention(q, k, v), softmax_attention(q, k, v, causal=True)
+    fast, ref = block_attention(q, k, v, causal=causal), softmax_attention(q, k, v, causal=causal)
     assert torch.equal(fast, ref)
     g_fast = torch.autograd.grad(fast.square().sum(), (q, k, v))
     g_ref = torch.autograd.grad(ref.square().sum(), (q, k, v))
@@ -143,13 +143,12 @@ def test_block_attention_is_the_reference_bit_for_bit(dtype, m, t):
 
 
 def test_block_attention_falls_back_to_the_reference_on_overflow_and_bad_input():
-    from covbook.attention import softmax_attention
-    from covbook.transformer.model import _causal_attention
+    from covbook.attention import block_attention, softmax_attention
 
     q = torch.tensor([[[1e200], [1e200]]], dtype=torch.float64)  # logits overflow float64
     k = torch.tensor([[[1e200], [-1e200]]], dtype=torch.float64)
     v = torch.tensor([[[1.0], [3.0]]], dtype=torch.float64)
-    out = _causal_attention(q, k, v)
+    out = block_attention(q, k, v, causal=True)
     assert torch.isfinite(out).all() and torch.equal(out, softmax_attention(q, k, v, causal=True))
     with pytest.raises(ValueError, match="finite"):
-        _causal_attention(torch.full((1, 2, 1), float("nan")), k.float(), v.float())
+        block_attention(torch.full((1, 2, 1), float("nan")), k.float(), v.float(), causal=True)

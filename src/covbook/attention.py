@@ -72,6 +72,7 @@ readout is of order :math:`10^{-4}` of the value scale.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -92,6 +93,7 @@ from covbook.processes import GaussianIID, Process
 __all__ = [
     "FLOAT32_RTOL",
     "OnlineSoftmax",
+    "block_attention",
     "causal_attention_matrix",
     "readout_path",
     "readout_paths",
@@ -195,7 +197,7 @@ def _softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None
     """
     logits = q @ k.transpose(-1, -2)  # (..., m, t)
     if mask is not None:
-        logits = logits.masked_fill(mask, float("-inf"))
+        logits = logits.masked_fill_(mask, float("-inf"))  # in place: the matmul's fresh output
     if bool(torch.isfinite(logits.amax(-1)).all()):  # no NaN, no +inf, a finite max in every row
         return torch.softmax(logits, dim=-1)
     # overflow: rescale by powers of two, then work with the gaps to the row max
@@ -276,6 +278,44 @@ def softmax_attention(q: object, k: object, v: object, causal: bool = False) -> 
         pos = torch.arange(m, device=q.device)[:, None] + (t - m)  # (m, 1)
         mask = torch.arange(t, device=q.device)[None, :] > pos  # (m, t)
     return _weighted_values(_softmax_weights(q, k, mask), v)  # (..., m, d_v)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_bias(m: int, t: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(m, t): 0 where query i (the last m of t positions) sees key j <= t − m + i, −inf elsewhere."""
+    pos = torch.arange(m, device=device)[:, None] + (t - m)  # (m, 1)
+    mask = torch.arange(t, device=device)[None, :] > pos  # (m, t)
+    return torch.zeros(m, t, dtype=dtype, device=device).masked_fill_(mask, float("-inf"))
+
+
+def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    r""":func:`softmax_attention` for a model's own tensors, bit for bit, checked once.
+
+    .. math:: \mathrm{out}_i = \sum_{j \le t - m + i} \mathrm{softmax}_j(q_i^\top k_j)\, v_j
+              \quad(\text{all } j \text{ without } \texttt{causal})
+
+    The same operations as the reference's path for finite logits (one matmul, the causal
+    mask, ``torch.softmax``, one matmul), so values and gradients are identical; the
+    reference's argument, input and logit checks are replaced by one check of the output,
+    and a non-finite output (overflowing logits, non-finite inputs) is recomputed by
+    :func:`softmax_attention`, which handles or reports it.  For the layers of a model
+    (:class:`covbook.transformer.CausalTransformer`, :class:`covbook.icl.ICLTransformer`),
+    whose per-call checks cost more than their small attention: q (..., m, d_k), k (..., t, d_k)
+    and v (..., t, d_v) are tensors of one floating dtype; m <= t when ``causal``.
+
+    Examples
+    --------
+    >>> q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 1)
+    >>> bool(torch.equal(block_attention(q, k, v, causal=True), softmax_attention(q, k, v, causal=True)))
+    True
+    """
+    logits = q @ k.transpose(-1, -2)  # (..., m, t)
+    if causal:  # x + 0 = x and x + (−inf) = −inf for finite x: the masked logits, faster than masked_fill_
+        logits.add_(_causal_bias(q.shape[-2], k.shape[-2], q.dtype, q.device))  # in place: a fresh tensor
+    out = torch.softmax(logits, dim=-1) @ v  # (..., m, d_v)
+    if bool(torch.isfinite(out).all()):
+        return out
+    return softmax_attention(q, k, v, causal=causal)
 
 
 def causal_attention_matrix(tokens: object, theta_q: object, theta_k: object) -> torch.Tensor:

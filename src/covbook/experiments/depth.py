@@ -46,6 +46,7 @@ from covbook.transformer import (
     mean_field_discrete,
     mean_field_gaussian,
     mean_field_logit_variances,
+    mean_field_with_logit_variances,
     sink_free_logit_scale,
     tail_safe_logit_scale,
 )
@@ -452,14 +453,14 @@ def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
                                   seed=s.streams.seed_for("full-model", k)).to(dev)
         x = xg[2 * k: 2 * k + 2]  # (2, T, d_in): the pair
         queries = x[:, cp - 1].reshape(-1, s.d_in)  # (2 n_t, d_in)
-        F = mean_field(model, *polar, queries)  # (L+1, 2 n_t, d)
+        F, sv = mean_field_with_logit_variances(model, *polar, queries)  # (L+1, 2 n_t, d), (L, 2 n_t)
         if k == 0:  # the rule's check, on the first pair's model (its cost grows as nodes^4)
             F_fine = mean_field(model, *fine, queries)  # (L+1, 2 n_t, d)
             polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
         sq, hs = squared_gaps(model, x, F.view(s.n_layers + 1, 2, len(cp), s.d_model), cp)
         sqs.append(sq)
         hss.append(hs)
-        svs.append(_logit_variances(model, *polar, queries, dev))  # (L, 2 n_t)
+        svs.append(sv)
     reach = reach_of(torch.cat(svs, 1), s.t_fit)
     d = _depths(s, "gmlp", "Gaussian, MLP + layer norm (a model per pair)",
                 "Gaussian context, MLP and layer norm, F_L by quadrature, a model per pair of streams.",

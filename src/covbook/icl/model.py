@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from covbook._validate import check_positive_int, check_seed
-from covbook.attention import causal_attention_matrix, softmax_attention
+from covbook.attention import block_attention, causal_attention_matrix
 from covbook.icl._common import _check_dtype, _check_eta
 from covbook.icl.construction import construct_gd_head
 from covbook.icl.tasks import RegressionTasks, _check_tasks, make_regression_tasks  # noqa: F401  (doctest)
@@ -58,8 +58,8 @@ class ICLTransformer(nn.Module):
         """One residual layer; with ``last_only`` only the last position's new state, shape (B, 1, d+1)."""
         tq, tk, tv = self.theta_q[i], self.theta_k[i], self.theta_v[i]
         if last_only:  # the last token attends to every position: no mask needed
-            return h[:, -1:] + softmax_attention(h[:, -1:] @ tq.T, h @ tk.T, h @ tv.T)  # (B, 1, d+1)
-        return h + softmax_attention(h @ tq.T, h @ tk.T, h @ tv.T, causal=True)  # (B, T, d+1)
+            return h[:, -1:] + block_attention(h[:, -1:] @ tq.T, h @ tk.T, h @ tv.T)  # (B, 1, d+1)
+        return h + block_attention(h @ tq.T, h @ tk.T, h @ tv.T, causal=True)  # (B, T, d+1)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden states after all layers, shape (B, T, d+1)."""

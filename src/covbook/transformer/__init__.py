@@ -8,7 +8,8 @@ chapters 08-10).  One concept per module:
   :func:`hidden_states_at`.
 * :mod:`~covbook.transformer.mean_field` -- the mean-field maps F_l of a NoPE transformer
   (:func:`mean_field`, :func:`mean_field_discrete`, :func:`mean_field_gaussian`,
-  :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`, :func:`tail_safe_logit_scale`)
+  :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`,
+  :func:`mean_field_with_logit_variances`, :func:`tail_safe_logit_scale`)
   and their derivative in the context law
   (:func:`mean_field_jacobian`, :func:`collapse_constant`).
 * :mod:`~covbook.transformer.attention_sinks` -- early-position attention sinks, a pre-asymptotic
@@ -33,6 +34,7 @@ from covbook.transformer.mean_field import (
     mean_field_gaussian,
     mean_field_jacobian,
     mean_field_logit_variances,
+    mean_field_with_logit_variances,
     tail_safe_logit_scale,
 )
 from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
@@ -58,6 +60,7 @@ __all__ = [
     "gaussian_tail_exponents",
     "mean_field_jacobian",
     "mean_field_logit_variances",
+    "mean_field_with_logit_variances",
     "tail_safe_logit_scale",
     "collapse_constant",
     "early_attention_ratio",

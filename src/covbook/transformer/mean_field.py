@@ -25,8 +25,8 @@ from covbook.attention import softmax_attention
 from covbook.transformer.model import CausalTransformer
 
 __all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
-           "mean_field_logit_variances", "tail_safe_logit_scale", "mean_field_jacobian",
-           "collapse_constant"]
+           "mean_field_logit_variances", "mean_field_with_logit_variances", "tail_safe_logit_scale",
+           "mean_field_jacobian", "collapse_constant"]
 
 
 def _check_model(model: object) -> CausalTransformer:
@@ -158,10 +158,37 @@ def mean_field_logit_variances(model: CausalTransformer, support: object, weight
     >>> tuple(s.shape), float(s.abs().max())   # one support token: the logits do not vary
     ((2, 3), 0.0)
     """
+    return mean_field_with_logit_variances(model, support, weights, queries)[1]
+
+
+def mean_field_with_logit_variances(model: CausalTransformer, support: object, weights: object,
+                                    queries: object) -> tuple[torch.Tensor, torch.Tensor]:
+    r""":func:`mean_field` and :func:`mean_field_logit_variances` from one pass of the recursion.
+
+    The two functions run the same recursion F_0, ..., F_L; a caller that needs both (book
+    chapter 08 reads the states and the logit variances on the same quadrature rule) pays for
+    it once.  The values are those of the two functions, bit for bit.
+
+    Parameters
+    ----------
+    model, support, weights, queries : as in :func:`mean_field`
+
+    Returns
+    -------
+    (F, s) : tensors of shapes (L+1, m, d_model) and (L, m).
+
+    Examples
+    --------
+    >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=2, seed=0)
+    >>> w, x = torch.tensor([0.5, 0.3, 0.2]), torch.arange(3)
+    >>> F, s = mean_field_with_logit_variances(m, x, w, x)
+    >>> bool((F == mean_field(m, x, w, x)).all()), bool((s == mean_field_logit_variances(m, x, w, x)).all())
+    (True, True)
+    """
     variances: list[torch.Tensor] = []
     with torch.no_grad():
-        _mean_field_states(model, support, weights, queries, logit_variances=variances)
-    return torch.stack([v.amax(0) for v in variances])  # (L, m)
+        F = _mean_field_states(model, support, weights, queries, logit_variances=variances)  # (L+1, m, d)
+    return F, torch.stack([v.amax(0) for v in variances])  # (L+1, m, d), (L, m)
 
 
 def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from covbook._validate import check_fits, check_positive_int, check_seed
-from covbook.attention import softmax_attention
+from covbook.attention import block_attention
 
 __all__ = ["CausalTransformer", "hidden_states_at", "POSITIONS"]
 
@@ -40,28 +40,6 @@ def _rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> 
     cos, sin = torch.cos(ang), torch.sin(ang)  # (T, d/2)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
-
-
-def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    r"""``softmax_attention(q, k, v, causal=True)`` for the blocks' own tensors, bit for bit, checked once.
-
-    .. math:: \mathrm{out}_i = \sum_{j \le t - m + i} \mathrm{softmax}_j(q_i^\top k_j)\, v_j
-
-    The same operations as the reference's path for finite logits (one matmul, the
-    causal mask, ``torch.softmax``, one matmul), so values and gradients are
-    identical; the reference's input and logit checks are replaced by one check of
-    the output, and a non-finite output (overflowing logits, non-finite inputs) is
-    recomputed by :func:`covbook.attention.softmax_attention`, which handles or
-    reports it.  q (..., m, dh), k and v (..., t, dh) share a dtype; m <= t.
-    """
-    m, t = q.shape[-2], k.shape[-2]
-    pos = torch.arange(m, device=q.device)[:, None] + (t - m)  # (m, 1)
-    mask = torch.arange(t, device=q.device)[None, :] > pos  # (m, t)
-    logits = (q @ k.transpose(-1, -2)).masked_fill(mask, float("-inf"))  # (..., m, t)
-    out = torch.softmax(logits, dim=-1) @ v  # (..., m, dh)
-    if bool(torch.isfinite(out).all()):
-        return out
-    return softmax_attention(q, k, v, causal=True)
 
 
 class _Block(nn.Module):
@@ -128,7 +106,8 @@ class _Block(nn.Module):
         parts = []
         for i in range(0, n_new, chunk):
             j = min(n_new, i + chunk)
-            parts.append(_causal_attention(q[..., i:j, :], k[..., : offset + j, :], v[..., : offset + j, :]))
+            parts.append(block_attention(q[..., i:j, :], k[..., : offset + j, :], v[..., : offset + j, :],
+                                         causal=True))
         return self.token_mlp(h + self.merge(torch.cat(parts, dim=-2)))
 
 
