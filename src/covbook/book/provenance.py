@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["versions", "git_commit"]
 
 
-def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "seaborn",
+def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",
                                           "papermill", "jupytext", "jupyter-book")) -> dict[str, str]:
     """Versions of Python and of ``packages`` (read without importing them; "not installed" when absent)."""
     from importlib.metadata import PackageNotFoundError, version

@@ -72,7 +72,7 @@ if importlib.util.find_spec("covbook") is None:
             "covbook is not installed: run `make setup` in a clone of the book's "
             "repository"
         )
-    # the runtime only (numpy, scipy, matplotlib, seaborn, pandas; torch if missing)
+    # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
     done = subprocess.run(
         [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
