@@ -366,9 +366,11 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
     κ₀ ∝ 1/scale², so scale = sqrt(κ₀(1)/κ₀) from the κ₀ of the unit-scale model.  Each of
     ``n_tail`` streams has its own query x ~ N(0, Σ) (the ``"tail-queries"`` stream, the same
     queries at both scales); the error is |h_t − (M_1 − E) x|² at 10 log-spaced t from 100 to
-    ``t_tail``.  Measures ``tail_moderate_slope`` (prediction −1) and ``tail_large_slope`` (window
-    from −1 + Z·SE to −κ + 1/ln(t_c) + Z·SE, t_c the geometric centre of the t); glues
-    ``kappa_moderate``, ``kappa_large``, ``t_tail``, ``n_tail``, ``log_allow``, ``kappa_large_neg``.
+    ``t_tail``.  Measures ``tail_moderate_slope`` (between −1 and −1 + b, b the reach allowance
+    :func:`reach_of` at the moderate model's mean-field logit variances of the queries) and
+    ``tail_large_slope`` (window from −1 + Z·SE to −κ + 1/ln(t_c) + Z·SE, t_c the geometric centre
+    of the t); glues ``kappa_moderate``, ``kappa_large``, ``t_tail``, ``n_tail``, ``tail_reach`` (b),
+    ``log_allow``, ``kappa_large_neg``.
 
     Raises ``ValueError`` for ``t_tail`` ≤ 100 or ``n_tail`` < 2.
     """
@@ -400,10 +402,16 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
         r.kappa[name], r.scale[name] = gaussian_tail_exponents(one, s.cov)[0], scale
         r.sq[name], r.slope[name], r.se[name] = sq, slope, se
         r.glue(f"kappa_{name}", float(r.kappa[name]))
+        if name == "moderate":
+            moderate, moderate_queries = one, qs[:, 0]  # (R, d_in)
     r.glue("t_tail", f"{t_tail:,}")
     r.glue("n_tail", n_tail)
-    r.measure("tail_moderate_slope", r.slope["moderate"], prediction=-1.0, se=r.se["moderate"],
-              n_tail=n_tail)
+    # the moderate model's queries with a large logit variance s(x) are still pre-asymptotic at small t: the
+    # slope lies between −1 and −1 + b (the reach allowance at the queries' s, as for the depth models' slopes)
+    b = reach_of(_logit_variances(moderate, *s.hermite, moderate_queries, s.device), t_stream)[0]
+    r.glue("tail_reach", float(b))
+    r.measure("tail_moderate_slope", r.slope["moderate"], prediction=-1.0 + b / 2, se=r.se["moderate"],
+              allowance=b / 2, n_tail=n_tail)
     log_allow = 1.0 / np.log(np.sqrt(t_stream[0] * t_stream[-1]))
     r.glue("log_allow", float(log_allow))
     r.glue("kappa_large_neg", -float(r.kappa["large"]))

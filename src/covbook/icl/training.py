@@ -76,7 +76,8 @@ def adam_on_tasks(model: torch.nn.Module, *, n_examples: int, steps: int, batch:
     Minimises the batch mean of :math:`(\hat y - y_q)^2` over ``batch`` tasks of
     ``n_examples`` examples (inputs of law ``x_law``, w ~ N(0, I_d)) with a learning rate
     decaying linearly from ``lr`` to ``final_lr_fraction · lr``.  Tasks are drawn
-    ``per_draw`` steps at a time, chunk k from ``derive_seed(seed, k)``, so a run is deterministic
+    ``per_draw`` steps at a time (all ``steps`` at once when fewer: a rehearsal's two steps do not
+    draw 64 steps of tasks), chunk k from ``derive_seed(seed, k)``, so a run is deterministic
     on the CPU.  ``model`` needs a ``predict(tasks)`` method and an attribute ``d``; only
     parameters that require gradients are trained.  Arguments are validated by the callers
     (:func:`train_icl`, :func:`covbook.prior_work.train_on_tasks`).
@@ -102,7 +103,7 @@ class _AdamRun:
                  per_draw: int) -> None:
         self.model, self.n, self.steps, self.batch = model, n_examples, steps, batch
         self.noise, self.x_law, self.cov_x, self.device, self.dtype = noise, x_law, cov_x, device, dtype
-        self.log_every, self.per_draw = log_every, per_draw
+        self.log_every, self.per_draw = log_every, min(per_draw, steps)
         self.opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
         frac = final_lr_fraction
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt,
