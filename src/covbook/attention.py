@@ -275,17 +275,20 @@ def softmax_attention(q: object, k: object, v: object, causal: bool = False) -> 
     if causal:
         if m > t:
             raise ValueError(f"causal attention needs m <= t queries, got m={m}, t={t}")
-        pos = torch.arange(m, device=q.device)[:, None] + (t - m)  # (m, 1)
-        mask = torch.arange(t, device=q.device)[None, :] > pos  # (m, t)
+        mask = _causal_mask(m, t, q.device)  # (m, t)
     return _weighted_values(_softmax_weights(q, k, mask), v)  # (..., m, d_v)
+
+
+def _causal_mask(m: int, t: int, device: torch.device) -> torch.Tensor:
+    """(m, t) boolean: True where query i (the last m of t positions) may not see key j > t − m + i."""
+    pos = torch.arange(m, device=device)[:, None] + (t - m)  # (m, 1)
+    return torch.arange(t, device=device)[None, :] > pos  # (m, t)
 
 
 @functools.lru_cache(maxsize=64)
 def _causal_bias(m: int, t: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(m, t): 0 where query i (the last m of t positions) sees key j <= t − m + i, −inf elsewhere."""
-    pos = torch.arange(m, device=device)[:, None] + (t - m)  # (m, 1)
-    mask = torch.arange(t, device=device)[None, :] > pos  # (m, t)
-    return torch.zeros(m, t, dtype=dtype, device=device).masked_fill_(mask, float("-inf"))
+    """(m, t): 0 where query i sees key j (:func:`_causal_mask` False), −inf elsewhere."""
+    return torch.zeros(m, t, dtype=dtype, device=device).masked_fill_(_causal_mask(m, t, device), float("-inf"))
 
 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
