@@ -83,7 +83,10 @@ def test_shapes(run) -> None:
     assert np.all(run["gauss"].sq[0] < 1e-20)  # h^(0) = E x = F_0(x)
     assert run["tail"].sq["large"].shape == (8, len(run["tail"].t_stream))
     assert set(run["positions"].variance) == {"none", "learned", "rotary"}
-    assert run["positions"].variance["rotary"].shape == (3, n_t) and run["positions"].gap["learned"].shape == (6, n_t)
+    r_pos = depth.POSITION_STREAMS * SIZES["n_streams"]  # Experiment 4's own pairs
+    assert run["positions"].variance["rotary"].shape == (r_pos // 2, n_t)
+    assert run["positions"].gap["learned"].shape == (r_pos, n_t)
+    assert run["positions"].numbers["n_pairs_positions"] == r_pos // 2
     assert run["markov"].sq[2].shape == (6, n_t)
 
 

@@ -122,11 +122,15 @@ class Setting(Result):
                         dtype=torch.float64)  # (R, T, d_in)
         return paired(z @ torch.linalg.cholesky(self.cov).T, self.checkpoints).to(self.device)
 
-    def discrete_contexts(self) -> torch.Tensor:
-        """Paired iid contexts with token law ``freqs`` from the ``"draws"`` stream: (R, T), on the device."""
-        x = torch.multinomial(self.freqs, self.n_streams * self.t_max, replacement=True,
-                              generator=self.generator)  # (R T,)
-        return paired(x.view(self.n_streams, self.t_max), self.checkpoints).to(self.device)
+    def discrete_contexts(self, n: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Paired iid contexts with token law ``freqs``: (n, T), on the device.
+
+        ``n`` streams (default ``n_streams``, an even number) from ``generator`` (default the ``"draws"`` stream).
+        """
+        n = self.n_streams if n is None else n
+        x = torch.multinomial(self.freqs, n * self.t_max, replacement=True,
+                              generator=self.generator if generator is None else generator)  # (n T,)
+        return paired(x.view(n, self.t_max), self.checkpoints).to(self.device)
 
 
 def setting(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
@@ -625,11 +629,18 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
     return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
+#: Experiment 4 reads this many times ``n_streams`` paired contexts of its own: at 16 pairs the
+#: rotary slope sat only ~6 SE below 0 (smoke), so about one run in ten missed its window's edge at
+#: 4.4 SE (fresh smoke seeds 1410 and 1414); twice the pairs put it ~9 SE below an edge at 3.9 SE.
+POSITION_STREAMS = 2
+
+
 def positions(s: Setting, m: Models) -> Positions:
     """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
     The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
-    E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on Experiment 3's discrete contexts,
+    E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on :data:`POSITION_STREAMS` × ``n_streams``
+    paired discrete contexts of its own (the ``"positions"`` stream; Experiment 3's token law),
     for one model with two heads, MLP and layer norm (the ``"positions"`` weights) read without
     positions and with each kind of position, the other weights kept.  The bias part is gap − variance.
     Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position model's depth-L reach),
@@ -640,7 +651,7 @@ def positions(s: Setting, m: Models) -> Positions:
     if not isinstance(m, Models):
         raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
     streams, cp, fit, tf = s.streams, s.checkpoints, s.fit, s.t_fit
-    xd = m.contexts  # (R, T)
+    xd = s.discrete_contexts(POSITION_STREAMS * s.n_streams, streams.torch_generator("positions"))  # (R', T)
     F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
     sq_hs = {"none": (sq, hs)}
     for pos in ("learned", "rotary"):
@@ -654,13 +665,13 @@ def positions(s: Setting, m: Models) -> Positions:
     slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
     b = reach[-1]
     r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
-              allowance=b / 2)
+              allowance=b / 2, n_pairs=cv.shape[0])
     slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,
                                               seed=streams.seed_for("bootstrap-learned"))
-    r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof)
+    r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof, n_pairs=cv.shape[0])
     cv = r.variance["rotary"]  # (R/2, n_t)
     slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-rotary"))
-    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1)
+    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1, n_pairs=cv.shape[0])
 
     reason = "the bias part is not positive at every checkpoint in a resample"
     for pos in ("learned", "rotary"):
@@ -671,13 +682,14 @@ def positions(s: Setting, m: Models) -> Positions:
     # E[h_t | x_t, t] → G(x_t, p_t) with p_t ~ N(0, I): a plateau
     slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit], s.n_boot, streams)
     r.measure("gap_plateau_learned", slope, prediction=0.0, se=se, dof=dof,
-              reason=reason if np.isnan(slope) else None)
+              reason=reason if np.isnan(slope) else None, n_pairs=cv.shape[0])
     # the lag average of the slowest rotary frequency still moves at these t: no plateau predicted yet
     slope, se, dof = _bias_slope_groups(tf, bias["rotary"][:, fit])
     r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se, dof=dof,
               reason="the bias part's mean is not positive in every group" if np.isnan(slope) else None,
               n_pairs=bias["rotary"].shape[0])
     r.glue("t_span_text", f"{int(tf[0])}–{s.t_max} tokens")
+    r.glue("n_pairs_positions", int(cv.shape[0]))
     return r
 
 
