@@ -746,6 +746,6 @@ def reach_allowance(s: object, t: object) -> tuple[float, float]:
     tt = as_tensor(t, "t", ndim=1)
     if tt.numel() < 2:
         raise ValueError(f"t must hold at least two context lengths, got {tt.numel()}")
-    rho = torch.stack([delta_method_reach(torch.full_like(tt, float(x)), tt) for x in ss]).mean(0)  # (n_t,)
+    rho = delta_method_reach(ss[:, None].expand(-1, tt.numel()), tt.expand(ss.numel(), -1)).mean(0)  # (n_t,)
     b, _ = loglog_slope(tt.numpy(), rho.numpy())
     return b, float(rho[-1])
