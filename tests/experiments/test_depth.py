@@ -83,7 +83,7 @@ def test_shapes(run) -> None:
     assert np.all(run["gauss"].sq[0] < 1e-20)  # h^(0) = E x = F_0(x)
     assert run["tail"].sq["large"].shape == (8, len(run["tail"].t_stream))
     assert set(run["positions"].variance) == {"none", "learned", "rotary"}
-    r_pos = depth.POSITION_STREAMS * SIZES["n_streams"]  # Experiment 4's own pairs
+    r_pos = SIZES["n_streams"]  # Experiment 4's own contexts, as many as the setting's by default
     assert run["positions"].variance["rotary"].shape == (r_pos // 2, n_t)
     assert run["positions"].gap["learned"].shape == (r_pos, n_t)
     assert run["positions"].numbers["n_pairs_positions"] == r_pos // 2
@@ -170,6 +170,8 @@ def test_plots(run) -> None:
     (lambda s: depth.markov(depth.setting(**SIZES, streams=s), stickiness=1.0), "stickiness must lie"),
     (lambda s: depth.models(depth.setting(**SIZES, streams=s), None), "gauss must be"),
     (lambda s: depth.positions(depth.setting(**SIZES, streams=s), None), "m must be"),
+    (lambda s: depth.positions(depth.setting(**SIZES, streams=s), depth.Models.__new__(depth.Models), n_streams=5),
+     "n_streams must be an even"),
     (lambda s: depth.paired(torch.zeros(3, 20), np.array([4, 8])), "even number of streams"),
 ])
 def test_bad_input(call, match) -> None:

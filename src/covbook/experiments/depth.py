@@ -629,18 +629,12 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
     return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
-#: Experiment 4 reads this many times ``n_streams`` paired contexts of its own: at 16 pairs the
-#: rotary slope sat only ~6 SE below 0 (smoke), so about one run in ten missed its window's edge at
-#: 4.4 SE (fresh smoke seeds 1410 and 1414); twice the pairs put it ~9 SE below an edge at 3.9 SE.
-POSITION_STREAMS = 2
-
-
-def positions(s: Setting, m: Models) -> Positions:
+def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positions:
     """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
     The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
-    E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on :data:`POSITION_STREAMS` × ``n_streams``
-    paired discrete contexts of its own (the ``"positions"`` stream; Experiment 3's token law),
+    E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on ``n_streams`` (an even number; default the
+    setting's) paired discrete contexts of its own (the ``"positions"`` stream; Experiment 3's token law),
     for one model with two heads, MLP and layer norm (the ``"positions"`` weights) read without
     positions and with each kind of position, the other weights kept.  The bias part is gap − variance.
     Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position model's depth-L reach),
@@ -650,8 +644,11 @@ def positions(s: Setting, m: Models) -> Positions:
     """
     if not isinstance(m, Models):
         raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
+    n = s.n_streams if n_streams is None else check_positive_int(n_streams, "n_streams")
+    if n % 2:
+        raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
     streams, cp, fit, tf = s.streams, s.checkpoints, s.fit, s.t_fit
-    xd = s.discrete_contexts(POSITION_STREAMS * s.n_streams, streams.torch_generator("positions"))  # (R', T)
+    xd = s.discrete_contexts(n, streams.torch_generator("positions"))  # (R', T)
     F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
     sq_hs = {"none": (sq, hs)}
     for pos in ("learned", "rotary"):
