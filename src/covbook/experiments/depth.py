@@ -29,7 +29,7 @@ from covbook._validate import check_nonnegative_float, check_positive_int, resol
 from covbook.attention import readout_paths
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
-from covbook.plotting import loglog_with_fit
+from covbook.plotting import loglog_with_fit, sparse_minor_labels
 from covbook.processes import GaussianIID
 from covbook.rules import Z
 from covbook.stats import loglog_slope, mean_with_se, slope_with_checkpoint_se, slope_with_se
@@ -590,6 +590,8 @@ class Positions(Result):
                             color=f"C{i}")
             ax_g.loglog(self.checkpoints, self.gap[pos].mean(0), "o-", ms=4, color=f"C{i}",
                         label=f"pos = {pos}")
+        for axis in (ax_g.xaxis, ax_g.yaxis):  # the default labels 2, 3, 4, 6 × 10^k, which collide
+            axis.set_minor_formatter(sparse_minor_labels(axis))
         ax_v.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,\mathrm{Var}(h^{(L)}_t \mid x_t, t)$",
                  title=f"Context variance at depth {self.n_layers}")
         ax_g.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
@@ -711,6 +713,8 @@ class Markov(Result):
         ax.axhline(self.c_iid, color="k", ls=":", lw=1, label="the same with the iid variance")
         ax.set(xlabel="context length $t$", ylabel=r"$t\,\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
                title="Markov context: the rate and its constant")
+        for axis in (ax.xaxis, ax.yaxis):  # the default labels 2, 3, 4, 6 × 10^k, which collide
+            axis.set_minor_formatter(sparse_minor_labels(axis))
         ax.legend()
 
 
