@@ -13,8 +13,8 @@ from matplotlib.ticker import FuncFormatter
 
 from covbook.stats import loglog_slope
 
-__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "errorbar_with_curve", "PALETTE", "THEME",
-           "FIGURE_SIZE", "MAX_WIDTH_IN"]
+__all__ = ["use_theme", "loglog_with_fit", "sparse_minor_labels", "sparse_log_ticks", "errorbar_with_curve",
+           "PALETTE", "THEME", "FIGURE_SIZE", "MAX_WIDTH_IN"]
 
 #: seaborn's ``colorblind`` palette (Waskom 2021, after Wong 2011), the book's colour cycle.
 PALETTE = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
@@ -78,9 +78,14 @@ def loglog_with_fit(ax: plt.Axes, t: object, y: object, *, label: str, color: ob
     ax.loglog(tt, np.exp(icpt) * tt**slope, "-", color=line.get_color(), lw=1, alpha=0.7)
     if reference is not None:
         ax.loglog(tt, reference / tt, "--", color=line.get_color(), lw=1, alpha=0.9)
-    ax.xaxis.set_minor_formatter(sparse_minor_labels(ax.xaxis))
-    ax.yaxis.set_minor_formatter(sparse_minor_labels(ax.yaxis))
+    sparse_log_ticks(ax)
     return slope
+
+
+def sparse_log_ticks(ax: plt.Axes) -> None:
+    """Label the minor ticks of both log axes of ``ax`` by :func:`sparse_minor_labels`."""
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(sparse_minor_labels(axis))
 
 
 def sparse_minor_labels(axis: object, max_decades: float = 2.5) -> FuncFormatter:

@@ -172,6 +172,8 @@ def test_plots(run) -> None:
     (lambda s: depth.positions(depth.setting(**SIZES, streams=s), None), "m must be"),
     (lambda s: depth.positions(depth.setting(**SIZES, streams=s), depth.Models.__new__(depth.Models), n_streams=5),
      "n_streams must be an even"),
+    (lambda s: depth.positions(depth.setting(**SIZES, streams=s), depth.Models.__new__(depth.Models), n_streams=0),
+     "n_streams"),
     (lambda s: depth.paired(torch.zeros(3, 20), np.array([4, 8])), "even number of streams"),
 ])
 def test_bad_input(call, match) -> None:

@@ -29,7 +29,7 @@ from covbook._validate import check_nonnegative_float, check_positive_int, resol
 from covbook.attention import readout_paths
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
-from covbook.plotting import loglog_with_fit, sparse_minor_labels
+from covbook.plotting import loglog_with_fit, sparse_log_ticks
 from covbook.processes import GaussianIID
 from covbook.rules import Z
 from covbook.stats import loglog_slope, mean_with_se, slope_with_checkpoint_se, slope_with_se
@@ -590,8 +590,7 @@ class Positions(Result):
                             color=f"C{i}")
             ax_g.loglog(self.checkpoints, self.gap[pos].mean(0), "o-", ms=4, color=f"C{i}",
                         label=f"pos = {pos}")
-        for axis in (ax_g.xaxis, ax_g.yaxis):  # the default labels 2, 3, 4, 6 × 10^k, which collide
-            axis.set_minor_formatter(sparse_minor_labels(axis))
+        sparse_log_ticks(ax_g)  # the default labels 2, 3, 4, 6 × 10^k, which collide
         ax_v.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,\mathrm{Var}(h^{(L)}_t \mid x_t, t)$",
                  title=f"Context variance at depth {self.n_layers}")
         ax_g.set(xlabel="$t$", ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
@@ -649,8 +648,8 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
     n = s.n_streams if n_streams is None else check_positive_int(n_streams, "n_streams")
     if n % 2:
         raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
-    streams, cp, fit, tf = s.streams, s.checkpoints, s.fit, s.t_fit
-    xd = s.discrete_contexts(n, streams.torch_generator("positions"))  # (R', T)
+    streams, cp, fit, tf, n_pairs = s.streams, s.checkpoints, s.fit, s.t_fit, n // 2
+    xd = s.discrete_contexts(n, streams.torch_generator("positions"))  # (n, T)
     F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
     sq_hs = {"none": (sq, hs)}
     for pos in ("learned", "rotary"):
@@ -664,13 +663,13 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
     slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
     b = reach[-1]
     r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
-              allowance=b / 2, n_pairs=cv.shape[0])
+              allowance=b / 2, n_pairs=n_pairs)
     slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,
                                               seed=streams.seed_for("bootstrap-learned"))
-    r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof, n_pairs=cv.shape[0])
+    r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof, n_pairs=n_pairs)
     cv = r.variance["rotary"]  # (R/2, n_t)
     slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-rotary"))
-    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1, n_pairs=cv.shape[0])
+    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1, n_pairs=n_pairs)
 
     reason = "the bias part is not positive at every checkpoint in a resample"
     for pos in ("learned", "rotary"):
@@ -681,14 +680,14 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
     # E[h_t | x_t, t] → G(x_t, p_t) with p_t ~ N(0, I): a plateau
     slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit], s.n_boot, streams)
     r.measure("gap_plateau_learned", slope, prediction=0.0, se=se, dof=dof,
-              reason=reason if np.isnan(slope) else None, n_pairs=cv.shape[0])
+              reason=reason if np.isnan(slope) else None, n_pairs=n_pairs)
     # the lag average of the slowest rotary frequency still moves at these t: no plateau predicted yet
     slope, se, dof = _bias_slope_groups(tf, bias["rotary"][:, fit])
     r.measure("gap_plateau_rotary", slope, prediction=-1.0, se=se, dof=dof,
               reason="the bias part's mean is not positive in every group" if np.isnan(slope) else None,
-              n_pairs=bias["rotary"].shape[0])
+              n_pairs=n_pairs)
     r.glue("t_span_text", f"{int(tf[0])}–{s.t_max} tokens")
-    r.glue("n_pairs_positions", int(cv.shape[0]))
+    r.glue("n_pairs_positions", n_pairs)
     return r
 
 
@@ -713,8 +712,7 @@ class Markov(Result):
         ax.axhline(self.c_iid, color="k", ls=":", lw=1, label="the same with the iid variance")
         ax.set(xlabel="context length $t$", ylabel=r"$t\,\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
                title="Markov context: the rate and its constant")
-        for axis in (ax.xaxis, ax.yaxis):  # the default labels 2, 3, 4, 6 × 10^k, which collide
-            axis.set_minor_formatter(sparse_minor_labels(axis))
+        sparse_log_ticks(ax)  # the default labels 2, 3, 4, 6 × 10^k, which collide
         ax.legend()
 
 
