@@ -126,3 +126,16 @@ def test_checkpoint_se_counts_a_shared_per_checkpoint_effect():
     assert se == pytest.approx(np.hypot(se_boot, ols), rel=1e-9)
     with pytest.raises(ValueError, match="at least 3"):
         slope_with_checkpoint_se([1.0, 2.0], np.ones((3, 2)))
+
+
+def test_inverse_t_intercept_weights_read_the_limit():
+    from covbook.stats import inverse_t_intercept_weights
+    t = np.array([64.0, 100.0, 250.0, 512.0])
+    w = inverse_t_intercept_weights(t)
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)
+    assert (w / t).sum() == pytest.approx(0.0, abs=1e-14)
+    assert float(w @ (2.5 - 7.0 / t)) == pytest.approx(2.5, abs=1e-12)
+    with pytest.raises(ValueError, match="two distinct positive"):
+        inverse_t_intercept_weights([10.0, 10.0])
+    with pytest.raises(ValueError, match="two distinct positive"):
+        inverse_t_intercept_weights([0.0, 10.0])

@@ -15,6 +15,7 @@ from covbook.markov import asymptotic_covariance
 from covbook.transformer import (
     CausalTransformer,
     collapse_constant,
+    collapse_readout_sd,
     gauss_hermite_rule,
     gaussian_tail_exponents,
     hidden_states_at,
@@ -163,6 +164,45 @@ def test_collapse_constant_matches_iid_simulation():
     assert abs(float(sq.mean()) - c) < 4 * float(sq.std()) / math.sqrt(300) + 0.05 * c
     with pytest.raises(ValueError, match="one-layer"):
         collapse_constant(CausalTransformer(vocab_size=v, d_model=6, n_layers=2, seed=0), pi, torch.eye(v))
+
+
+def test_collapse_readout_sd_matches_its_gaussian_model():
+    """The SD against a simulation of the law it is derived for: √t δ_t running means of N(0, Σ) steps."""
+    v = 4
+    m = CausalTransformer(vocab_size=v, d_model=6, n_layers=1, n_heads=2, mlp=True, layer_norm=True, seed=5)
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    sigma = torch.diag(pi) - torch.outer(pi, pi)
+    jac = mean_field_jacobian(m, pi)  # (V, d, V)
+    t = torch.tensor([2.0, 5.0, 10.0], dtype=torch.float64)
+    w = torch.tensor([0.2, -0.5, 1.3], dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    n = 40_000
+    root = torch.linalg.cholesky(sigma + 1e-12 * torch.eye(v, dtype=torch.float64))
+    steps = torch.randn(n, 10, v, generator=g, dtype=torch.float64) @ root.T  # (n, 10, V) iid N(0, Σ)
+    sums = steps.cumsum(1)[:, t.long() - 1]  # (n, 3, V)
+    delta = sums / t[None, :, None]  # (n, 3, V): running means, exactly Gaussian with the stated covariances
+    x = torch.multinomial(pi, n * 3, replacement=True, generator=g).view(n, 3)  # independent last tokens
+    jd = torch.einsum("nkdv,nkv->nkd", jac[x], delta)  # (n, 3, d)
+    u = ((jd**2).sum(-1) * t * w).sum(-1)  # (n,)
+    sd = collapse_readout_sd(m, pi, sigma, t.tolist(), w.tolist())
+    c = collapse_constant(m, pi, sigma)
+    assert abs(float(u.mean()) - c * float(w.sum())) < 4 * float(u.std()) / math.sqrt(n)
+    # the SD of a sample SD is about SD·(1 + κ/2)^{1/2}/√n; 5 % is over 5 of them at this n
+    assert float(u.std()) == pytest.approx(sd, rel=0.05)
+
+
+def test_collapse_readout_sd_errors():
+    m = CausalTransformer(vocab_size=3, d_model=4, n_layers=1, seed=0)
+    pi = torch.full((3,), 1 / 3, dtype=torch.float64)
+    sigma = torch.diag(pi) - torch.outer(pi, pi)
+    with pytest.raises(ValueError, match="positions"):
+        collapse_readout_sd(m, pi, sigma, [5, 5], [0.5, 0.5])
+    with pytest.raises(ValueError, match="positions"):
+        collapse_readout_sd(m, pi, sigma, [0], [1.0])
+    with pytest.raises(ValueError, match="weights"):
+        collapse_readout_sd(m, pi, sigma, [5, 6], [1.0])
+    with pytest.raises(ValueError, match="one-layer"):
+        collapse_readout_sd(CausalTransformer(vocab_size=3, d_model=4, n_layers=2, seed=0), pi, sigma, [5], [1.0])
 
 
 def test_mean_field_errors():

@@ -14,7 +14,7 @@ import numpy as np
 from covbook._validate import as_array, check_positive_int, check_seed
 
 __all__ = ["loglog_slope", "bootstrap_se", "slope_with_se", "slope_with_checkpoint_se", "slope_with_group_se",
-           "mean_with_se", "log_residual_weight", "gain_and_angle"]
+           "mean_with_se", "inverse_t_intercept_weights", "log_residual_weight", "gain_and_angle"]
 
 
 def loglog_slope(t: object, y: object) -> tuple[float, float]:
@@ -62,6 +62,30 @@ def mean_with_se(samples: object) -> tuple[float, float]:
     if x.size < 2:
         raise ValueError("need at least two replicates for a standard error")
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size))
+
+
+def inverse_t_intercept_weights(t: object) -> np.ndarray:
+    r"""Weights w with Σ_j w_j y_j the least-squares intercept c of y_j = c + a/t_j.
+
+    For a quantity with the expansion y(t) = c + a/t + O(t⁻²) this reads the limit c free of
+    the 1/t term: Σ_j w_j = 1 and Σ_j w_j / t_j = 0.
+
+    Parameters
+    ----------
+    t : (n,) at least two distinct positive values
+
+    Examples
+    --------
+    >>> t = np.array([100.0, 200.0, 400.0])
+    >>> w = inverse_t_intercept_weights(t)
+    >>> round(float(w @ (3.0 + 5.0 / t)), 12), round(float(w.sum()), 12)
+    (3.0, 1.0)
+    """
+    t = as_array(t, "t").reshape(-1)
+    if np.unique(t).size < 2 or np.any(t <= 0):
+        raise ValueError(f"t must hold at least two distinct positive values, got {t!r}")
+    x = np.stack([np.ones_like(t), 1.0 / t], axis=1)  # (n, 2)
+    return np.linalg.pinv(x)[0]  # (n,)
 
 
 def slope_with_se(t: object, sq_err: object, n_boot: int = 400, seed: int = 0) -> tuple[float, float]:

@@ -32,11 +32,17 @@ from covbook.markov import asymptotic_covariance, sample_markov_chain, stationar
 from covbook.plotting import loglog_with_fit, sparse_log_ticks
 from covbook.processes import GaussianIID
 from covbook.rules import Z
-from covbook.stats import loglog_slope, mean_with_se, slope_with_checkpoint_se, slope_with_se
+from covbook.stats import (
+    inverse_t_intercept_weights,
+    loglog_slope,
+    slope_with_checkpoint_se,
+    slope_with_se,
+)
 from covbook.theory import reach_allowance
 from covbook.transformer import (
     CausalTransformer,
     collapse_constant,
+    collapse_readout_sd,
     early_attention_ratio,
     gauss_hermite_rule,
     gaussian_polar_rule,
@@ -722,8 +728,11 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     Q has rows E_ij / Σ_j E_ij with E_ij ~ Exp(1) and the R chains come from the ``"draws"``
     stream.  For one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the Markov-chain
     variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance D_π − ππᵀ
-    gives the alternative.  C is read as the mean over chains of t·gap at t ≥ t_max/4, on
-    :data:`CONSTANT_CHAINS` × R chains of its own (the ``"markov-constant"`` stream).
+    gives the alternative.  On :data:`CONSTANT_CHAINS` × R chains of its own (the
+    ``"markov-constant"`` stream) C is read as the mean over chains of the intercept of
+    t·gap = c + a/t at the checkpoints t ≥ t_max/8 (:func:`covbook.stats.inverse_t_intercept_weights`:
+    the delta method's remainder is O(1/t), about 4 % of C at t = 256 here), with the SD the
+    delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
     ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
 
@@ -754,13 +763,15 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
             one_layer = model
     r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov)
     r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid)
-    late = cp >= s.t_max / 4  # constant read at t >= t_max/4
+    late = cp >= s.t_max / 8  # the constant's checkpoints
+    w = inverse_t_intercept_weights(cp[late])  # (n_late,): the intercept of c + a/t
     n_const = CONSTANT_CHAINS * s.n_streams  # the constant's own chains: its SE is the claim's power
     xc = sample_markov_chain(P, n_const, s.t_max, generator=streams.torch_generator("markov-constant")).to(dev)
     h_c = hidden_states_at(one_layer, xc, cp[late])[-1]  # (R_c, n_late, d)
     F_1 = mean_field_discrete(one_layer, pi_P.to(dev))  # (V, d)
     sq_c = ((h_c - F_1[xc[:, cp[late] - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_late)
-    c_meas, c_se = mean_with_se((sq_c * cp[late]).mean(1))
+    c_meas = float(((sq_c * cp[late]) @ w).mean())  # mean over chains of each chain's intercept
+    c_se = collapse_readout_sd(one_layer, pi_P.to(dev), sigma_markov, cp[late], w) / np.sqrt(n_const)
     for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
         r.glue(name, value)

@@ -11,7 +11,7 @@ chapters 08-10).  One concept per module:
   :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`,
   :func:`mean_field_with_logit_variances`, :func:`tail_safe_logit_scale`)
   and their derivative in the context law
-  (:func:`mean_field_jacobian`, :func:`collapse_constant`).
+  (:func:`mean_field_jacobian`, :func:`collapse_constant`, :func:`collapse_readout_sd`).
 * :mod:`~covbook.transformer.attention_sinks` -- early-position attention sinks, a pre-asymptotic
   regime of the depth collapse (:func:`early_attention_ratio`) and the largest logit scale
   without them (:func:`sink_free_logit_scale`).
@@ -28,6 +28,7 @@ from covbook.transformer.attention_sinks import early_attention_ratio, sink_free
 from covbook.transformer.generation import generate
 from covbook.transformer.mean_field import (
     collapse_constant,
+    collapse_readout_sd,
     gaussian_tail_exponents,
     mean_field,
     mean_field_discrete,
@@ -63,6 +64,7 @@ __all__ = [
     "mean_field_with_logit_variances",
     "tail_safe_logit_scale",
     "collapse_constant",
+    "collapse_readout_sd",
     "early_attention_ratio",
     "sink_free_logit_scale",
     "gauss_hermite_rule",

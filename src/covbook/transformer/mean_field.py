@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from covbook._validate import as_covariance, check_positive_float, psd_sqrt_factor
@@ -26,7 +27,7 @@ from covbook.transformer.model import CausalTransformer
 
 __all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
            "mean_field_logit_variances", "mean_field_with_logit_variances", "tail_safe_logit_scale",
-           "mean_field_jacobian", "collapse_constant"]
+           "mean_field_jacobian", "collapse_constant", "collapse_readout_sd"]
 
 
 def _check_model(model: object) -> CausalTransformer:
@@ -379,3 +380,61 @@ def collapse_constant(model: CausalTransformer, freqs: object, covariance: objec
     pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
     per_token = torch.einsum("xdv,vw,xdw->x", jac, sigma, jac)  # (V,): tr(J_x Σ J_xᵀ)
     return float((pi * per_token).sum())
+
+
+def collapse_readout_sd(model: CausalTransformer, freqs: object, covariance: object, positions: object,
+                        weights: object) -> float:
+    r"""SD of one chain's u = Σ_j w_j t_j |h^(1)_{t_j} − F_1(x_{t_j})|², in the delta-method Gaussian limit.
+
+    With A_x = J_xᵀ J_x (J_x from :func:`mean_field_jacobian`), y_t = t|J_{x_t} δ_t|² for
+    δ_t = π̂_t − π.  In the limit √t δ_t ~ N(0, Σ) and, the frequencies being running means,
+    Cov(√s δ_s, √t δ_t) = √(s/t) Σ for s ≤ t.  Gaussian fourth moments and last tokens drawn
+    from π, independently at distinct positions, give
+
+    .. math:: \mathrm{Var}\,y_t = \sum_x \pi(x)\bigl[2\,\mathrm{tr}(A_x\Sigma A_x\Sigma) + c_x^2\bigr] - C^2,
+              \qquad \mathrm{Cov}(y_s, y_t) = 2\,\frac{s}{t}\,\mathrm{tr}(A\Sigma A\Sigma)\quad(s < t),
+
+    c_x = tr(A_x Σ), C = Σ_x π(x) c_x (:func:`collapse_constant`), A = Σ_x π(x) A_x, and
+    SD(u) = (wᵀ K w)^{1/2} for K that covariance over the positions.  It is the SD the
+    theory predicts, so a window built from it does not move with the sample's own spread
+    (whose heavy right tail makes a sample SE small exactly when the sample mean is low).
+
+    Parameters
+    ----------
+    model : one-layer CausalTransformer with vocab_size, no positions
+    freqs : (V,) the context's marginal law π (positive)
+    covariance : (V, V) the asymptotic covariance Σ of √t(π̂_t − π)
+    positions : (n,) distinct positions t_j ≥ 1
+    weights : (n,) the weights w_j
+
+    Examples
+    --------
+    >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=1, seed=0)
+    >>> pi = torch.full((3,), 1 / 3, dtype=torch.float64)
+    >>> sigma = torch.diag(pi) - torch.outer(pi, pi)
+    >>> one = collapse_readout_sd(m, pi, sigma, [100], [1.0])
+    >>> bool(one > 0) and collapse_readout_sd(m, pi, sigma, [100, 10**9], [0.5, 0.5]) < one
+    True
+    """
+    if _check_model(model).n_layers != 1:
+        raise ValueError(f"collapse_readout_sd is the delta-method law of a one-layer model; got "
+                         f"n_layers={model.n_layers}")
+    t = np.asarray(positions, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 1) or np.unique(t).size != t.size:
+        raise ValueError(f"positions must be a non-empty 1-d array of distinct positions >= 1, got {positions!r}")
+    if w.shape != t.shape or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be {t.size} finite numbers (one per position), got shape {w.shape}")
+    jac = mean_field_jacobian(model, freqs)  # (V, d, V)
+    v = jac.shape[0]
+    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
+    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    a_x = torch.einsum("xdv,xdw->xvw", jac, jac)  # (V, V, V): A_x = J_xᵀ J_x
+    c_x = torch.einsum("xvw,wv->x", a_x, sigma)  # (V,)
+    c = float((pi * c_x).sum())
+    a = (pi[:, None, None] * a_x).sum(0)  # (V, V)
+    cross = 2 * float(torch.trace(a @ sigma @ a @ sigma))
+    own = float((pi * (2 * torch.einsum("xvw,wu,xuz,zv->x", a_x, sigma, a_x, sigma) + c_x**2)).sum()) - c**2
+    k = cross * np.minimum.outer(t, t) / np.maximum.outer(t, t)  # (n, n)
+    np.fill_diagonal(k, own)
+    return float(np.sqrt(max(float(w @ k @ w), 0.0)))
