@@ -10,8 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from helpers import PIPELINE_STEPS, ROOT, covbook, make_notebook, pipeline_project, pipeline_steps
+
+# Property tests draw the same examples on every run, so `make test` is deterministic (a fuzz find
+# must not turn CI red at random); COVBOOK_HYPOTHESIS=explore draws fresh ones, to look for new finds.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("COVBOOK_HYPOTHESIS", "deterministic"))
 
 #: The rule of the fixture notebooks' one claim (`claims.measure('x_is_x', x, prediction=x)`).
 X_IS_X = "x_is_x: {kind: identity, statement: x equals itself, window: tolerance, tolerance: 0.0}\n"

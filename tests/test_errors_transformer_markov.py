@@ -158,6 +158,12 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("jacobian zero freq", lambda: tr.mean_field_jacobian(_lm(), [0.0, 0.25, 0.25, 0.25, 0.25]), "freqs"),
     ("collapse_constant deep", lambda: tr.collapse_constant(_lm(n_layers=2), [0.2] * 5, torch.eye(5)), "n_layers"),
     ("collapse_constant cov shape", lambda: tr.collapse_constant(_lm(), [0.2] * 5, torch.eye(3)), "covariance"),
+    ("collapse_readout_sd deep", lambda: tr.collapse_readout_sd(_lm(n_layers=2), [0.2] * 5, torch.eye(5), [9], [1.0]),
+     "n_layers"),
+    ("collapse_readout_sd positions", lambda: tr.collapse_readout_sd(_lm(), [0.2] * 5, torch.eye(5), [], []),
+     "positions"),
+    ("collapse_readout_sd weights nan", lambda: tr.collapse_readout_sd(_lm(), [0.2] * 5, torch.eye(5), [9], [NAN]),
+     "weights"),
     # ---- quadrature
     ("hermite n 0", lambda: tr.gauss_hermite_rule(torch.eye(1), 0), "n_nodes"),
     ("hermite too many", lambda: tr.gauss_hermite_rule(torch.eye(8), 10), "n_nodes"),

@@ -89,5 +89,9 @@ def test_construction_predict_is_the_scaled_head_and_rejects_zero_scale():
     for bad in (0.0, float("nan")):
         with pytest.raises(ValueError, match="eta_a"):
             icl.construction_predict(t, bad)
-    with pytest.raises(ValueError, match="c must be finite"):
+    with pytest.raises(ValueError, match="c must be a finite number"):
         icl.construction_predict(t, 0.5, float("inf"))
+    with pytest.raises(ValueError, match="eta_a"):
+        icl.construction_predict(t, True)  # a bool is not a logit scale
+    with pytest.raises(ValueError, match="too large"):
+        icl.construction_predict(t, 1.0, 1.65e308)  # finite c whose product overflows (a fuzz case)

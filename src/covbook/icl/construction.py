@@ -99,6 +99,8 @@ def linear_attention_predict(tasks: RegressionTasks, eta: float, precondition: o
 
 
 def _check_scale(e: object, name: str) -> float:
+    if isinstance(e, bool):
+        raise ValueError(f"{name} must be a finite non-zero logit scale, got the bool {e!r}")
     try:
         v = float(e)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
@@ -117,13 +119,16 @@ def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -
     _check_tasks(tasks)
     e = _check_scale(eta_a, "eta_a")
     try:
-        cc = float(c)
+        cc = float(c) if not isinstance(c, bool) else math.nan
     except (TypeError, ValueError) as err:
-        raise ValueError(f"c must be finite, got {c!r}") from err
+        raise ValueError(f"c must be a finite number, got {c!r}") from err
     if not math.isfinite(cc):
-        raise ValueError(f"c must be finite, got {c!r}")
+        raise ValueError(f"c must be a finite number, got {c!r}")
     tq, tk, tv = construct_gd_head(tasks.d, abs(e))
-    return cc * head_predict(tasks, math.copysign(1.0, e) * tq, tk, tv, include_query=True)
+    out = cc * head_predict(tasks, math.copysign(1.0, e) * tq, tk, tv, include_query=True)  # (B,)
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"c = {c!r} is too large: c times the softmax average of the labels overflows")
+    return out
 
 
 def construction_risk_curve(tasks: RegressionTasks, eta_grid: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
