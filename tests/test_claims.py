@@ -170,3 +170,15 @@ def test_student_t_quantile_matches_scipy_without_importing_it():
         assert quantile(dof) == pytest.approx(float(t.ppf(1 - claims.LEVEL / 2, dof)), rel=1e-9)
     with pytest.raises(ValueError, match="dof"):
         quantile(0)
+
+
+def test_chi2_mean_window_keeps_its_prediction_for_the_calibrations_residuals():
+    """A chi2_mean window is not centred on its prediction (no `expected`), so the judged claim carries the
+    prediction: the calibration standardizes (measured − prediction)/SE, which moves with a seed's drawn model."""
+    from covbook.book.sweep import _centre
+
+    r = Rule("c", "evidence", "a mean of weighted χ² terms is C", "chi2_mean")
+    c = judge(r, Measurement("c", "08_x", 95.0, prediction=100.0, se=5.0))
+    assert c.expected is None and c.passed
+    assert c.lower < 100.0 < c.upper and 100.0 - c.lower < c.upper - 100.0  # the χ² law's right skew
+    assert _centre(c) == 100.0

@@ -453,6 +453,8 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
         extra.setdefault("se", m.se)
     if m.dof is not None:
         extra.setdefault("dof", m.dof)
+    if exp is None and m.prediction is not None:  # a window about a prediction it does not centre on
+        extra.setdefault("prediction", m.prediction)
     return Claim(id=m.id, notebook=m.notebook, statement=statement or rule.statement, measured=value,
                  expected=exp, tolerance=tol, lower=lo, upper=hi, passed=bool(passed), theorem=rule.theorem,
                  extra=extra, kind=rule.kind, basis=basis, reason=reason, window=rule.window,
