@@ -141,6 +141,13 @@ def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_pa
     res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
     rows = json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"]["claims"]
     assert res.returncode == 1 and rows[0]["fail_seeds"] == [1, 2] and rows[0]["flagged"]
+    # the rejudged entry keeps the commit that made the measurements (the sweep's), not the rules' HEAD
+    data = json.loads((proj / "book" / "calibration.json").read_text())
+    data["profiles"]["smoke"]["01_alpha"]["commit"] = "abc1234"
+    (proj / "book" / "calibration.json").write_text(json.dumps(data))
+    covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
+    assert json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"][
+        "commit"] == "abc1234"
     res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge")
     assert res.returncode == 2 and "no stored sweep" in res.stderr
 

@@ -218,7 +218,13 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
     if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
         raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
                          f"`covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}` first")
-    return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
+    data = calibrate(paths, profile, seeds, chosen)
+    before = _profiles(_read_json(paths)).get(profile, {})
+    for name, entry in data.items():  # the measurements are the stored sweep's: keep the commit that made them
+        old = before.get(name, {})
+        if old.get("seeds") == entry["seeds"] and old.get("commit"):
+            entry["commit"] = old["commit"]
+    return _write(paths, data, failed)
 
 
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
