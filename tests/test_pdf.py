@@ -42,9 +42,14 @@ def pdf(request: pytest.FixtureRequest) -> Path:
 
 
 def _text(pdf: Path) -> str:
-    from pypdf import PdfReader
+    """The PDF's text, read by PDFium (pypdfium2: about 1 s for the book, where pypdf's extractor takes ~17 s)."""
+    import pypdfium2 as pdfium
 
-    text = "\n".join(page.extract_text() or "" for page in PdfReader(pdf).pages)
+    doc = pdfium.PdfDocument(pdf)
+    try:
+        text = "\n".join(doc[i].get_textpage().get_text_range() for i in range(len(doc)))
+    finally:
+        doc.close()
     return re.sub(r"\s+", " ", text)
 
 
