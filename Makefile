@@ -43,18 +43,20 @@ book: setup
 pdf: book
 	$(BIN)/python -m covbook.book.pdf
 
-# stages: setup, lint, the fast tests, then the slow ones (notebooks at smoke with their claims, the
-# rehearsal of the full profile, the book build, the browser test); each prints its time, then a table.
-# Both test stages run on one pytest-xdist worker per core; in the slow stage the tests of the smoke run
-# and those of the rehearsal each stay on one worker (tests/conftest.py, --dist loadgroup).
+# stages: setup, lint, then every test in one pytest-xdist session; each stage prints its time, then a
+# table. The slow tests' two pipelines (the notebooks at smoke with their claims, the book built from them,
+# the browser and PDF tests; the rehearsal of the full profile) each stay on one worker and, as the largest
+# units of work, start first (tests/conftest.py, --dist loadgroup); the fast tests and the other slow ones
+# fill the other workers and the pipelines' waits (kernel start-ups, Chromium). One worker more than there
+# are cores, since those waits leave a core idle. `make unit` runs the fast tests alone, in seconds.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 test:
 	@$(STAGE) --reset
 	$(call stage,setup,$(MAKE) --no-print-directory setup)
 	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks)
 	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
 	$(call stage,actionlint,$(BIN)/actionlint)
-	$(call stage,fast-tests,$(BIN)/python -m pytest -m "not notebooks and not book" -n auto)
-	$(call stage,slow-tests,$(BIN)/python -m pytest -m "notebooks or book" -p no:cacheprovider -rs -n auto --dist loadgroup)
+	$(call stage,tests,$(BIN)/python -m pytest -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup)
 	@$(STAGE) --summary
 
 # the fast tests only (no notebook executed, no book built), on one pytest-xdist worker per core: seconds

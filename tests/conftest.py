@@ -85,7 +85,7 @@ def smoke_book(smoke_project: Path) -> subprocess.CompletedProcess:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Where the slow stage's time went: each pipeline step, each notebook it ran, the slowest tests."""
+    """Where the slow tests' time went: each pipeline step, each notebook it ran, the slowest tests."""
     steps = pipeline_steps()
     if not steps:
         return
@@ -167,7 +167,7 @@ def pipeline_group(nodeid: str) -> str | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """With ``--dist loadgroup`` (the slow stage of `make test`): the tests of one pipeline run on one worker.
+    """With ``--dist loadgroup`` (the tests stage of `make test`): the tests of one pipeline run on one worker.
 
     The tests of the smoke run (its notebooks, the book built from it, the browser, the PDF) form one unit of
     work and those of the rehearsal another, so each pipeline runs once in the session while the other tests
