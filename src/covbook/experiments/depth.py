@@ -731,7 +731,7 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     gives the alternative.  On :data:`CONSTANT_CHAINS` × R chains of its own (the
     ``"markov-constant"`` stream) C is read as the mean over chains of the intercept of
     t·gap = c + a/t at the checkpoints t ≥ t_max/8 (:func:`covbook.stats.inverse_t_intercept_weights`:
-    the delta method's remainder is O(1/t), about 4 % of C at t = 256 here), with the SD the
+    the delta method's remainder is O(1/t): 4 % of C at t = 256 for smoke seed 1420's chain), with the SD the
     delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
     ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
