@@ -158,6 +158,8 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("jacobian zero freq", lambda: tr.mean_field_jacobian(_lm(), [0.0, 0.25, 0.25, 0.25, 0.25]), "freqs"),
     ("collapse_constant deep", lambda: tr.collapse_constant(_lm(n_layers=2), [0.2] * 5, torch.eye(5)), "n_layers"),
     ("collapse_constant cov shape", lambda: tr.collapse_constant(_lm(), [0.2] * 5, torch.eye(3)), "covariance"),
+    ("collapse_constant jacobian shape", lambda: tr.collapse_constant(_lm(), [0.2] * 5, torch.eye(5),
+                                                                      jacobian=torch.zeros(5, 8, 4)), "jacobian"),
     ("collapse_readout_sd deep", lambda: tr.collapse_readout_sd(_lm(n_layers=2), [0.2] * 5, torch.eye(5), [9], [1.0]),
      "n_layers"),
     ("collapse_readout_sd positions", lambda: tr.collapse_readout_sd(_lm(), [0.2] * 5, torch.eye(5), [], []),

@@ -191,6 +191,18 @@ def test_collapse_readout_sd_matches_its_gaussian_model():
     assert float(u.std()) == pytest.approx(sd, rel=0.05)
 
 
+def test_collapse_functions_take_the_jacobian_the_caller_has():
+    m = CausalTransformer(vocab_size=4, d_model=6, n_layers=1, n_heads=2, mlp=True, layer_norm=True, seed=5)
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    sigma = torch.diag(pi) - torch.outer(pi, pi)
+    jac = mean_field_jacobian(m, pi)
+    assert collapse_constant(m, pi, sigma, jacobian=jac) == collapse_constant(m, pi, sigma)
+    sd = collapse_readout_sd(m, pi, sigma, [10, 40], [0.5, 0.5])
+    assert collapse_readout_sd(m, pi, sigma, [10, 40], [0.5, 0.5], jacobian=jac) == sd
+    with pytest.raises(ValueError, match="jacobian must be"):
+        collapse_constant(m, pi, sigma, jacobian=jac[:, :, :3])
+
+
 def test_collapse_readout_sd_errors():
     m = CausalTransformer(vocab_size=3, d_model=4, n_layers=1, seed=0)
     pi = torch.full((3,), 1 / 3, dtype=torch.float64)

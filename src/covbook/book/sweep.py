@@ -241,7 +241,6 @@ def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     return data
 
 
-
 def _centre(c: Claim) -> float | None:
     """The number a claim's window is about: its expected value, or the prediction of a window (such as
     ``chi2_mean``) that is not centred on it."""
@@ -249,6 +248,7 @@ def _centre(c: Claim) -> float | None:
         return c.expected
     p = c.extra.get("prediction")
     return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
+
 
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
@@ -291,8 +291,8 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             se = statistics.fmean(ses) if ses else (statistics.fmean(tols) / Z if tols else None)
             # a prediction that moves with the seed (a model drawn per seed) is compared through the
             # standardized residuals (measured − predicted)/SE, whose SD is 1 for a calibrated claim
-            zs = [(c.measured - _centre(c)) / float(c.extra["se"]) for c in got
-                  if _centre(c) is not None and math.isfinite(c.measured) and math.isfinite(_centre(c))
+            zs = [(c.measured - centre) / float(c.extra["se"]) for c in got
+                  if (centre := _centre(c)) is not None and math.isfinite(c.measured) and math.isfinite(centre)
                   and isinstance(c.extra.get("se"), (int, float)) and math.isfinite(c.extra["se"])
                   and c.extra["se"] > 0]
             spread = (statistics.stdev(zs) if len(zs) == n > 1 else

@@ -51,6 +51,7 @@ from covbook.transformer import (
     mean_field,
     mean_field_discrete,
     mean_field_gaussian,
+    mean_field_jacobian,
     mean_field_logit_variances,
     mean_field_with_logit_variances,
     sink_free_logit_scale,
@@ -761,8 +762,9 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
         reach[depth] = reach_allowance(s_m, s.t_fit)[0]
         if depth == 1:
             one_layer = model
-    r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov)
-    r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid)
+    jac = mean_field_jacobian(one_layer, pi_P.to(dev))  # (V, d, V): once for the constants and the SD
+    r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov, jacobian=jac)
+    r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid, jacobian=jac)
     late = cp >= s.t_max / 8  # the constant's checkpoints
     w = inverse_t_intercept_weights(cp[late])  # (n_late,): the intercept of c + a/t
     n_const = CONSTANT_CHAINS * s.n_streams  # the constant's own chains: its SE is the claim's power
@@ -771,7 +773,7 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     F_1 = mean_field_discrete(one_layer, pi_P.to(dev))  # (V, d)
     sq_c = ((h_c - F_1[xc[:, cp[late] - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_late)
     c_meas = float(((sq_c * cp[late]) @ w).mean())  # mean over chains of each chain's intercept
-    c_se = collapse_readout_sd(one_layer, pi_P.to(dev), sigma_markov, cp[late], w) / np.sqrt(n_const)
+    c_se = collapse_readout_sd(one_layer, pi_P.to(dev), sigma_markov, cp[late], w, jacobian=jac) / np.sqrt(n_const)
     for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
         r.glue(name, value)

@@ -118,8 +118,10 @@ def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -
     """
     _check_tasks(tasks)
     e = _check_scale(eta_a, "eta_a")
+    if isinstance(c, bool):
+        raise ValueError(f"c must be a finite number, got the bool {c!r}")
     try:
-        cc = float(c) if not isinstance(c, bool) else math.nan
+        cc = float(c)
     except (TypeError, ValueError) as err:
         raise ValueError(f"c must be a finite number, got {c!r}") from err
     if not math.isfinite(cc):

@@ -350,7 +350,28 @@ def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor
     return torch.stack(cols, dim=-1)  # (V, d, V)
 
 
-def collapse_constant(model: CausalTransformer, freqs: object, covariance: object) -> float:
+def _collapse_inputs(model: CausalTransformer, freqs: object, covariance: object, jacobian: torch.Tensor | None,
+                     name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The checked (J, Σ, π) of :func:`collapse_constant` and :func:`collapse_readout_sd`: J computed unless given."""
+    if _check_model(model).n_layers != 1:
+        raise ValueError(f"{name} is the exact delta-method law of a one-layer model; got "
+                         f"n_layers={model.n_layers} (deeper models also average the errors of earlier layers)")
+    if jacobian is None:
+        jac = mean_field_jacobian(model, freqs)  # (V, d, V)
+    else:
+        v, d = model.vocab_size, model.d_model
+        if not isinstance(jacobian, torch.Tensor) or tuple(jacobian.shape) != (v, d, v):
+            raise ValueError(f"jacobian must be mean_field_jacobian(model, freqs), a tensor of shape ({v}, {d}, {v}), "
+                             f"got {getattr(jacobian, 'shape', type(jacobian).__name__)}")
+        jac = jacobian.to(torch.float64)
+    v = jac.shape[0]
+    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
+    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    return jac, sigma, pi
+
+
+def collapse_constant(model: CausalTransformer, freqs: object, covariance: object, *,
+                      jacobian: torch.Tensor | None = None) -> float:
     r"""The constant C of t·E|h^(1)_t − F_1(x_t)|² → C for a one-layer model on a dependent context.
 
     A one-layer NoPE model computes h^(1)_t = F_1(x_t; π̂_t) exactly (book chapter 09), so
@@ -370,20 +391,16 @@ def collapse_constant(model: CausalTransformer, freqs: object, covariance: objec
     model : one-layer CausalTransformer with vocab_size, no positions
     freqs : (V,) the context's marginal law π (positive)
     covariance : (V, V) the asymptotic covariance Σ of √t(π̂_t − π)
+    jacobian : (V, d_model, V), optional
+        ``mean_field_jacobian(model, freqs)`` when the caller has it (it costs 2V mean fields).
     """
-    if _check_model(model).n_layers != 1:
-        raise ValueError(f"collapse_constant is the exact delta-method constant of a one-layer model; got "
-                         f"n_layers={model.n_layers} (deeper models also average the errors of earlier layers)")
-    jac = mean_field_jacobian(model, freqs)  # (V, d, V)
-    v = jac.shape[0]
-    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
-    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    jac, sigma, pi = _collapse_inputs(model, freqs, covariance, jacobian, "collapse_constant")
     per_token = torch.einsum("xdv,vw,xdw->x", jac, sigma, jac)  # (V,): tr(J_x Σ J_xᵀ)
     return float((pi * per_token).sum())
 
 
 def collapse_readout_sd(model: CausalTransformer, freqs: object, covariance: object, positions: object,
-                        weights: object) -> float:
+                        weights: object, *, jacobian: torch.Tensor | None = None) -> float:
     r"""SD of one chain's u = Σ_j w_j t_j |h^(1)_{t_j} − F_1(x_{t_j})|², in the delta-method Gaussian limit.
 
     With A_x = J_xᵀ J_x (J_x from :func:`mean_field_jacobian`), y_t = t|J_{x_t} δ_t|² for
@@ -406,6 +423,7 @@ def collapse_readout_sd(model: CausalTransformer, freqs: object, covariance: obj
     covariance : (V, V) the asymptotic covariance Σ of √t(π̂_t − π)
     positions : (n,) distinct positions t_j ≥ 1
     weights : (n,) the weights w_j
+    jacobian : (V, d_model, V), optional, as for :func:`collapse_constant`
 
     Examples
     --------
@@ -416,19 +434,14 @@ def collapse_readout_sd(model: CausalTransformer, freqs: object, covariance: obj
     >>> bool(one > 0) and collapse_readout_sd(m, pi, sigma, [100, 10**9], [0.5, 0.5]) < one
     True
     """
-    if _check_model(model).n_layers != 1:
-        raise ValueError(f"collapse_readout_sd is the delta-method law of a one-layer model; got "
-                         f"n_layers={model.n_layers}")
+    _check_model(model)
     t = np.asarray(positions, dtype=float)
     w = np.asarray(weights, dtype=float)
     if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 1) or np.unique(t).size != t.size:
         raise ValueError(f"positions must be a non-empty 1-d array of distinct positions >= 1, got {positions!r}")
     if w.shape != t.shape or not np.all(np.isfinite(w)):
         raise ValueError(f"weights must be {t.size} finite numbers (one per position), got shape {w.shape}")
-    jac = mean_field_jacobian(model, freqs)  # (V, d, V)
-    v = jac.shape[0]
-    sigma = as_covariance(covariance, "covariance", size=v).to(jac.device)
-    pi = _check_weights(freqs, v, torch.float64, jac.device)  # (V,)
+    jac, sigma, pi = _collapse_inputs(model, freqs, covariance, jacobian, "collapse_readout_sd")
     a_x = torch.einsum("xdv,xdw->xvw", jac, jac)  # (V, V, V): A_x = J_xᵀ J_x
     c_x = torch.einsum("xvw,wv->x", a_x, sigma)  # (V,)
     c = float((pi * c_x).sum())
