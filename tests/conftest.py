@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,28 @@ def smoke_book(smoke_project: Path) -> subprocess.CompletedProcess:
     return covbook(smoke_project, "build", timed="book build (covbook build)")
 
 
+@pytest.fixture(scope="session")
+def pdf_job(smoke_book: subprocess.CompletedProcess, smoke_project: Path) -> Iterator[subprocess.Popen | None]:
+    """``python -m covbook.book.pdf`` (``make pdf``) of the smoke build, started in the background as soon as it
+    is requested (None when the build failed).  The browser test requests it before its pass over the pages, so
+    the PDF edition is printed meanwhile (mostly Chromium waiting on its pages, not CPU) instead of after it;
+    tests/test_pdf.py waits for it.  Its output goes to ``_build/pdf.log``."""
+    if smoke_book.returncode:
+        yield None
+        return
+    log = smoke_project / "_build" / "pdf.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "covbook.book.pdf"], cwd=smoke_project, stdout=fh,
+                                stderr=subprocess.STDOUT, text=True)
+    proc.log = log  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:  # the PDF test was not selected, or stopped early
+            proc.terminate()
+        proc.wait(timeout=60)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Where the slow tests' time went: each pipeline step, each notebook it ran, the slowest tests."""
     steps = pipeline_steps()
@@ -143,7 +166,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: fixtures of the one smoke run of a session (conftest.smoke_project and everything built on it)
-SMOKE_FIXTURES = {"smoke_project", "smoke_book", "site", "driver", "pdf"}
+SMOKE_FIXTURES = {"smoke_project", "smoke_book", "pdf_job", "site", "driver", "pdf"}
 #: the test files whose every test uses the smoke run, and the single tests elsewhere that do
 SMOKE_FILES = {"test_notebooks.py", "test_browser.py", "test_pdf.py"}
 SMOKE_TESTS = {"test_results.py::test_results_page_of_the_smoke_run"}

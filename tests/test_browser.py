@@ -72,6 +72,8 @@ def site(request: pytest.FixtureRequest) -> Iterator[tuple[str, Path]]:
     build = request.getfixturevalue("smoke_book")
     html = request.getfixturevalue("smoke_project") / "_build" / "html"
     assert build.returncode == 0 and (html / "index.html").is_file(), build.stdout[-3000:] + build.stderr[-3000:]
+    if any(item.nodeid.split("::")[0].endswith("test_pdf.py") for item in request.session.items):
+        request.getfixturevalue("pdf_job")  # the PDF edition is printed while this test reads the pages
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

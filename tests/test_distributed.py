@@ -18,14 +18,15 @@ from covbook.book.distributed import parse_cluster
 from helpers import COVBOOK, covbook, make_notebook
 
 #: The sweep test's two notebooks: a tiny project's (the wiring is under test, not the science, which the
-#: fast suite and the smoke run of the real chapters test), each drawing from its named streams, so the
-#: outputs depend on the seed; the second sleeps long enough for a worker to be killed mid-job.
+#: fast suite and the smoke run of the real chapters test), each drawing from a generator keyed on (seed,
+#: chapter), so the outputs depend on the seed; the second sleeps long enough for a worker to be killed
+#: mid-job. They draw with numpy alone: covbook.session (setup, streams) imports torch, about 2 s of CPU in
+#: each of the test's ~9 kernels.
 FAST = ("01_alpha", "02_beta")
 DRAW = ("import time\n"
         "from covbook import claims\n"
-        "from covbook.session import setup, streams\n"
-        "setup(profile, seed, 'cpu', chapter=CHAPTER)\n"
-        "v = float(streams.generator('draw').standard_normal())\n"
+        "import numpy as np\n"
+        "v = float(np.random.default_rng(np.random.SeedSequence([seed, int(CHAPTER)])).standard_normal())\n"
         "print(f'drew {v!r}')\n"
         "time.sleep(8 if CHAPTER == '02' else 0)\n"  # FAST[1]'s jobs are the ones killed mid-run
         "claims.measure('x_is_x', v, prediction=v)")

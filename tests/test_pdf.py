@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,9 +31,9 @@ def pdf(request: pytest.FixtureRequest) -> Path:
     build = request.getfixturevalue("smoke_book")
     root = request.getfixturevalue("smoke_project")
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    proc = subprocess.run([sys.executable, "-m", "covbook.book.pdf"], cwd=root, capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = request.getfixturevalue("pdf_job")  # `python -m covbook.book.pdf`, started by the browser test's pass
+    returncode = proc.wait(timeout=1800)
+    assert returncode == 0, proc.log.read_text()[-3000:]
     out = root / "_build" / "html" / "covbook.pdf"
     assert out.is_file()
     return out

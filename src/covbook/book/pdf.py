@@ -61,6 +61,14 @@ def toc_pages(toc_file: Path) -> list[str]:
 
 
 class _Quiet(SimpleHTTPRequestHandler):
+    #: URL path → file served from outside the book's folder (the contents page, made in a temporary folder,
+    #: so that the build folder is never written but for the finished PDF: another reader of it, such as
+    #: the browser test, may walk it meanwhile)
+    extra: dict[str, str] = {}
+
+    def translate_path(self, path: str) -> str:
+        return self.extra.get(path.split("?", 1)[0].split("#", 1)[0]) or super().translate_path(path)
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass
 
@@ -101,11 +109,13 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
     missing = [p for p in toc_pages(toc_file) if p not in pages]
     if missing:
         raise FileNotFoundError(f"{html_dir} lacks {', '.join(missing)}: run `covbook build` first")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html_dir)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
     with tempfile.TemporaryDirectory(prefix="covbook-pdf-") as tmp:
         work = Path(tmp)
+        contents = work / "contents.html"
+        handler = type("_Handler", (_Quiet,), {"extra": {"/.covbook-contents.html": str(contents)}})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(html_dir)))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
         try:
             parts = []
             for i, page in enumerate(pages):
@@ -122,14 +132,9 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
 
             m = re.search(r'<p class="covbook-build">(.*?)</p>', footer.read_text(encoding="utf-8")) \
                 if footer.is_file() else None
-            contents = work / "contents.html"
             contents.write_text(_contents_page(_title(html_dir / f"{pages[0]}.html"), entries,
                                                html.unescape(m.group(1)) if m else ""), encoding="utf-8")
-            (html_dir / ".covbook-contents.html").write_bytes(contents.read_bytes())
-            try:
-                _print(chromium, base + ".covbook-contents.html", work / "contents.pdf")
-            finally:
-                (html_dir / ".covbook-contents.html").unlink(missing_ok=True)
+            _print(chromium, base + ".covbook-contents.html", work / "contents.pdf")
         finally:
             server.shutdown()
             server.server_close()
