@@ -53,7 +53,7 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1
 test:
 	@$(STAGE) --reset
 	$(call stage,setup,$(MAKE) --no-print-directory setup)
-	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks)
+	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks studies)
 	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
 	$(call stage,actionlint,$(BIN)/actionlint)
 	$(call stage,tests,$(BIN)/python -m pytest -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup)
@@ -65,7 +65,7 @@ unit: setup
 
 # ruff on src, tests, benchmarks (line length 120) and on the notebooks' code cells (88: the book's page width)
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks studies
 	$(BIN)/python -m covbook.book.nblint
 	$(BIN)/actionlint
 

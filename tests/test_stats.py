@@ -6,6 +6,7 @@ import pytest
 from covbook.stats import (
     bootstrap_se,
     loglog_slope,
+    mean_loglog_slope,
     mean_with_se,
     slope_with_checkpoint_se,
     slope_with_group_se,
@@ -36,6 +37,33 @@ def test_slope_with_se_recovers_minus_one():
     sq = rng.chisquare(1, size=(500, t.size)) / t  # E = 1/t exactly
     slope, se = slope_with_se(t, sq)
     assert abs(slope + 1) < 4 * se and 0 < se < 0.1
+
+
+def test_mean_loglog_slope_is_the_mean_of_the_rows_fits():
+    rng = np.random.default_rng(7)
+    t = np.logspace(1, 3, 7)
+    y = rng.lognormal(size=(9, t.size)) * t**-0.7  # (n, n_t)
+    b, se, per = mean_loglog_slope(t, y)
+    rows = np.array([loglog_slope(t, row)[0] for row in y])  # the reference: one polyfit per row
+    assert per == pytest.approx(rows, abs=1e-12)
+    assert b == pytest.approx(rows.mean(), abs=1e-12)
+    assert se == pytest.approx(rows.std(ddof=1) / 3, abs=1e-12)
+    # the slope of the geometric mean over rows is the mean slope (the identity the chapter plots)
+    assert loglog_slope(t, np.exp(np.log(y).mean(0)))[0] == pytest.approx(b, abs=1e-12)
+
+
+def test_mean_loglog_slope_t_statistic_is_calibrated_for_heavy_tailed_levels():
+    # rows t^-1 times a heavy-tailed level (Pareto, no variance) and lognormal noise: the slope of the
+    # arithmetic mean has a skewed law; the mean of the log slopes stays a t statistic with n-1 dof
+    rng = np.random.default_rng(11)
+    t = np.logspace(2, 3, 6)
+    z = []
+    for _ in range(2000):
+        y = (rng.pareto(1.5, size=(16, 1)) + 0.1) * np.exp(0.5 * rng.standard_normal((16, t.size))) / t
+        b, se, _ = mean_loglog_slope(t, y)
+        z.append((b + 1) / se)
+    z = np.array(z)
+    assert abs(z.mean()) < 0.1 and 0.95 < z.std() < 1.2  # t with 15 dof: SD 1.07
 
 
 def test_slope_with_group_se_resamples_groups_not_rows():

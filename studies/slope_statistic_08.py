@@ -1,0 +1,112 @@
+"""Chapter 8's slope claims: which statistic's t ratio follows its Student-t law (the rules' history).
+
+Redraws a smoke-profile model of chapter 8 (Experiment 1's Gaussian attention-only model, or
+Experiment 3's discrete attention-only one) ``--redraws`` times with ``--streams`` paired streams,
+pools the pairs' squared gaps at every depth, then resamples ``--sets`` sets of 16 pairs from the pool
+and reports, per depth, how often |z| exceeds the window's quantile k (Student-t, 15 dof, at the
+book's level) for
+
+* the slope of the mean gap over the pairs with a bootstrap SE over the pairs (the old statistic);
+* the mean over the pairs of each pair's log-log slope with its Student-t SE (``stats.mean_loglog_slope``),
+
+z being centred on the statistic's value over the whole pool.  Numbers in
+``notebooks/rules/08_depth_collapse.yml`` (stop 36) came from::
+
+    python studies/slope_statistic_08.py --seed 1452 --model gauss --redraws 400 --sets 20000
+    python studies/slope_statistic_08.py --seed 1458 --model dattn --redraws 400 --sets 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+from scipy import stats as sst
+
+from covbook.experiments import depth
+from covbook.rules import LEVEL
+from covbook.streams import Streams
+from covbook.transformer import CausalTransformer, mean_field, mean_field_gaussian
+
+
+def pooled_pairs(seed: int, model: str, redraws: int, streams: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs' gaps over the fitted checkpoints, shape (L+1, redraws·streams/2, n_fit), and the fitted t."""
+    st = Streams(seed, depth.CHAPTER)
+    torch.manual_seed(st.seed_for("global"))
+    s = depth.setting(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=512, n_streams=streams, quad_nodes=32,
+                      streams=st)
+    cp = s.checkpoints
+    if model == "gauss":
+        scale = depth.tail_safe_logit_scale(s.cov, list(depth.SCALES), kappa_min=depth.KAPPA_MIN, **s.shape,
+                                            seed=st.seed_for("gauss"))
+        net = CausalTransformer(**s.shape, logit_scale=scale, seed=st.seed_for("gauss"))
+        Ms = mean_field_gaussian(net, s.cov)
+    else:
+        shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, seed=st.seed_for("discrete"))
+        pilot = torch.multinomial(s.freqs, 16 * s.t_max, replacement=True,
+                                  generator=st.torch_generator("pilot")).view(16, s.t_max)
+        scale, _ = depth.sink_free_logit_scale(list(depth.SCALES), pilot, **shape)
+        net = CausalTransformer(**shape, logit_scale=scale)
+        tokens = torch.arange(s.vocab)
+        F = mean_field(net, tokens, s.freqs, tokens)  # (L+1, V, d)
+    out = []
+    for k in range(redraws):
+        g = st.torch_generator("study-redraw", k)
+        if model == "gauss":
+            z = torch.randn(streams, s.t_max, s.d_in, generator=g, dtype=torch.float64)
+            x = depth.paired(z @ torch.linalg.cholesky(s.cov).T, cp)  # (R, T, d_in)
+            Fx = torch.stack([x[:, cp - 1] @ M.T for M in Ms])  # (L+1, R, n_t, d)
+        else:
+            x = s.discrete_contexts(streams, g)  # (R, T)
+            Fx = F[:, x[:, cp - 1]]
+        sq, _ = depth.squared_gaps(net, x, Fx, cp)  # (L+1, R, n_t)
+        out.append(np.stack([depth.pair_means(q) for q in sq])[:, :, s.fit])
+    return np.concatenate(out, 1), s.t_fit
+
+
+def z_tails(pool: np.ndarray, t: np.ndarray, sets: int, n_pairs: int, rng: np.random.Generator,
+            n_boot: int = 400) -> dict[str, np.ndarray]:
+    """z of both statistics for ``sets`` resampled sets of ``n_pairs`` pairs from ``pool`` (P, n_fit)."""
+    x = np.log(t) - np.log(t).mean()
+    w = x / (x**2).sum()  # (n_fit,)
+    centre_mean, centre_log = w @ np.log(pool.mean(0)), (np.log(pool) @ w).mean()
+    z_mean, z_log = [], []
+    for start in range(0, sets, 500):
+        n = min(500, sets - start)
+        g = pool[rng.integers(0, len(pool), (n, n_pairs))]  # (n, pairs, n_fit)
+        b = np.log(g.mean(1)) @ w  # (n,)
+        boot = g[np.arange(n)[:, None, None], rng.integers(0, n_pairs, (n, n_boot, n_pairs))]
+        se = (np.log(boot.mean(2)) @ w).std(1, ddof=1)  # (n,)
+        z_mean.append((b - centre_mean) / se)
+        per = np.log(g) @ w  # (n, pairs)
+        z_log.append((per.mean(1) - centre_log) / (per.std(1, ddof=1) / np.sqrt(n_pairs)))
+    return {"slope of the mean, bootstrap SE": np.concatenate(z_mean),
+            "mean of the pairs' slopes, t SE": np.concatenate(z_log)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seed", type=int, default=1452)
+    p.add_argument("--model", choices=("gauss", "dattn"), default="gauss")
+    p.add_argument("--redraws", type=int, default=100)
+    p.add_argument("--streams", type=int, default=32)
+    p.add_argument("--sets", type=int, default=5000)
+    a = p.parse_args()
+    pool, t = pooled_pairs(a.seed, a.model, a.redraws, a.streams)
+    n_pairs = 16
+    k = sst.t.ppf(1 - LEVEL / 2, n_pairs - 1)
+    rng = np.random.default_rng(0)
+    x = np.log(t) - np.log(t).mean()
+    for l in range(1, pool.shape[0]):
+        per = np.log(pool[l]) @ (x / (x**2).sum())  # (P,): the pairs' slopes
+        pooled = x @ np.log(pool[l].mean(0)) / (x**2).sum()
+        print(f"L = {l}: pool of {pool.shape[1]} pairs; slope of the pooled mean {pooled:+.3f}, "
+              f"mean of the pairs' slopes {per.mean():+.3f} (SD {per.std():.3f}, skew {sst.skew(per):+.2f}, "
+              f"kurtosis {sst.kurtosis(per, fisher=False):.2f})")
+        for name, z in z_tails(pool[l], t, a.sets, n_pairs, rng).items():
+            print(f"    {name:34s} SD(z) {z.std():.2f}  P(|z| > k = {k:.2f}) {np.mean(np.abs(z) > k):.5f}")
+
+
+if __name__ == "__main__":
+    main()
