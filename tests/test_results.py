@@ -49,6 +49,9 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("statements: {id: T}\n", "must be a list"),
     ("other: 1\n", "unknown key"),
     ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], source: paper}\n", "source"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], source: abstract}\n", "needs 'abstract'"),
+    ("statements:\n  - {id: T, statement: x, chapter: 01_a, claims: [c], source: reconstruction, abstract: a}\n",
+     "only for a statement"),
 ])
 def test_malformed_data_file_is_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -151,8 +154,9 @@ def test_link_theorems_links_only_known_labels() -> None:
 
 
 def test_render_marks_the_source() -> None:
-    res = Results([Statement("T1", "x", "01_a", ("c",), source="abstract"),
+    res = Results([Statement("T1", "x", "01_a", ("c",), source="abstract", abstract="a says"),
                    Statement("T2", "y", "01_a", ("c",), source="reconstruction")])
     page = render(res, [_claim("c")], set())
-    assert "*The abstract's claim.* x" in page and "*The book's reconstruction.* y" in page
+    assert "*The abstract's claim:* a says *The book's statement:* x" in page
+    assert "*The book's reconstruction.* y" in page
     assert "Only the abstract of the paper is public" in page

@@ -1,6 +1,6 @@
 r"""Theorem boxes by label: which exist in the book, and prose that links to them.
 
-The chapters state the paper's results in sphinx-proof boxes (``{prf:theorem}`` etc.) with a
+The chapters state the book's reconstruction of the paper's results in sphinx-proof boxes (``{prf:theorem}`` etc.) with a
 ``:label:`` such as ``thm-01-gaussian-readout``.  Generated pages (the reproduction report, the
 results page) mention these labels; :func:`link_theorems` turns each mention of a label that
 exists in the built chapters into a ``{prf:ref}`` link to the box, and leaves any other text

@@ -359,6 +359,10 @@ def order_dependence(models: dict[str, CausalTransformer], ctx: Contexts, *, seq
         slope, se = slopes[kind, "nope", "text"]
         out.measure(f"{kind}_rate_text", slope, prediction=-0.5, se=se, dof=n_win - 1, n_win=n_win)
         out.glue(f"{kind}_rate_text_se", float(se))
+        # the two-sided test of the stationary rate itself (the claim above is one-sided): its z and verdict words
+        z_half = (float(slope) + 0.5) / float(se)
+        out.glue(f"{kind}_rate_text_z", abs(z_half))
+        out.glue(f"{kind}_half_verdict", "rejected" if abs(z_half) > quantile(n_win - 1) else "not rejected")
     slope, se = slopes["shuffle", "rotary", "text"]
     out.measure("shuffle_rotary_no_decay", slope, prediction=0.0, se=se, dof=n_win - 1, n_win=n_win)
     return out
