@@ -62,7 +62,7 @@ from covbook.transformer import (
 __all__ = [
     "CHAPTER", "SCALES", "Setting", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
     "setting", "recursion", "gaussian", "tail", "models", "positions", "markov",
-    "paired", "squared_gaps", "reach_of", "context_variance",
+    "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
 ]
 
 CHAPTER = "08"
