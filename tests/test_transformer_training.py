@@ -63,6 +63,18 @@ def test_training_lowers_the_loss_and_resumes_deterministically(tmp_path, monkey
         train_language_model(_tiny()[0], tokens, **{**kw, "lr": 3e-2, "checkpoint": ck})
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_model_on_cuda_resumes_from_its_checkpoint(tmp_path):
+    # found on an H200: the checkpoint is loaded onto the model's device, and the CPU generator's state with it,
+    # which torch.Generator.set_state refused ("RNG state must be a torch.ByteTensor")
+    kw = {"steps": 8, "batch_size": 4, "seq_len": 16, "lr": 2e-2, "seed": 0, "eval_every": 4, "checkpoint_every": 4}
+    ck = tmp_path / "ck.pt"
+    model, tokens = _tiny()
+    done = train_language_model(model.to("cuda"), tokens, **{**kw, "checkpoint": ck})
+    again = train_language_model(_tiny()[0].to("cuda"), tokens, **{**kw, "checkpoint": ck})  # loads, trains nothing
+    assert again.train_loss == done.train_loss
+
+
 def test_training_errors():
     model, tokens = _tiny()
     with pytest.raises(ValueError, match="lr"):

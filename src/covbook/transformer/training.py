@@ -247,7 +247,7 @@ def train_language_model(
         state = load_checkpoint(path, fingerprint=fp, map_location=model.device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
+        gen.set_state(state["generator"].cpu())  # a CPU generator: map_location moved its state to the model's device
         res = TrainResult(**state["result"])
         start = res.resumed_from = state["step"]
 
