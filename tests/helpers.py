@@ -61,10 +61,15 @@ def pipeline_steps() -> list[tuple[str, Path, float, float, float]]:
     return [(r["what"], Path(r["root"]), r["wall"], r["cpu"], r["started"]) for r in rows]
 
 
-def covbook(cwd: Path, *args: str, check: bool = False, timed: str | None = None) -> subprocess.CompletedProcess:
-    """Run the covbook command in ``cwd``; with ``timed``, record its wall and CPU seconds under that name."""
+def covbook(cwd: Path, *args: str, check: bool = False, timed: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the covbook command in ``cwd``; with ``timed``, record its wall and CPU seconds under that name.
+
+    ``env``: variables set for the command on top of this process's environment.
+    """
     before, start, started = os.times(), time.perf_counter(), time.time()
-    proc = subprocess.run([*COVBOOK, *args], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run([*COVBOOK, *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
     if timed:
         after = os.times()
         cpu = after.children_user - before.children_user + after.children_system - before.children_system

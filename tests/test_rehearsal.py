@@ -23,7 +23,6 @@ notebook rehearses, on the GPU.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,9 +88,11 @@ def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         if not REHEARSED:  # `covbook run` without names would run every notebook
             yield root
             return
-        jobs = str(min(2, os.cpu_count() or 1))
+        # one kernel at a time on one thread: the rehearsal is off the critical path of `make test` (the smoke
+        # notebooks, the book, the browser and the PDF are on it), and a third and fourth kernel on two cores
+        # only slowed everything down
         proc = covbook(root, "run", *REHEARSED, "--profile", "full", "--rehearse", "--device", REHEARSAL_DEVICE,
-                       "--jobs", jobs, "--no-progress", timed="rehearsal (full shapes)")
+                       "--jobs", "1", "--no-progress", timed="rehearsal (full shapes)", env={"COVBOOK_THREADS": "1"})
         print(proc.stdout, proc.stderr)
         yield root
 
