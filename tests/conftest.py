@@ -209,8 +209,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that uses the smoke run must be in its group (:func:`pipeline_group`): else, on another worker,
-    it would execute every notebook a second time."""
+    """Slow tests first; a test that uses the smoke run must be in its group (:func:`pipeline_group`): else, on
+    another worker, it would execute every notebook a second time."""
+    # the slow tests outside the pipelines (real kernels: clusters, sweeps, checkpoints) start first, right after
+    # the pipelines (the largest units), so that none of them is left to run alone at the end of the session
+    items.sort(key=lambda item: pipeline_group(item.nodeid) is None and item.get_closest_marker("notebooks") is None)
     stray = [item.nodeid for item in items
              if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())) and pipeline_group(item.nodeid) != "smoke"]
     if stray:
