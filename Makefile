@@ -47,8 +47,8 @@ pdf: book
 # table. The slow tests' two pipelines (the notebooks at smoke with their claims, the book built from them,
 # the browser and PDF tests; the rehearsal of the full profile, one kernel at a time) each stay on one worker
 # and, as the largest units of work, start first, then the other slow tests (tests/conftest.py, --dist
-# loadgroup); the fast tests fill the other workers and the pipelines' waits (kernel start-ups, Chromium). One worker more than there
-# are cores, since those waits leave a core idle. `make unit` runs the fast tests alone, in seconds.
+# loadgroup); the fast tests fill the other workers and the pipelines' waits (kernel start-ups, Chromium).
+# One worker more than there are cores, since those waits leave a core idle. `make unit` runs the fast tests alone, in seconds.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 test:
 	@$(STAGE) --reset

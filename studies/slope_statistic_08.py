@@ -25,7 +25,8 @@ import torch
 from scipy import stats as sst
 
 from covbook.experiments import depth
-from covbook.rules import LEVEL
+from covbook.rules import quantile
+from covbook.stats import loglog_slope, mean_loglog_slope
 from covbook.streams import Streams
 from covbook.transformer import CausalTransformer, mean_field, mean_field_gaussian
 
@@ -95,12 +96,11 @@ def main() -> None:
     a = p.parse_args()
     pool, t = pooled_pairs(a.seed, a.model, a.redraws, a.streams)
     n_pairs = 16
-    k = sst.t.ppf(1 - LEVEL / 2, n_pairs - 1)
+    k = quantile(n_pairs - 1)
     rng = np.random.default_rng(0)
-    x = np.log(t) - np.log(t).mean()
     for l in range(1, pool.shape[0]):
-        per = np.log(pool[l]) @ (x / (x**2).sum())  # (P,): the pairs' slopes
-        pooled = x @ np.log(pool[l].mean(0)) / (x**2).sum()
+        per = mean_loglog_slope(t, pool[l])[2]  # (P,): the pairs' slopes
+        pooled = loglog_slope(t, pool[l].mean(0))[0]
         print(f"L = {l}: pool of {pool.shape[1]} pairs; slope of the pooled mean {pooled:+.3f}, "
               f"mean of the pairs' slopes {per.mean():+.3f} (SD {per.std():.3f}, skew {sst.skew(per):+.2f}, "
               f"kurtosis {sst.kurtosis(per, fisher=False):.2f})")

@@ -353,7 +353,8 @@ def order_dependence(models: dict[str, CausalTransformer], ctx: Contexts, *, seq
     order_diff, order_se = mean_with_se(last_rotary - last_nope)
     out.glue("order_ratio", float(last_nope.mean() / last_rotary.mean()))
     out.glue("order_z", order_diff / order_se if order_se > 0 else float("nan"))
-    out.glue("t_quantile_text", quantile(n_win - 1))
+    k = quantile(n_win - 1)  # standard errors at the book's level for n_win replicates
+    out.glue("t_quantile_text", k)
     out.measure("order_contrast", order_diff, prediction=0.0, se=order_se, dof=n_win - 1, n_win=n_win)
     for kind in ("shuffle", "gap"):
         slope, se = slopes[kind, "nope", "text"]
@@ -362,7 +363,7 @@ def order_dependence(models: dict[str, CausalTransformer], ctx: Contexts, *, seq
         # the two-sided test of the stationary rate itself (the claim above is one-sided): its z and verdict words
         z_half = (float(slope) + 0.5) / float(se)
         out.glue(f"{kind}_rate_text_z", abs(z_half))
-        out.glue(f"{kind}_half_verdict", "rejected" if abs(z_half) > quantile(n_win - 1) else "not rejected")
+        out.glue(f"{kind}_half_verdict", "rejected" if abs(z_half) > k else "not rejected")
     slope, se = slopes["shuffle", "rotary", "text"]
     out.measure("shuffle_rotary_no_decay", slope, prediction=0.0, se=se, dof=n_win - 1, n_win=n_win)
     return out
