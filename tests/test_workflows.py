@@ -88,13 +88,13 @@ def test_actionlint_passes() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_the_readme_library_example_runs() -> None:
-    """The README's example of calling an experiment outside a notebook (a few seconds)."""
+def test_the_contributing_library_example_runs() -> None:
+    """CONTRIBUTING's example of calling an experiment outside a notebook (a few seconds)."""
     import re
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     example = next(b for b in blocks if "covbook.experiments" in b)
     scope: dict = {}
-    exec(compile(example.replace("print(", "found = ("), "README.md", "exec"), scope)  # noqa: S102
+    exec(compile(example.replace("print(", "found = ("), "CONTRIBUTING.md", "exec"), scope)  # noqa: S102
     assert {"value", "prediction", "se"} <= set(scope["found"])

@@ -101,7 +101,6 @@ class Rule:
     window: str
     theorem: str | None = None
     basis: str | None = None
-    history: str | None = None
     interval: tuple[float | None, float | None] | None = None
     tolerance: float | None = None
     alternatives: tuple[Alternative, ...] = ()
@@ -153,7 +152,6 @@ class Claim:
     window: str | None = None
     alternatives: list = field(default_factory=list)
     powered: bool | None = None
-    history: str | None = None
     profile: str | None = None
     per_run: bool = False
 
@@ -458,7 +456,7 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
     return Claim(id=m.id, notebook=m.notebook, statement=statement or rule.statement, measured=value,
                  expected=exp, tolerance=tol, lower=lo, upper=hi, passed=bool(passed), theorem=rule.theorem,
                  extra=extra, kind=rule.kind, basis=basis, reason=reason, window=rule.window,
-                 alternatives=alts, powered=powered, history=rule.history, profile=profile, per_run=rule.per_run)
+                 alternatives=alts, powered=powered, profile=profile, per_run=rule.per_run)
 
 
 # --- reading rules files ---------------------------------------------------------------------------------------
@@ -480,7 +478,7 @@ def _opt_float(v: object, where: str) -> float | None:
 def _rule(cid: str, raw: object, where: str) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: rule {cid!r} must be a mapping")
-    unknown = set(raw) - {"kind", "statement", "theorem", "window", "basis", "history", "interval", "tolerance",
+    unknown = set(raw) - {"kind", "statement", "theorem", "window", "basis", "interval", "tolerance",
                           "alternatives", "per_run"}
     if unknown:
         raise ValueError(f"{where}: rule {cid!r}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -511,14 +509,14 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
                              f"factor, got {a!r}")
         alts.append(Alternative(a["name"], _opt_float(a.get("value"), f"{where}: {cid}.alternatives"), a.get("key"),
                                 _opt_float(a.get("factor"), f"{where}: {cid}.alternatives")))
-    for k in ("theorem", "basis", "history"):
+    for k in ("theorem", "basis"):
         if raw.get(k) is not None and not isinstance(raw[k], str):
             raise ValueError(f"{where}: rule {cid!r}: {k} must be text")
     per_run = raw.get("per_run", False)
     if not isinstance(per_run, bool):
         raise ValueError(f"{where}: rule {cid!r}: per_run must be true or false, got {per_run!r}")
     return Rule(cid, kind, stmt.strip(), win, raw.get("theorem"), (raw.get("basis") or "").strip() or None,
-                (raw.get("history") or "").strip() or None, interval, tol, tuple(alts), per_run)
+                interval, tol, tuple(alts), per_run)
 
 
 def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:

@@ -80,8 +80,6 @@ def _theorem(c: Claim, labels: set[str]) -> str:
 def _row(name: str, c: Claim, labels: set[str]) -> str:
     basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if c.kind == "evidence"
                                             else "—")
-    if c.history:
-        basis += f" (history: {_cell(c.history)})"
     if c.reason:
         basis += f"; not evaluated: {_cell(c.reason)}"
     power = _cell(c.power_text()) if c.alternatives else "—"

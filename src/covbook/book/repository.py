@@ -41,6 +41,7 @@ __all__ = [
     "NOTEBOOKS_BRANCH",
     "SETUP_PLACEHOLDER",
     "SETUP_CELL",
+    "INSTALL_CELL",
     "Repository",
     "parse_github",
     "resolve_repository",
@@ -54,24 +55,24 @@ COLAB_URL = "https://colab.research.google.com"
 BINDER_URL = "https://mybinder.org"
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
-#: The first code cell of every chapter (tagged ``remove-cell``): library-free, so that a notebook
-#: opened outside a covbook checkout (Colab, a fresh Jupyter) installs covbook from the repository.
-#: Written as ruff formats it at the notebooks' line length (covbook.book.nblint), so that
-#: formatting the notebooks leaves it as it is.
+#: The first code cell of every chapter (tagged ``remove-cell``): two lines, run where covbook is installed
+#: (a clone after ``make setup``, the book's own runs).  Publishing replaces it by :data:`INSTALL_CELL`.
 SETUP_CELL = f"""\
+# Setup: a published notebook opened outside a checkout installs covbook here.
+{SETUP_PLACEHOLDER}  # set when the executed notebooks are published"""
+#: The setup cell of a published notebook (:func:`fill_setup_source` fills in ``COVBOOK_SOURCE``):
+#: library-free, so that a notebook opened outside a covbook checkout installs covbook's runtime, and
+#: shows pip's own output when the install fails.  Written as ruff formats it at the notebooks' line
+#: length (covbook.book.nblint).
+INSTALL_CELL = f"""\
 # Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
 # its repository.
 import importlib.util
 import subprocess
 import sys
 
-{SETUP_PLACEHOLDER}  # set when the executed notebooks are published
+{SETUP_PLACEHOLDER}
 if importlib.util.find_spec("covbook") is None:
-    if COVBOOK_SOURCE is None:
-        raise ModuleNotFoundError(
-            "covbook is not installed: run `make setup` in a clone of the book's "
-            "repository"
-        )
     # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
     done = subprocess.run(
@@ -189,12 +190,20 @@ _PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDE
 
 
 def fill_setup_source(source: str, install_source: str) -> str:
-    """Replace the setup cell's placeholder line by ``COVBOOK_SOURCE = "<install_source>"``.
+    """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``.
 
-    >>> fill_setup_source("COVBOOK_SOURCE = None  # filled in", "git+https://github.com/o/r@b")
-    'COVBOOK_SOURCE = "git+https://github.com/o/r@b"'
+    Any other cell is returned unchanged.
+
+    >>> filled = fill_setup_source(SETUP_CELL, "git+https://github.com/o/r@b")
+    >>> 'COVBOOK_SOURCE = "git+https://github.com/o/r@b"' in filled.splitlines()
+    True
+    >>> fill_setup_source("x = 1", "git+https://github.com/o/r@b")
+    'x = 1'
     """
-    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}", source)
+    if not _PLACEHOLDER_LINE.search(source):
+        return source
+    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
+                                 INSTALL_CELL)
 
 
 def fill_notebook_file(path: str | os.PathLike, install_source: str) -> bool:
