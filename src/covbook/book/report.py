@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from covbook.book.checks import Verdict, check
+from covbook.book.costs import run_costs_markdown
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
@@ -178,6 +179,7 @@ def write_report(paths: Paths) -> Path:
         p = meta.get("parameters", {})
         lines.append(f"| {name} | {p.get('profile')} | {meta.get('device_used', p.get('device'))} | {p.get('seed')} | "
                      f"{meta.get('seconds', float('nan')):.1f} | {meta.get('status')} | {meta.get('finished', '')} |")
+    lines += ["", "## What the runs cost", "", run_costs_markdown(paths).rstrip()]
     lines += ["", "## Environment", "", "| | |", "| --- | --- |",
               f"| git commit | {git_commit(paths.root)} |", f"| platform | {_cell(platform.platform())} |"]
     lines += [f"| {k} | {val} |" for k, val in versions().items()]

@@ -1,0 +1,109 @@
+r"""What the runs cost: a table per notebook, profile and device, rendered from run records.
+
+The reproduction page shows it, so that no time a machine measured is ever typed into prose.  The
+rows come from every successful run record the book's tree holds: the book's own run
+(``book/generated/runs/``) and the stored seeds of every sweep
+(``book/generated/sweep/<profile>/seed-N/book/generated/runs/``).  For each (notebook, profile,
+device) with runs :math:`r = 1, \dots, n` of wall time :math:`w_r` and CPU time :math:`c_r`, a row
+shows :math:`n`, the median wall time, :math:`\min_r w_r`–:math:`\max_r w_r`, and the median CPU
+time over the runs that recorded it.  Rehearsals (full shapes at short lengths) are left out: their
+times are not those of the profile.  ``.covbook/timings.json`` (the plan's calibration) is not read:
+the book build reads nothing under ``.covbook/``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from covbook._jsonio import DamagedFile
+from covbook.book.config import Paths
+from covbook.book.records import RunRecord, read_run
+
+__all__ = ["CostRow", "run_costs", "run_costs_markdown"]
+
+#: The table as the reproduction page shows it (Jinja2, which ships with Sphinx).
+TEMPLATE = """\
+{% if rows -%}
+Every time below was measured by the run it belongs to and read from its run record: the book's own
+run and every stored seed of a sweep. Wall time depends on the machine and its load; CPU time less so.
+
+| notebook | profile | device | runs | wall time, median (s) | wall time, range (s) | CPU time, median (s) |
+| --- | --- | --- | --- | --- | --- | --- |
+{% for r in rows -%}
+| {{ r.notebook }} | {{ r.profile }} | {{ r.device }} | {{ r.runs }} | {{ "%.1f" | format(r.wall_median) }} \
+| {{ "%.1f" | format(r.wall_min) }}–{{ "%.1f" | format(r.wall_max) }} \
+| {{ "—" if r.cpu_median is none else "%.1f" | format(r.cpu_median) }} |
+{% endfor -%}
+{% else -%}
+No run record holds a time yet: run `covbook run` first.
+{% endif -%}
+"""
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """The measured cost of one notebook at one profile on one device, over ``runs`` runs."""
+
+    notebook: str
+    profile: str
+    device: str
+    runs: int
+    wall_median: float
+    wall_min: float
+    wall_max: float
+    cpu_median: float | None
+
+
+def _record_dirs(paths: Paths) -> list[Path]:
+    """The book's run records folder, then each stored sweep seed's, in a stable order."""
+    seeds = sorted((paths.generated / "sweep").glob("*/seed-*"))
+    return [paths.runs] + [Paths(s).runs for s in seeds]
+
+
+def _records(paths: Paths) -> list[RunRecord]:
+    out = []
+    for folder in _record_dirs(paths):
+        for f in sorted(folder.glob("[0-9][0-9]_*.json")):
+            try:
+                rec = read_run(f)
+            except (OSError, DamagedFile):
+                continue  # `covbook check` names a damaged record; a cost table does not stop the build
+            if rec is not None and rec.ok and not rec.rehearsal and rec.seconds is not None and rec.profile:
+                out.append(rec)
+    return out
+
+
+def run_costs(paths: Paths) -> list[CostRow]:
+    """One :class:`CostRow` per (notebook, profile, device) among the tree's successful run records.
+
+    Parameters
+    ----------
+    paths
+        The project's paths; records are read from ``paths.runs`` and the stored sweeps.
+
+    Returns
+    -------
+    list of CostRow
+        Sorted by notebook, then profile, then device.
+    """
+    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for rec in _records(paths):
+        name = str(rec.get("notebook", ""))
+        groups.setdefault((name, rec.profile, rec.device_used or "?"), []).append(rec)
+    rows = []
+    for (name, profile, device), recs in sorted(groups.items()):
+        wall = [r.seconds for r in recs]  # (n,)
+        cpu = [float(r["cpu_seconds"]) for r in recs if isinstance(r.get("cpu_seconds"), int | float)]
+        rows.append(CostRow(name, profile, device, len(recs), statistics.median(wall), min(wall), max(wall),
+                            statistics.median(cpu) if cpu else None))
+    return rows
+
+
+def run_costs_markdown(paths: Paths) -> str:
+    """The run-costs table of the reproduction page (Markdown), or one line saying there is no record yet."""
+    import jinja2  # with the [book] extra (Sphinx's own dependency), which `covbook build` needs anyway
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)  # noqa: S701
+    return env.from_string(TEMPLATE).render(rows=run_costs(paths))

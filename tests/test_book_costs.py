@@ -1,0 +1,47 @@
+"""The run-costs table of the reproduction page (covbook.book.costs): rendered from run records only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from covbook.book.config import Paths
+from covbook.book.costs import CostRow, run_costs, run_costs_markdown
+
+
+def _record(folder: Path, name: str, profile: str, seconds: float, cpu: float | None = None, *,
+            status: str = "ok", rehearsal: bool = False, device: str = "cpu") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rec = {"notebook": name, "parameters": {"profile": profile, "seed": 0}, "seconds": seconds,
+           "device_used": device, "rehearsal": rehearsal, "status": status}
+    if cpu is not None:
+        rec["cpu_seconds"] = cpu
+    (folder / f"{name}.json").write_text(json.dumps(rec))
+
+
+def test_costs_group_the_books_run_and_the_sweeps_seeds(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    _record(paths.runs, "01_a", "quick", 30.0, 25.0)
+    for seed, (wall, cpu) in zip((5, 6, 7), ((10.0, 8.0), (14.0, 9.0), (12.0, None)), strict=True):
+        _record(Paths(paths.generated / "sweep" / "smoke" / f"seed-{seed}").runs, "01_a", "smoke", wall, cpu)
+    _record(Paths(paths.generated / "sweep" / "smoke" / "seed-8").runs, "01_a", "smoke", 99.0, status="failed")
+    _record(Paths(paths.generated / "sweep" / "smoke" / "seed-9").runs, "02_b", "full", 7.0, rehearsal=True)
+    assert run_costs(paths) == [
+        CostRow("01_a", "quick", "cpu", 1, 30.0, 30.0, 30.0, 25.0),
+        CostRow("01_a", "smoke", "cpu", 3, 12.0, 10.0, 14.0, 8.5),  # median CPU over the 2 runs that recorded it
+    ]  # a failed run and a rehearsal cost nothing here: their times are not the profile's
+
+
+def test_costs_table_is_rendered_from_the_records(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    _record(paths.runs, "01_a", "quick", 30.04, None, device="cuda")
+    text = run_costs_markdown(paths)
+    assert "| 01_a | quick | cuda | 1 | 30.0 | 30.0–30.0 | — |" in text.splitlines()
+
+
+def test_no_records_says_so_and_a_damaged_one_is_skipped(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    assert run_costs_markdown(paths).strip() == "No run record holds a time yet: run `covbook run` first."
+    paths.runs.mkdir(parents=True)
+    (paths.runs / "01_a.json").write_text("{not json")
+    assert run_costs(paths) == []
