@@ -15,7 +15,7 @@ stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 setup: $(STAMP)
 
 # torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and
-# dev extras (by uv, which resolves and installs them in ~11 s where pip takes ~90 s on a 2-core machine; pip
+# dev extras (by uv, which resolves and installs them several times faster than pip; pip
 # when uv cannot be installed or fails; torch stays pip's, as it is already installed and satisfies the
 # requirement; --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and every kernel would
 # otherwise compile what it imports), the package's own modules compiled too, then the Jupyter kernel `covbook`
