@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from claims_fixtures import claim, fake_project
 from covbook.book.config import Paths
 from covbook.book.costs import CostRow, run_costs, run_costs_markdown
 
@@ -45,3 +46,12 @@ def test_no_records_says_so_and_a_damaged_one_is_skipped(tmp_path: Path) -> None
     paths.runs.mkdir(parents=True)
     (paths.runs / "01_a.json").write_text("{not json")
     assert run_costs(paths) == []
+
+
+def test_the_reproduction_page_shows_the_run_costs(tmp_path: Path) -> None:
+    from covbook.book.report import write_report
+
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
+    text = write_report(Paths(proj)).read_text(encoding="utf-8")
+    assert "## What the runs cost" in text
+    assert "| 01_alpha | smoke | cpu | 1 | 1.0 | 1.0–1.0 | — |" in text.splitlines()

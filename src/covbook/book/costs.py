@@ -91,7 +91,8 @@ def run_costs(paths: Paths) -> list[CostRow]:
     groups: dict[tuple[str, str, str], list[RunRecord]] = {}
     for rec in _records(paths):
         name = str(rec.get("notebook", ""))
-        groups.setdefault((name, rec.profile, rec.device_used or "?"), []).append(rec)
+        device = rec.device_used or str(rec.parameters.get("device") or "?")  # the resolved device, else the asked one
+        groups.setdefault((name, rec.profile, device), []).append(rec)
     rows = []
     for (name, profile, device), recs in sorted(groups.items()):
         wall = [r.seconds for r in recs]  # (n,)
