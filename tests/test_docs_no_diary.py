@@ -102,3 +102,15 @@ def test_a_rule_has_no_history_key() -> None:
     text = "c:\n  kind: sanity\n  statement: s\n  window: fixed\n  interval: [0, 1]\n  history: changed once\n"
     with pytest.raises(ValueError, match="unknown key.*history"):
         parse_rules(text, "rules")
+
+
+def test_readme_lists_every_chapter_by_its_title() -> None:
+    """The README's chapter table names each chapter as its page does (its `#` title), in the book's order."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\|[^|]*\| (\d\d) (.+?) \|$", readme, flags=re.MULTILINE)
+    chapters = []
+    for path in sorted(ROOT.glob("notebooks/[0-9][0-9]_*.md")):
+        title = next(line[2:].strip() for line in path.read_text(encoding="utf-8").splitlines()
+                     if line.startswith("# "))
+        chapters.append((path.name[:2], title))
+    assert listed == chapters
