@@ -236,3 +236,12 @@ def test_ctrl_c_or_sigterm_stops_the_cluster_and_its_kernels(project, signum):
         time.sleep(0.2)
     assert not (project / "book" / "generated" / "runs").exists()
     assert not list((project / ".covbook" / "tmp").glob("*"))
+
+
+@pytest.mark.notebooks
+def test_a_cluster_job_has_the_local_time_limit(project):
+    """The job, and so its time limit, is the local pool's: past ``--timeout`` it fails naming the running cell."""
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
+    res = covbook(project, "run", "02", "--profile", "smoke", "--timeout", "8", "--no-progress", "--cluster", "local:1")
+    assert res.returncode == 1 and "timed out after 8 s" in res.stderr, res.stdout + res.stderr
+    assert "(index 3: 'import time')" in res.stderr, res.stderr

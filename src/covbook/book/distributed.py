@@ -35,8 +35,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,23 +85,6 @@ def parse_cluster(spec: str) -> tuple[str, object]:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what CI systems, ``timeout`` and SLURM send) stops the run like Ctrl-C, unless someone handles it."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextmanager
 def open_cluster(spec: str) -> Iterator[Cluster]:
     """Start (``local:N``) or connect to a Dask cluster for the duration of the block.
 
@@ -118,7 +99,7 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
     except ImportError as err:
         raise UsageError(f"--cluster needs Dask distributed, the optional cluster extra: {EXTRA}") from err
     local = scratch = None
-    with _sigterm_as_interrupt(), dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
         try:
             if kind == "local":
                 import logging
@@ -148,18 +129,6 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _quiet_closed_client(hook):
-    """``sys.unraisablehook`` without the "IOLoop is closed" that a worker's closed client prints when collected
-    after its loop (the worker's stderr is the command's); every other message goes to ``hook``."""
-    def quiet(unraisable) -> None:
-        exc, obj = getattr(unraisable, "exc_value", None), getattr(unraisable, "object", None)
-        if not (isinstance(exc, RuntimeError) and str(exc) == "IOLoop is closed"
-                and "Client.__del__" in getattr(obj, "__qualname__", "")):
-            hook(unraisable)
-
-    return quiet
-
-
 def _own_process_group():
     """A worker plugin of a local cluster: the worker process leaves the terminal's process group, so that
     Ctrl-C reaches only the client, which then stops the jobs and closes the cluster in order."""
@@ -171,7 +140,6 @@ def _own_process_group():
                 os.setpgid(0, 0)
             except OSError:  # a session leader, or not allowed: Ctrl-C then reaches the worker too
                 pass
-            sys.unraisablehook = _quiet_closed_client(sys.unraisablehook)
 
         async def teardown(self, worker) -> None:
             from inspect import isawaitable
