@@ -27,6 +27,7 @@ jobs (their kernels go with them), cancels the queue, keeps what finished,
 removes the temporaries and raises :class:`Interrupted`.
 Temporaries live in ``.covbook/tmp/<run-id>/``, never under ``book/``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -1025,16 +1026,16 @@ def commit_with_checkpoints(paths: Paths, outcome: dict, checkpoints: dict[str, 
             shutil.rmtree(staged, ignore_errors=True)
 
 
-def commit_job(fut, paths: Paths, name: str, rundir: Path, digest: str, say=None) -> Result:
+def commit_job(fut, paths: Paths, name: str, rundir: Path, digest: str, say=None) -> Result | None:
     """Commit a finished job's outputs into ``paths`` (the notebook and claims it returned as bytes are first
     put in ``rundir``); a failed Result, committing nothing, when it raised.  ``say``: where its note goes.
 
-    Raises :class:`Stopped` for a job the run's stop reached first.
+    ``None`` for a job the run's stop reached first (not finished, nothing committed).
     """
     try:
         payload = fut.result()
     except Stopped:
-        raise
+        return None
     except JobFailed as err:
         return Result(name, "failed", 0.0, str(err))
     except Exception as err:  # noqa: BLE001 - a killed worker (KilledWorker), a broken pool, a refused worker
@@ -1171,7 +1172,8 @@ def run_trees(
             done, _ = cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)
             for fut in done:
                 i, job = pending.pop(fut)
-                r = commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest, say=bar.write)
+                r = commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest, say=bar.write) or Result(
+                    job.name, "failed", 0.0, "stopped on its worker before it finished")
                 results[i].append(r)
                 if r.status == "ok":
                     _record_timing(trees[i][0], job, r, profile_key)
@@ -1220,8 +1222,9 @@ def _stop_jobs(stop, pending: dict, trees: list, rundirs: list[Path], results: l
     cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
     for fut, (i, job) in list(pending.items()):
         if fut.done() and not fut.cancelled():
-            with contextlib.suppress(Stopped):
-                results[i].append(commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest))
+            r = commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest)
+            if r is not None:
+                results[i].append(r)
                 del pending[fut]
 
 
