@@ -254,7 +254,7 @@ class Cluster:
         self.client.wait_for_workers(1)
         return self.client.submit(resolve_device, device, pure=False).result()
 
-    def executor(self, paths: Paths):
+    def executor(self, paths: Paths, n_jobs: int | None = None):
         self.files = self.client.submit(_given, notebook_files(paths), pure=False)
         return self.client.get_executor(pure=False)
 

@@ -1086,10 +1086,11 @@ class LocalPool:
     def resolve_device(self, device: str) -> str:
         return resolve_device(device)
 
-    def executor(self, paths: Paths) -> cf.Executor:
-        methods = multiprocessing.get_all_start_methods()  # fork: the pool inherits the lock's file
-        ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-        return cf.ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_pool_worker, initargs=(os.getpid(),))
+    def executor(self, paths: Paths, n_jobs: int | None = None) -> cf.Executor:
+        """A pool of ``jobs`` processes (no more than ``n_jobs``, the jobs to run), forked so they hold the lock."""
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        return cf.ProcessPoolExecutor(min(self.jobs, n_jobs or self.jobs), mp_context=ctx, initializer=_pool_worker,
+                                      initargs=(os.getpid(),))
 
     def stop_signal(self, run_id: str, rundir: Path) -> StopFile:
         return StopFile(str(rundir / "stop"))
@@ -1150,7 +1151,7 @@ def run_trees(
             for d in rundirs:
                 d.mkdir(parents=True, exist_ok=True)
             stop = engine.stop_signal(run_id, rundirs[0])
-            executor = engine.executor(trees[0][0])
+            executor = engine.executor(trees[0][0], len(todo))
             notes: list[str] = []
             for i, job in todo:
                 paths = trees[i][0]
