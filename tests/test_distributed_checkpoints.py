@@ -1,4 +1,4 @@
-"""Checkpoints on a cluster (covbook.book.distributed): packed as bytes, carried both ways, committed with the run.
+"""Checkpoints of a job run in a scratch tree (a cluster's): packed as bytes, carried both ways, committed with the run.
 
 The fast tests call the pack, unpack, scratch-tree and commit functions directly (no Dask, no notebook);
 the slow one runs chapter 10 at smoke on ``--cluster local:1`` and then locally, and checks that the
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from covbook.book import distributed as dist
 from covbook.book import runner
 from covbook.book.config import Paths
 from helpers import book_project, covbook
@@ -51,26 +50,26 @@ def test_pack_and_unpack_round_trip_the_folder_as_bytes(tmp_path):
     src = _folder(tmp_path / "src", {"10_nope_1.pt": b"\x00nope", "sub/10_rotary_2.pt": b"rotary\xff"})
     (src / ".10_nope_1.pt.tmp123").write_bytes(b"half-written")  # an atomic write cut short: not carried
     (src / "link.pt").symlink_to(src / "10_nope_1.pt")  # not a plain file: not carried
-    packed = dist.pack_checkpoints(src)
+    packed = runner.pack_checkpoints(src)
     assert packed == {"10_nope_1.pt": b"\x00nope", "sub/10_rotary_2.pt": b"rotary\xff"}
-    dist.unpack_checkpoints(packed, tmp_path / "dst" / "deep")
-    assert dist.pack_checkpoints(tmp_path / "dst" / "deep") == packed
-    assert dist.pack_checkpoints(tmp_path / "nothing") is None  # no folder: nothing to carry (not {})
-    assert dist.pack_checkpoints(_folder(tmp_path / "empty", {})) == {}
+    runner.unpack_checkpoints(packed, tmp_path / "dst" / "deep")
+    assert runner.pack_checkpoints(tmp_path / "dst" / "deep") == packed
+    assert runner.pack_checkpoints(tmp_path / "nothing") is None  # no folder: nothing to carry (not {})
+    assert runner.pack_checkpoints(_folder(tmp_path / "empty", {})) == {}
 
 
 def test_pack_refuses_a_folder_over_the_limit_before_reading_it(tmp_path):
     src = _folder(tmp_path / "src", {"a.pt": b"x" * 600, "b.pt": b"y" * 500})
-    assert dist.pack_checkpoints(src, limit=1100) is not None
-    with pytest.raises(dist.CheckpointsTooLarge, match="CHECKPOINT_MAX_BYTES"):
-        dist.pack_checkpoints(src, limit=1099)
-    assert dist.CHECKPOINT_MAX_BYTES >= 128 << 20  # chapter 10 at --profile full makes ~77 MB
+    assert runner.pack_checkpoints(src, limit=1100) is not None
+    with pytest.raises(runner.CheckpointsTooLarge, match="CHECKPOINT_MAX_BYTES"):
+        runner.pack_checkpoints(src, limit=1099)
+    assert runner.CHECKPOINT_MAX_BYTES >= 128 << 20  # chapter 10 at --profile full makes ~77 MB
 
 
 @pytest.mark.parametrize("rel", ["../escape.pt", "/abs.pt", "a/../../escape.pt", ".hidden.pt", ""])
 def test_unpack_refuses_paths_outside_the_folder_and_writes_nothing(tmp_path, rel):
     with pytest.raises(ValueError, match="outside its folder"):
-        dist.unpack_checkpoints({"fine.pt": b"1", rel: b"2"}, tmp_path / "dst")
+        runner.unpack_checkpoints({"fine.pt": b"1", rel: b"2"}, tmp_path / "dst")
     assert not (tmp_path / "dst").exists() and not (tmp_path / "escape.pt").exists()
 
 
@@ -80,14 +79,14 @@ def test_a_scratch_tree_puts_the_checkpoints_where_the_runner_looks_and_returns_
     job = {"name": NAME, "digest": DIGEST}
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    dist.scratch_tree(scratch, job, {"profiles.yml": b"{}\n", "rules/x.yml": b"a: 1\n"}, {"10_nope_k.pt": b"old"})
+    runner.scratch_tree(scratch, job, {"profiles.yml": b"{}\n", "rules/x.yml": b"a: 1\n"}, {"10_nope_k.pt": b"old"})
     here = runner._checkpoints(Paths(scratch), job)  # what the notebook's CHECKPOINT_ENV names
     assert (here / "10_nope_k.pt").read_bytes() == b"old"
     assert (scratch / "notebooks" / "rules" / "x.yml").read_bytes() == b"a: 1\n"
     (here / "10_rotary_k.pt").write_bytes(b"new")  # the notebook trained the other model
-    assert dist.returned_checkpoints(scratch, job, {"error": None}) == (
+    assert runner.returned_checkpoints(scratch, job, {"error": None}) == (
         {"10_nope_k.pt": b"old", "10_rotary_k.pt": b"new"}, None)
-    assert dist.returned_checkpoints(scratch, job, {"error": "cell 3 raised"}) == (None, None)
+    assert runner.returned_checkpoints(scratch, job, {"error": "cell 3 raised"}) == (None, None)
     # --force on the worker retrains, as locally (the client sends nothing then, either)
     assert not any(runner._checkpoints(Paths(scratch), {**job, "force": True}).glob("*"))
 
@@ -96,21 +95,21 @@ def test_outgoing_checkpoints_follow_the_local_key_rules(tmp_path, monkeypatch):
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"mine"})
     _folder(runner.checkpoint_folder(paths, NAME, OTHER), {"10_nope_j.pt": b"other code"})
-    assert dist.outgoing_checkpoints(paths, NAME, DIGEST, force=False) == {"10_nope_k.pt": b"mine"}
+    assert runner.outgoing_checkpoints(paths, NAME, DIGEST, force=False) == {"10_nope_k.pt": b"mine"}
     assert not runner.checkpoint_folder(paths, NAME, OTHER).exists()  # another key: never usable, removed
-    assert dist.outgoing_checkpoints(paths, NAME, DIGEST, force=True) is None  # --force retrains ...
+    assert runner.outgoing_checkpoints(paths, NAME, DIGEST, force=True) is None  # --force retrains ...
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"mine"}  # ... and the old folder stays till it succeeds
-    assert dist.outgoing_checkpoints(paths, "01_other", DIGEST, force=False) is None
+    assert runner.outgoing_checkpoints(paths, "01_other", DIGEST, force=False) is None
     notes: list[str] = []
-    monkeypatch.setattr(dist, "CHECKPOINT_MAX_BYTES", 3)  # over the limit: not sent, and said
-    assert dist.outgoing_checkpoints(paths, NAME, DIGEST, force=False, say=notes.append) is None
+    monkeypatch.setattr(runner, "CHECKPOINT_MAX_BYTES", 3)  # over the limit: not sent, and said
+    assert runner.outgoing_checkpoints(paths, NAME, DIGEST, force=False, say=notes.append) is None
     assert len(notes) == 1 and "not sent" in notes[0], notes
 
 
 def test_a_successful_job_replaces_the_folder_in_one_swap_with_its_outputs(tmp_path):
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old", "stale.pt": b"gone"})
-    res = dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"),
+    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"),
                                        {"10_nope_k.pt": b"new", "10_rotary_k.pt": b"r"}, DIGEST)
     assert res["status"] == "ok", res
     assert (paths.runs / f"{NAME}.json").is_file() and (paths.generated / f"{NAME}.ipynb").is_file()
@@ -121,7 +120,7 @@ def test_a_successful_job_replaces_the_folder_in_one_swap_with_its_outputs(tmp_p
 def test_a_job_without_checkpoints_leaves_the_folder_alone(tmp_path):
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
-    assert dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), None, DIGEST)["status"] == "ok"
+    assert runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), None, DIGEST)["status"] == "ok"
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
 
 
@@ -131,7 +130,7 @@ def test_a_failed_job_changes_no_checkpoint_folder(tmp_path, old):
     if old:
         _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
     before = _tree(paths) if old else None
-    res = dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run", error="cell 9 raised"),
+    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run", error="cell 9 raised"),
                                        {"10_nope_k.pt": b"partial"}, DIGEST)
     assert res["status"] == "failed"
     assert (_tree(paths) == before) if old else not (paths.checkpoints / NAME).exists()
@@ -148,7 +147,7 @@ def test_outputs_that_fail_to_commit_take_the_new_checkpoints_back(tmp_path, mon
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(runner, "commit_files", full_disk)
-    res = dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
     assert res["status"] == "failed" and "could not write the outputs" in res["error"], res
     assert _tree(paths) == ({f"{DIGEST[:16]}/10_nope_k.pt": b"old"} if old else {})
 
@@ -161,8 +160,8 @@ def test_checkpoints_that_cannot_be_written_fail_the_run_and_keep_the_old_folder
         (Path(folder) / "10_nope_k.pt").write_bytes(b"ha")  # half of it written, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dist, "unpack_checkpoints", full_disk)
-    res = dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+    monkeypatch.setattr(runner, "unpack_checkpoints", full_disk)
+    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
     assert res["status"] == "failed" and "could not write the checkpoints" in res["error"], res
     assert not (paths.runs / f"{NAME}.json").exists()  # the outputs did not commit either
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
@@ -177,7 +176,7 @@ def test_ctrl_c_during_the_commit_puts_the_old_folder_back(tmp_path, monkeypatch
 
     monkeypatch.setattr(runner, "commit_files", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        dist.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+        runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
 
 
@@ -204,14 +203,14 @@ def test_collect_commits_the_returned_folder_and_a_killed_job_none(tmp_path):
     paths = Paths(tmp_path)
     rundir = tmp_path / ".covbook" / "tmp" / "run"
     rundir.mkdir(parents=True)
-    r = dist._collect(_Future(error=RuntimeError("KilledWorker: 3 workers died")), paths, NAME, rundir, DIGEST)
+    r = runner.commit_job(_Future(error=RuntimeError("KilledWorker: 3 workers died")), paths, NAME, rundir, DIGEST)
     assert r.status == "failed" and not paths.checkpoints.exists()
     outcome = _outcome(paths, tmp_path / "built")
     payload = {"outcome": {k: outcome[k] for k in ("name", "meta", "error")},
                "notebook": (tmp_path / "built" / f"{NAME}.ipynb").read_bytes(), "claims": b"[]",
                "checkpoints": {"10_nope_k.pt": b"trained"}, "note": "a note"}
     notes: list[str] = []
-    r = dist._collect(_Future(payload), paths, NAME, rundir, DIGEST, say=notes.append)
+    r = runner.commit_job(_Future(payload), paths, NAME, rundir, DIGEST, say=notes.append)
     assert r.status == "ok", r
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"trained"}
     assert notes == [f"  note    {NAME}: a note"]

@@ -149,6 +149,19 @@ def test_stderr_in_a_visible_cell_is_what_the_build_refuses():
     assert runner.stderr_problem(nb([], "stdout")) is None
 
 
+def test_the_light_myst_reader_reads_every_code_cell_as_jupytext_does():
+    """Planning (syntax check, parameters, the science a chapter imports) reads the cells papermill will run."""
+    import jupytext
+
+    from covbook.book.config import _myst_code_cells, discover
+
+    for path in discover(Paths(ROOT)).values():
+        text = path.read_text(encoding="utf-8")
+        cells = [c for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code"]
+        assert [(o.get("tags"), src) for o, src in _myst_code_cells(text)] == [
+            (c.metadata.get("tags"), c.source) for c in cells], path.name
+
+
 def test_kernel_sockets_go_to_a_short_folder_under_a_long_tmpdir(tmp_path, monkeypatch):
     deep = tmp_path / ("d" * 90)
     deep.mkdir()
@@ -284,6 +297,27 @@ def test_a_child_given_the_lock_file_holds_the_tree_until_it_exits(project):
     child.wait()
     with tree_lock(paths.lock, "covbook run"):
         pass
+
+
+def test_the_local_pool_holds_the_tree_until_its_processes_exit(project):
+    """The pool's processes are forked holding the lock's file: while one lives (its covbook process killed, say)
+    no other command writes the tree; once they are gone it is free."""
+    paths = Paths(project)
+    with tree_lock(paths.lock, "covbook run") as held:
+        pool = runner.LocalPool(1, held.fd).executor(paths)
+        assert pool.submit(abs, -1).result() == 1  # its process is up
+    with pytest.raises(Busy):
+        with tree_lock(paths.lock, "covbook run"):
+            pass
+    pool.shutdown(wait=True)
+    with tree_lock(paths.lock, "covbook run"):
+        pass
+
+
+def test_a_job_the_stop_reached_first_starts_nothing(tmp_path):
+    with pytest.raises(runner.Stopped):
+        runner.run_job({"name": "01_alpha", "rundir": str(tmp_path / "run")}, stop=lambda: True)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_killed_build_takes_its_jupyter_book_child_and_the_lock_with_it(project):

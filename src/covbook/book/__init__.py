@@ -5,7 +5,9 @@ Modules (none imports torch or numpy at import time):
 - :mod:`covbook.book.config`: paths, the profiles file, a notebook's parameters;
 - :mod:`covbook.book.cache`: the cache key (notebook, parameters, science code,
   versions, device) and the verification of stored outputs;
-- :mod:`covbook.book.runner`: executes notebooks in worker processes;
+- :mod:`covbook.book.runner`: a notebook's job (its process, time limit, stop and commit) and the run
+  that submits the jobs to an executor, a local process pool by default;
+- :mod:`covbook.book.distributed`: the same jobs on a Dask cluster (``--cluster``);
 - :mod:`covbook.book.plan`: ``covbook run --plan`` (work and time estimates);
 - :mod:`covbook.book.lock`: one writer per tree;
 - :mod:`covbook.book.repository`: the book's GitHub repository, from one place, and the

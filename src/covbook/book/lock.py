@@ -7,6 +7,9 @@ lock.  It belongs to the open file, not to the process: a child started with
 workers) holds the tree until it exits too, even if its parent was killed.
 Next to it, ``.covbook/lock.json`` says who holds it (pid, command, start time),
 so a second invocation can say whom it is waiting for.
+
+Not ``filelock``: its release unlocks the open file (``LOCK_UN``) and it drops the lock in a
+forked child, so a child holding the file (the pool's processes, ``jupyter-book``) would lose the tree.
 """
 
 from __future__ import annotations

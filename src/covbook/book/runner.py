@@ -1,4 +1,4 @@
-"""Execute the book's notebooks: jupytext -> papermill -> book/generated/.
+"""Execute the book's notebooks: jupytext -> papermill -> book/generated/, on one executor.
 
 Each MyST-markdown notebook in ``notebooks/`` is read with jupytext, executed by
 papermill with the parameters of a profile, and written (atomically) to
@@ -12,17 +12,29 @@ Every input problem visible before a kernel starts (unknown notebook or
 parameter, a value of the wrong type or sign, a device that is not there) is a
 :class:`UsageError`, raised before any kernel starts.
 
-Each notebook runs in its own worker process (``python -m covbook.book.runner
-JOB``), in its own session, so that the terminal's Ctrl-C reaches only this
-process, which then stops the workers (they shut their kernels down), cancels
-the queue, removes the temporaries and raises :class:`Interrupted`.
+One job, one executor.  A job is :func:`run_job`, submitted to a
+``concurrent.futures`` executor: a :class:`LocalPool` (a
+``ProcessPoolExecutor`` of ``--jobs`` processes, the default) or a Dask
+cluster's ``Client.get_executor()`` (:mod:`covbook.book.distributed`, which
+adds only how to reach the workers).  The job starts the notebook's own process
+(``python -m covbook.book.runner JOB``, in its own session, so that the
+terminal's Ctrl-C reaches only the ``covbook`` command), enforces its time
+limit, and stops it when the run is stopped; it runs in the tree itself
+(locally) or in a scratch tree built from the bytes it was sent (on a cluster),
+and returns the outcome, which the ``covbook`` process alone commits
+(:func:`commit_job`: one writer per tree).  Ctrl-C or SIGTERM stops the running
+jobs (their kernels go with them), cancels the queue, keeps what finished,
+removes the temporaries and raises :class:`Interrupted`.
 Temporaries live in ``.covbook/tmp/<run-id>/``, never under ``book/``.
 """
 
 from __future__ import annotations
 
 import ast
+import concurrent.futures as cf
+import contextlib
 import errno
+import multiprocessing
 import os
 import resource
 import shutil
@@ -33,22 +45,40 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import content_hash, file_digest, is_cached, notebook_science, resolve_device
 from covbook.book.config import (
-    DEFAULT_PROFILE, DEVICES, Paths, Terminated, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters, resolve_parameters,
+    DEFAULT_PROFILE,
+    DEVICES,
+    Paths,
+    Terminated,
+    UsageError,
+    _myst_code_cells,
+    discover,
+    load_profiles,
+    notebook_parameters,
+    resolve_parameters,
     select,
 )
-from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
-__all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "clean_stale", "execute_one", "execute_uncommitted",
-           "commit_outcome", "commit_files", "checkpoint_folder", "prune_checkpoints", "CHECKPOINT_ENV"]
+__all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool", "clean_stale",
+           "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_with_checkpoints",
+           "checkpoint_folder", "prune_checkpoints", "pack_checkpoints", "unpack_checkpoints", "CHECKPOINT_ENV",
+           "CHECKPOINT_MAX_BYTES"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
-STOP_GRACE_S = 3.0
+STOP_GRACE_S = 3.0  # SIGTERM, then SIGKILL, for a notebook's process
+POLL_S = 0.5  # how often a running job looks at the run's stop signal
+#: the most checkpoint bytes a job run in a scratch tree (on a cluster) carries each way: to its worker (in the
+#: task, which the scheduler keeps until the job ends, so that a job re-run after its worker died gets them
+#: again) and back with its result.  Chapter 10, the one chapter with checkpoints, makes about 0.8 MB at
+#: ``--profile smoke``, 3 MB at quick and 77 MB at full (two models and their AdamW state, float32).
+CHECKPOINT_MAX_BYTES = 256 << 20
 #: the folder a notebook keeps its checkpoints in (set per run: keyed on the notebook's cache key;
 #: read by covbook.session.checkpoint_dir, which the pipeline must not import)
 CHECKPOINT_ENV = "COVBOOK_CHECKPOINT_DIR"
@@ -339,7 +369,8 @@ def commit_files(moves: list[tuple[Path, Path]]) -> None:
 
     Every file is first staged next to its destination (so a full disk or a
     read-only folder fails before anything changes, and ``src`` may be on another
-    filesystem; on an error every ``src`` is left as it was); then each old file is moved aside and the new one renamed in, and
+    filesystem; on an error every ``src`` is left as it was); then each old file is moved aside and the new one
+    renamed in, and
     an error half-way puts the old ones back.  A crash half-way leaves files whose
     run record names other digests: never served (:func:`covbook.book.cache.verify_outputs`).
     """
@@ -383,7 +414,7 @@ def checkpoint_folder(paths: Paths, name: str, digest: str) -> Path:
     """Where notebook ``name`` keeps its checkpoints under cache key ``digest``: ``checkpoints/NAME/KEY``.
 
     ``KEY`` is the first 16 hex digits of the key.  The one rule for the folder's place, shared by a
-    local run (:func:`_checkpoints`) and a cluster's client and workers (:mod:`covbook.book.distributed`).
+    local run (:func:`_checkpoints`) and a job run in a scratch tree (:func:`scratch_tree`).
     """
     return paths.checkpoints / name / digest[:16]
 
@@ -393,7 +424,7 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
     ``force``, the current one (it retrains); returns the current folder (:func:`checkpoint_folder`).
 
     Everything else in ``checkpoints/NAME/`` goes too: the hidden staging and backup folders a cluster's
-    commit leaves when it is killed half-way (:func:`covbook.book.distributed.commit_with_checkpoints`).
+    commit leaves when it is killed half-way (:func:`commit_with_checkpoints`).
     """
     here = checkpoint_folder(paths, name, digest)
     base = here.parent
@@ -414,17 +445,6 @@ def _checkpoints(paths: Paths, job: dict) -> Path:
     return prune_checkpoints(paths, job["name"], job["digest"], force=bool(job.get("force")))
 
 
-def execute_one(job: dict) -> dict:
-    """Execute one notebook and commit its outputs; returns a :class:`Result` as a dict.  Runs in a worker process.
-
-    With ``job["commit"]`` false (a worker of a cluster, see :mod:`covbook.book.distributed`) nothing is
-    committed: it returns the uncommitted outcome (see :func:`commit_outcome`), whose temporaries stay in
-    ``job["rundir"]`` for the caller to send to the machine that owns the tree.
-    """
-    outcome = execute_uncommitted(job)
-    return commit_outcome(Paths(Path(job["root"])), outcome) if job.get("commit", True) else outcome
-
-
 def execute_uncommitted(job: dict) -> dict:
     """Execute one notebook into ``job["rundir"]``; returns its outcome: name, run record ``meta``, ``error``."""
     import jupytext
@@ -437,7 +457,6 @@ def execute_uncommitted(job: dict) -> dict:
 
     src = paths.notebooks / f"{name}.md"
     tmp_nb, tmp_claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
-    tmp_record = rundir / f"{name}.run.json"
     pid_file = rundir / f"{name}.kernel.pid"
     os.environ[CLAIMS_FILE_ENV] = str(tmp_claims)
     os.environ[NOTEBOOK_ENV] = name
@@ -505,8 +524,8 @@ def execute_uncommitted(job: dict) -> dict:
 def commit_outcome(paths: Paths, outcome: dict) -> dict:
     """Move one executed notebook's temporaries (in ``outcome["rundir"]``) into ``paths``' tree; a Result dict.
 
-    The one place where a run's outputs enter a tree: the local pool's workers call it on the tree they
-    share with the client, a cluster's client on the outputs its workers returned.
+    The one place where a run's outputs enter a tree, called by the ``covbook`` process alone
+    (:func:`commit_job`), whichever executor ran the job.
     """
     name, meta, error = outcome["name"], outcome["meta"], outcome["error"]
     seconds, device_used, cpu = meta["seconds"], meta["device_used"], meta.get("cpu_seconds")
@@ -612,7 +631,7 @@ def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
 
 
 def _worker_main(job_file: str) -> int:
-    """Entry point of a worker: run the job in ``job_file``, write its result next to it."""
+    """Entry point of a notebook's process: run the job in ``job_file``, write its outcome next to it."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGALRM, _time_is_up)
@@ -620,10 +639,10 @@ def _worker_main(job_file: str) -> int:
     _KERNEL_PID_FILE.append(Path(job["rundir"]) / f"{job['name']}.kernel.pid")
     threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
     try:
-        result = execute_one(job)
+        outcome = execute_uncommitted(job)
     except KeyboardInterrupt:
         return 130
-    write_json_atomic(Path(job_file).with_suffix(".result.json"), result)
+    write_json_atomic(Path(job_file).with_suffix(".result.json"), outcome)
     return 0
 
 
@@ -730,23 +749,484 @@ def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> 
     write_json_atomic(paths.timings, timings)
 
 
-def _stop(running: dict[str, tuple[subprocess.Popen, Path]], rundir: Path) -> None:
-    """Stop running workers: SIGTERM (they shut their kernels down), then SIGKILL after a grace period."""
-    for proc, _ in running.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc, _ in running.values():
+# ----------------------------------------------------------------------------- checkpoints as bytes (a scratch tree's)
+
+
+class CheckpointsTooLarge(ValueError):
+    """A checkpoint folder over :data:`CHECKPOINT_MAX_BYTES`: it is not carried (the run says so)."""
+
+
+def pack_checkpoints(folder: Path, limit: int | None = None) -> dict[str, bytes] | None:
+    """The files of a checkpoint folder, by POSIX path relative to it; ``None`` when there is no folder.
+
+    Hidden files (the temporaries of an atomic write cut short) and anything but a plain file (a
+    link) are left out.  Raises :class:`CheckpointsTooLarge` when the files add up to more than
+    ``limit`` bytes (default :data:`CHECKPOINT_MAX_BYTES`; measured before any is read), so that a
+    transfer never passes it.
+    """
+    limit = CHECKPOINT_MAX_BYTES if limit is None else limit
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    files = [p for p in sorted(folder.rglob("*"))
+             if p.is_file() and not p.is_symlink()
+             and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+    size = sum(p.stat().st_size for p in files)
+    if size > limit:
+        raise CheckpointsTooLarge(f"the checkpoints of {folder.name} are {size / 2**20:.1f} MiB, over the "
+                                  f"{limit / 2**20:.0f} MiB a cluster job carries (CHECKPOINT_MAX_BYTES)")
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in files}
+
+
+def _inside(rel: str) -> bool:
+    """Whether a packed path stays inside its folder (relative, no ``..``, not hidden)."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and not any(part in ("..", "") or part.startswith(".")
+                                                                   for part in parts)
+
+
+def unpack_checkpoints(files: dict[str, bytes], folder: Path, *, sync: bool = False) -> None:
+    """Write :func:`pack_checkpoints`' ``files`` into ``folder`` (made if missing); ``sync``: fsync each file.
+
+    A path outside ``folder`` is refused (``ValueError``) before anything is written.
+    """
+    bad = [rel for rel in files if not _inside(rel)]
+    if bad:
+        raise ValueError(f"refusing a checkpoint file outside its folder: {bad[0]}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        dst = folder / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(dst, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+
+
+def outgoing_checkpoints(paths: Paths, name: str, digest: str, *, force: bool,
+                         say=None) -> dict[str, bytes] | None:
+    """The checkpoints a job carries to a scratch tree: its key's folder in ``paths`` (``None`` with ``force``,
+    which retrains, or when there is none).  Folders of other keys are removed (:func:`prune_checkpoints`);
+    the current one stays until a successful job replaces it.  ``say``: where a note goes when the folder
+    is over :data:`CHECKPOINT_MAX_BYTES` (then ``None``).
+    """
+    here = prune_checkpoints(paths, name, digest)
+    if force:
+        return None
+    try:
+        return pack_checkpoints(here)
+    except CheckpointsTooLarge as err:
+        if say is not None:
+            say(f"  note    {name}: {err}: not sent, the job trains afresh")
+        return None
+
+
+def scratch_tree(scratch: Path, job: dict, files: dict[str, bytes], checkpoints: dict[str, bytes] | None) -> None:
+    """Fill a job's scratch tree: ``notebooks/`` from ``files``, and the job's checkpoint folder (where
+    :func:`checkpoint_folder` puts it) from ``checkpoints``."""
+    (scratch / "notebooks").mkdir()
+    for rel, data in files.items():
+        dst = scratch / "notebooks" / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise RuntimeError(f"refusing a notebook file outside the scratch tree: {rel}")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+    (scratch / "_config.yml").write_text("# scratch tree of one covbook job\n")
+    if checkpoints is not None:
+        unpack_checkpoints(checkpoints, checkpoint_folder(Paths(scratch), job["name"], job["digest"]))
+
+
+def returned_checkpoints(scratch: Path, job: dict, outcome: dict) -> tuple[dict[str, bytes] | None, str | None]:
+    """What a finished job returns of its checkpoint folder: the packed folder of a successful run
+    (``None`` for a failed one, or when it made none) and a note when the folder is too large to carry."""
+    if outcome.get("error") is not None:
+        return None, None
+    try:
+        return pack_checkpoints(checkpoint_folder(Paths(scratch), job["name"], job["digest"])), None
+    except CheckpointsTooLarge as err:
+        return None, f"{err}: not brought back, the next run of {job['name']} trains afresh"
+
+
+def notebook_files(paths: Paths) -> dict[str, bytes]:
+    """The files of ``notebooks/`` (sources, profiles, rules in sub-folders) by relative path: a scratch tree's."""
+    root = paths.notebooks.resolve()
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)}
+
+
+# ----------------------------------------------------------------------------- one job, on any executor
+
+
+class Stopped(Exception):
+    """The run was stopped before this job finished (Ctrl-C, SIGTERM): it is not finished, not failed."""
+
+
+class JobFailed(Exception):
+    """The notebook's process ended without an outcome (killed, out of memory, past its time limit)."""
+
+
+@dataclass(frozen=True)
+class StopFile:
+    """A local run's stop signal: the file exists (the ``covbook`` process makes it on Ctrl-C or SIGTERM)."""
+
+    path: str
+
+    def __call__(self) -> bool:
+        return os.path.exists(self.path)
+
+    def set(self) -> None:
+        Path(self.path).touch()
+
+
+def run_job(job: dict, stop, files: dict[str, bytes] | None = None, checkpoints: dict[str, bytes] | None = None,
+            scratch_in: str | None = None) -> dict:
+    """Run one notebook in its own process; returns its uncommitted outcome (commit it with :func:`commit_job`).
+
+    ``job``: name, params, digest, device, threads, rehearse, force, ``timeout`` (seconds from the
+    first cell), ``root`` and ``rundir`` (the tree it runs in and its temporaries' folder there),
+    ``lock_fd`` (the tree's lock, held by the notebook's process too, or ``None``).  ``stop``: a
+    callable, true once the run is stopped (then the process is stopped and :class:`Stopped` raised).
+    With ``files`` (``notebooks/`` as bytes, :func:`notebook_files`) the job runs instead in a
+    scratch tree made in ``scratch_in`` with ``checkpoints`` (:func:`pack_checkpoints`), and returns
+    the notebook, its claims and (when it succeeded) its checkpoint folder as bytes.
+    """
+    if stop():
+        raise Stopped(job["name"])
+    name, scratch = job["name"], None
+    if files is not None:
+        scratch = Path(tempfile.mkdtemp(prefix=f"covbook-{name}-", dir=scratch_in))
+        job = {**job, "root": str(scratch), "rundir": str(scratch / ".covbook" / "tmp" / "job"), "lock_fd": None}
+    rundir = Path(job["rundir"])
+    try:
+        if scratch is not None:
+            scratch_tree(scratch, job, files, checkpoints)
+        rundir.mkdir(parents=True, exist_ok=True)
+        job_file, log = rundir / f"{name}.job.json", rundir / f"{name}.log"
+        write_json_atomic(job_file, {**job, "parent": os.getpid()})
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)], stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    pass_fds=() if job.get("lock_fd") is None else (job["lock_fd"],))
         try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            overdue = _wait(proc, stop, job.get("timeout"))
+        finally:
+            _stop_process(proc, rundir / f"{name}.kernel.pid")
+        try:
+            outcome = read_json(job_file.with_suffix(".result.json"), dict)
+        except (OSError, DamagedFile):
+            if overdue:
+                raise JobFailed(f"timed out after {job['timeout']:g} s (the notebook's time limit; set it with "
+                                "--timeout)") from None
+            tail = log.read_text(errors="replace")[-2000:]
+            raise JobFailed(f"the notebook's process exited with status {proc.returncode}\n{tail}".strip()) from None
+        payload = {"outcome": {k: outcome[k] for k in ("name", "meta", "error")}, "notebook": None, "claims": None,
+                   "checkpoints": None, "note": None}
+        if scratch is not None:
+            nb, claims = rundir / f"{name}.ipynb", rundir / f"{name}.claims.json"
+            packed, note = returned_checkpoints(scratch, job, outcome)
+            payload.update(notebook=nb.read_bytes() if nb.is_file() else None, checkpoints=packed, note=note,
+                           claims=claims.read_bytes() if claims.is_file() else None)
+        return payload
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen, stop, limit: float | None) -> bool:
+    """Wait for the notebook's process; raise :class:`Stopped` when ``stop()`` turns true.  Returns whether it
+    ran past ``limit`` + a margin (its own clock, from its first cell, should have stopped it: then it is stopped)."""
+    start = asked = time.monotonic()
+    while proc.poll() is None:  # the notebook's end is seen within 0.1 s, a stop within POLL_S
+        time.sleep(0.1)
+        now = time.monotonic()
+        if limit and now - start > limit + STOP_GRACE_S + 30:
+            return True
+        if now - asked > POLL_S:
+            if stop():
+                raise Stopped
+            asked = now
+    return False
+
+
+def _stop_process(proc: subprocess.Popen, pid_file: Path) -> None:
+    """SIGTERM the notebook's process (it stops its kernel), SIGKILL after a grace period; then its kernel
+    and socket folder if it could not clean up."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    for name in running:
-        _kill_kernel(rundir / f"{name}.kernel.pid")
-    for proc, _ in running.values():  # a worker killed before its clean-up leaves its socket folder
-        for d in [d for parent in socket_parents() for d in parent.glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*")]:
-            shutil.rmtree(d, ignore_errors=True)
+    _kill_kernel(pid_file)
+    for d in [d for parent in socket_parents() for d in parent.glob(f"{KERNEL_DIR_PREFIX}{proc.pid}-*")]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- the commit (the client's)
+
+
+def commit_with_checkpoints(paths: Paths, outcome: dict, checkpoints: dict[str, bytes] | None,
+                            digest: str) -> dict:
+    """:func:`commit_outcome`, and the job's checkpoint folder with it, as one unit.
+
+    With ``checkpoints`` (what a scratch tree returned) and a successful ``outcome``, the files are written
+    and synced into a hidden folder next to ``checkpoints/NAME/KEY`` (same filesystem), the old folder
+    is renamed aside, the new one renamed in, then the outputs are committed: when they commit, the old
+    folder is removed; when they do not (or on any error, Ctrl-C included), the new folder goes and
+    the old one comes back.  A failed outcome, or a failure to write the checkpoints (the run then fails,
+    its last good outputs kept), leaves the folder as it was.  Killed half-way, the tree holds the old
+    folder, the new one or none, never a partial one; hidden leftovers go at the next run
+    (:func:`prune_checkpoints`).  Returns the Result as a dict.
+    """
+    if checkpoints is None or outcome["error"] is not None:
+        return commit_outcome(paths, outcome)
+    dst = checkpoint_folder(paths, outcome["name"], digest)
+    staged = backup = None
+    swapped = False
+
+    def undo() -> None:
+        if swapped:
+            shutil.rmtree(dst, ignore_errors=True)
+        if backup is not None and not dst.exists():
+            os.replace(backup, dst)
+
+    try:
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            staged = Path(tempfile.mkdtemp(prefix=f".{dst.name}.new-", dir=dst.parent))
+            unpack_checkpoints(checkpoints, staged, sync=True)
+            if dst.exists():
+                backup = dst.with_name(f".{dst.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                os.replace(dst, backup)
+            os.replace(staged, dst)
+            swapped = True
+        except (OSError, ValueError) as err:
+            undo()
+            text = _oserror_text(err) if isinstance(err, OSError) else str(err)
+            return commit_outcome(paths, {**outcome, "error": f"could not write the checkpoints: {text}; "
+                                                              "the last good outputs are kept"})
+        except BaseException:  # Ctrl-C
+            undo()
+            raise
+        try:
+            result = commit_outcome(paths, outcome)
+        except BaseException:
+            undo()
+            raise
+        if result["status"] != "ok":
+            undo()
+        elif backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+        return result
+    finally:
+        if staged is not None and staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def commit_job(fut, paths: Paths, name: str, rundir: Path, digest: str, say=None) -> Result | None:
+    """Commit a finished job's outputs into ``paths`` (the notebook and claims it returned as bytes are first
+    put in ``rundir``); a failed Result, committing nothing, when it raised.  ``say``: where its note goes.
+
+    ``None`` for a job the run's stop reached first (not finished, nothing committed).
+    """
+    try:
+        payload = fut.result()
+    except Stopped:
+        return None
+    except JobFailed as err:
+        return Result(name, "failed", 0.0, str(err))
+    except Exception as err:  # noqa: BLE001 - a killed worker (KilledWorker), a broken pool, a refused worker
+        return Result(name, "failed", 0.0, f"{type(err).__name__}: {err}")
+    for suffix, data in ((".ipynb", payload["notebook"]), (".claims.json", payload["claims"])):
+        if data is not None:
+            (rundir / f"{name}{suffix}").write_bytes(data)
+    if payload.get("note") and say is not None:
+        say(f"  note    {name}: {payload['note']}")
+    return Result(**commit_with_checkpoints(paths, {**payload["outcome"], "rundir": str(rundir)},
+                                            payload.get("checkpoints"), digest))
+
+
+# ----------------------------------------------------------------------------- the local executor
+
+
+def _pool_worker(parent: int) -> None:
+    """A pool process: out of the terminal's process group (Ctrl-C reaches only the ``covbook`` process, which
+    stops the jobs in order), and gone when that process is (``kill -9``): its job's process then stops itself."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+@dataclass
+class LocalPool:
+    """Jobs on this machine: a ``ProcessPoolExecutor`` of ``jobs`` processes, each job in the tree itself.
+
+    ``lock_fd``: the tree's lock, which the pool's processes and the notebooks' hold too, so that the tree
+    stays locked until the last of them is gone.
+    """
+
+    jobs: int = 1
+    lock_fd: int | None = None
+    label: str = ""
+
+    @property
+    def threads(self) -> int | None:
+        """COVBOOK_THREADS of each notebook: the cores shared out between the jobs (``None``: one job, all)."""
+        return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else None
+
+    def resolve_device(self, device: str) -> str:
+        return resolve_device(device)
+
+    def executor(self, paths: Paths, n_jobs: int | None = None) -> cf.Executor:
+        """A pool of ``jobs`` processes (no more than ``n_jobs``, the jobs to run), forked so they hold the lock."""
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        return cf.ProcessPoolExecutor(min(self.jobs, n_jobs or self.jobs), mp_context=ctx, initializer=_pool_worker,
+                                      initargs=(os.getpid(),))
+
+    def stop_signal(self, run_id: str, rundir: Path) -> StopFile:
+        return StopFile(str(rundir / "stop"))
+
+    def submit(self, executor: cf.Executor, job: dict, paths: Paths, stop, say) -> cf.Future:
+        return executor.submit(run_job, {**job, "lock_fd": self.lock_fd}, stop)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run_trees(
+    engine,
+    trees: list[tuple[Paths, int]],
+    names: list[str] | None,
+    *,
+    profile: str,
+    device: str,
+    force: bool = False,
+    progress: bool = True,
+    rehearse: bool = False,
+    timeout: float | None = None,
+) -> list[list[Result]]:
+    """Run ``names`` in every (tree, seed) of ``trees`` on ``engine``'s executor, all jobs at once; Results per tree.
+
+    ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`.  Call it holding the
+    lock of every tree.  Each notebook has a time limit: ``timeout`` seconds, or by default
+    :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM
+    (:class:`~covbook.book.config.Terminated`), listing what finished and what did not.
+    """
+    from tqdm import tqdm
+
+    from covbook.book.plan import time_limit
+
+    dev = engine.resolve_device(device)
+    plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev)
+             for p, seed in trees]
+    label = (lambda i, name: name) if len(trees) == 1 else (lambda i, name: f"{name} (seed {trees[i][1]})")
+    results: list[list[Result]] = [[] for _ in trees]
+    todo: list[tuple[int, Job]] = []
+    for i, ((paths, _), plan) in enumerate(zip(trees, plans)):
+        clean_stale(paths)
+        for job in plan:
+            if force or not is_cached(paths, job.name, job.digest):
+                todo.append((i, job))
+                continue
+            results[i].append(Result(job.name, "cached", 0.0))
+            for stale in (paths.failed / f"{job.name}.ipynb", paths.failed / f"{job.name}.json"):
+                stale.unlink(missing_ok=True)  # a failure under this key no longer applies: its good result stands
+    run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    rundirs = [paths.tmp / run_id for paths, _ in trees]
+    profile_key = profile + ("+rehearse" if rehearse else "")
+    pending: dict[cf.Future, tuple[int, Job]] = {}
+    executor = stop = None
+    bar = None
+    try:
+        if todo:
+            for d in rundirs:
+                d.mkdir(parents=True, exist_ok=True)
+            stop = engine.stop_signal(run_id, rundirs[0])
+            executor = engine.executor(trees[0][0], len(todo))
+            notes: list[str] = []
+            for i, job in todo:
+                paths = trees[i][0]
+                payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
+                           "threads": engine.threads, "rehearse": rehearse, "force": force,
+                           "timeout": float(timeout) if timeout else time_limit(paths, job, profile),
+                           "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
+                pending[engine.submit(executor, payload, paths, stop, notes.append)] = (i, job)
+        where = f", {engine.label}" if engine.label else ""
+        bar = tqdm(total=sum(map(len, plans)), desc=f"notebooks ({profile}{where})", unit="nb",
+                   disable=not progress, file=sys.stderr)
+        for i, rs in enumerate(results):
+            for r in rs:
+                bar.write(f"  cached  {label(i, r.name)}")
+                bar.update(1)
+        for note in notes if todo else []:
+            bar.write(note)
+        while pending:
+            done, _ = cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                i, job = pending.pop(fut)
+                r = commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest, say=bar.write) or Result(
+                    job.name, "failed", 0.0, "stopped on its worker before it finished")
+                results[i].append(r)
+                if r.status == "ok":
+                    _record_timing(trees[i][0], job, r, profile_key)
+                mark = "ok    " if r.status == "ok" else "FAILED"
+                cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
+                bar.write(f"  {mark}  {label(i, r.name)}  {r.seconds:6.1f} s{cpu}"
+                          + (f"\n          {r.error}" if r.error else ""))
+                bar.update(1)
+    except KeyboardInterrupt as interrupt:
+        term = isinstance(interrupt, Terminated)
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        try:
+            _stop_jobs(stop, pending, trees, rundirs, results)
+        finally:
+            if executor is not None:
+                executor.shutdown(wait=False)
+            if bar is not None:
+                bar.close()
+            for d in rundirs:
+                shutil.rmtree(d, ignore_errors=True)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous)
+        order = [(i, j.name) for i, plan in enumerate(plans) for j in plan]
+        finished = [(i, r.name, r) for i, rs in enumerate(results) for r in rs]
+        unfinished = sorted((i, j.name) for i, j in pending.values())
+        raise Interrupted([r for i, n, r in sorted(finished, key=lambda x: order.index(x[:2]))],
+                          [label(i, n) for i, n in sorted(unfinished, key=order.index)],
+                          143 if term else 130, "stopped by SIGTERM" if term else "interrupted") from None
+    if executor is not None:
+        executor.shutdown(wait=True)
+    if bar is not None:
+        bar.close()
+    for d in rundirs:
+        shutil.rmtree(d, ignore_errors=True)
+    return [sorted(rs, key=lambda r, i=i: [j.name for j in plans[i]].index(r.name)) for i, rs in enumerate(results)]
+
+
+def _stop_jobs(stop, pending: dict, trees: list, rundirs: list[Path], results: list[list[Result]]) -> None:
+    """Stop a run: cancel the queued jobs, signal the running ones and wait for them to stop; jobs that finished
+    before the stop reached them are committed and kept (taken out of ``pending``)."""
+    if stop is not None:
+        stop.set()
+    for fut in pending:
+        fut.cancel()
+    cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
+    for fut, (i, job) in list(pending.items()):
+        if fut.done() and not fut.cancelled():
+            r = commit_job(fut, trees[i][0], job.name, rundirs[i], job.digest)
+            if r is not None:
+                results[i].append(r)
+                del pending[fut]
 
 
 def run_notebooks(
@@ -764,22 +1244,14 @@ def run_notebooks(
     timeout: float | None = None,
     lock_fd: int | None = None,
 ) -> list[Result]:
-    """Execute (or serve from cache) the selected notebooks; never stops at the first failure.
+    """Execute (or serve from cache) the selected notebooks of one tree; never stops at the first failure.
 
-    Call it holding the tree's lock (the CLI does; ``lock_fd``, its file, is passed on
-    to the workers so that the tree stays locked until the last of them is gone).
-    Each notebook has a time limit: ``timeout`` seconds, or by default
-    :func:`covbook.book.plan.time_limit` (from the plan's estimate, else the
-    profile's); past it the notebook fails, naming the running cell.  Raises
-    :class:`UsageError` before starting anything, and :class:`Interrupted` on
-    Ctrl-C or SIGTERM (:class:`~covbook.book.config.Terminated`).
-    With ``cluster`` (a :class:`covbook.book.distributed.Cluster`) the notebooks run on
-    its workers instead of ``jobs`` local processes.
+    Call it holding the tree's lock (the CLI does; ``lock_fd``, its file, is passed on to the local
+    pool, so that the tree stays locked until the last of its processes is gone).  ``jobs`` local
+    processes (:class:`LocalPool`), or ``cluster``'s workers (a :class:`covbook.book.distributed.Cluster`).
+    Raises :class:`UsageError` before starting anything, :class:`Interrupted` on Ctrl-C or SIGTERM;
+    see :func:`run_trees`.
     """
-    from tqdm import tqdm
-
-    from covbook.book.plan import time_limit
-
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -787,108 +1259,9 @@ def run_notebooks(
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout > 0):
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}")
-    if cluster is not None:
-        from covbook.book.distributed import run_trees
-
-        return run_trees(cluster, [(paths, seed)], names, profile=profile, device=device, force=force,
-                         progress=progress, rehearse=rehearse)[0]
-    plan = plan_jobs(paths, names, profile=profile, device=device, seed=seed, rehearse=rehearse)
-    limits = {j.name: float(timeout) if timeout else time_limit(paths, j, profile) for j in plan}
-    clean_stale(paths)
-    order = [j.name for j in plan]
-    results: list[Result] = []
-    todo: list[Job] = []
-    for job in plan:
-        if not force and is_cached(paths, job.name, job.digest):
-            results.append(Result(job.name, "cached", 0.0))
-            for stale in (paths.failed / f"{job.name}.ipynb", paths.failed / f"{job.name}.json"):
-                stale.unlink(missing_ok=True)  # a failure under this key no longer applies: its good result stands
-        else:
-            todo.append(job)
-    bar = tqdm(total=len(plan), desc=f"notebooks ({profile})", unit="nb", disable=not progress, file=sys.stderr)
-    for r in results:
-        bar.write(f"  cached  {r.name}")
-        bar.update(1)
-    if not todo:
-        bar.close()
-        return results
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    profile_key = profile + ("+rehearse" if rehearse else "")
-    rundir = paths.tmp / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    rundir.mkdir(parents=True)
-    queue = list(todo)
-    by_name = {j.name: j for j in todo}
-    running: dict[str, tuple[subprocess.Popen, Path]] = {}
-    started: dict[str, float] = {}
-    try:
-        while queue or running:
-            while queue and len(running) < jobs:
-                job = queue.pop(0)
-                job_file = rundir / f"{job.name}.job.json"
-                write_json_atomic(job_file, {"root": str(paths.root), "name": job.name, "params": job.params,
-                                             "digest": job.digest, "threads": threads, "rundir": str(rundir),
-                                             "rehearse": rehearse, "parent": os.getpid(),
-                                             "device": job.device, "force": force, "timeout": limits[job.name]})
-                log = open(rundir / f"{job.name}.log", "wb")  # noqa: SIM115 - closed when the worker ends
-                proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)],
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        pass_fds=(lock_fd,) if lock_fd is not None else ())
-                log.close()
-                running[job.name] = (proc, job_file)
-                started[job.name] = time.monotonic()
-            for name, (proc, job_file) in list(running.items()):
-                if proc.poll() is None:
-                    overdue = time.monotonic() - started[name] > limits[name] + STOP_GRACE_S + 30
-                    if not overdue:
-                        continue
-                else:
-                    overdue = False
-                if overdue:  # the worker did not stop itself at its limit: stop it from here
-                    _stop({name: (proc, job_file)}, rundir)
-                del running[name]
-                r = _collect(name, proc, job_file)
-                if overdue and r.error and r.error.startswith("worker exited"):
-                    r.error = f"timed out after {limits[name]:g} s (the notebook's time limit; set it with --timeout)"
-                results.append(r)
-                if r.status == "ok":
-                    _record_timing(paths, by_name[name], r, profile_key)
-                mark = "ok    " if r.status == "ok" else "FAILED"
-                cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
-                err = f"\n          {r.error}" if r.error else ""
-                bar.write(f"  {mark}  {r.name}  {r.seconds:6.1f} s{cpu}{err}")
-                bar.update(1)
-            time.sleep(0.05)
-    except KeyboardInterrupt as stop:
-        term = isinstance(stop, Terminated)
-        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
-        try:
-            _stop(running, rundir)
-            for name, (proc, job_file) in running.items():  # finished before it could be stopped: kept
-                if job_file.with_suffix(".result.json").is_file():
-                    results.append(_collect(name, proc, job_file))
-        finally:
-            bar.close()
-            shutil.rmtree(rundir, ignore_errors=True)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, previous)
-        done = {r.name for r in results}
-        raise Interrupted(sorted(results, key=lambda r: order.index(r.name)), [n for n in order if n not in done],
-                          143 if term else 130, "stopped by SIGTERM" if term else "interrupted") from None
-    bar.close()
-    shutil.rmtree(rundir, ignore_errors=True)
-    return sorted(results, key=lambda r: order.index(r.name))
-
-
-def _collect(name: str, proc: subprocess.Popen, job_file: Path) -> Result:
-    """The result a finished worker wrote, or a failure saying how it ended."""
-    out = job_file.with_suffix(".result.json")
-    try:
-        return Result(**read_json(out, dict))
-    except (OSError, DamagedFile, TypeError):
-        log = job_file.with_name(f"{name}.log")
-        tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
-        return Result(name, "failed", 0.0, f"worker exited with status {proc.returncode}\n{tail}".strip())
+    engine = cluster if cluster is not None else LocalPool(jobs, lock_fd)
+    return run_trees(engine, [(paths, seed)], names, profile=profile, device=device, force=force,
+                     progress=progress, rehearse=rehearse, timeout=timeout)[0]
 
 
 if __name__ == "__main__":
