@@ -24,14 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook.book.citations import citations, split_target
-from covbook.claims import Claim, judge_file, load_measurements
+from covbook.claims import Claim, Measurement, judge_file, load_measurements
 from covbook.rules import Rule, load_rules
 from covbook._jsonio import DamagedFile
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 
 __all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
-           "claim_problems", "id_problems", "citation_problems", "POWER_PROFILES"]
+           "claim_problems", "id_problems", "citation_problems", "alternative_problems", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
@@ -155,6 +155,24 @@ def judged(paths: Paths, name: str, claims_file: Path, rules: dict[str, Rule],
     return cl, [m.id for m in ms]
 
 
+def alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: str) -> list[str]:
+    """Alternatives whose ``key`` names a number the measurement does not record (a typo would read as
+    "cannot exclude" instead of an error)."""
+    out = []
+    for m in ms:
+        for i, a in enumerate(rules[m.id].alternatives if m.id in rules else ()):
+            if a.key is None:
+                continue
+            v = m.prediction if a.key == "prediction" else m.extra.get(a.key)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                numbers = {"prediction": m.prediction, **m.extra}
+                names = ", ".join(sorted(k for k, x in numbers.items()
+                                         if isinstance(x, (int, float)) and not isinstance(x, bool))) or "none"
+                out.append(f"{where}: rule {m.id!r}: alternatives[{i}] ({a.name!r}): key {a.key!r} is not a number "
+                           f"the measurement records (it records: {names})")
+    return out
+
+
 def check(paths: Paths) -> Verdict:
     """Judge the stored measurements of the last run against the current rules; every reason it does not verify."""
     v = Verdict()
@@ -186,7 +204,9 @@ def check(paths: Paths) -> Verdict:
             v.problems.append(f"{name}: produced no claims") if not cfile.is_file() else None
             continue
         profile, _ = run_profile(meta)
-        cl, ids = judged(paths, name, cfile, rules, profile)
+        ms = load_measurements(cfile)
+        cl, ids = judge_file(ms, rules, profile=profile)[0], [m.id for m in ms]
+        v.problems.extend(alternative_problems(ms, rules, f"{RULES / (name + '.yml')}"))
         if not ids:
             v.problems.append(f"{name}: produced no claims")
         v.claims.extend(cl)
