@@ -59,7 +59,7 @@ import yaml
 
 __all__ = ["Claim", "fmt", "Measurement", "Rule", "Alternative", "WINDOWS", "RULE_KINDS", "LEVEL", "Z", "quantile",
            "judge",
-           "load_rules", "rules_path", "parse_rules", "window", "chi2_quantile"]
+           "load_rules", "rules_path", "parse_rules", "utf8_text", "window", "chi2_quantile"]
 
 LEVEL = 5e-4
 """The book's one per-claim level: a correct run fails a statistical evidence claim with probability ``LEVEL``."""
@@ -590,7 +590,10 @@ def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:
             raise ValueError(f"{where}: {duplicate}")
         data = (loader.construct_document(node) if node is not None else None) or {}
     except yaml.YAMLError as err:
-        raise ValueError(f"{where}: not valid YAML ({err})") from err
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{where}: not valid YAML ({' '.join(str(getattr(err, 'problem', None) or err).split())}"
+                         f"{at})") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
@@ -607,18 +610,23 @@ def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:
 _CACHE: dict[Path, tuple[float, dict[str, Rule]]] = {}
 
 
+def utf8_text(path: str | Path, name: object | None = None) -> str:
+    """The text of ``path``; a ``ValueError`` naming the file (as ``name``), the byte and its line if not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ValueError(f"{name or path}: not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it "
+                         "as UTF-8") from None
+
+
 def load_rules(path: str | Path) -> dict[str, Rule]:
     """Read a chapter's rules file (cached on its modification time)."""
     p = Path(path)
     mtime = p.stat().st_mtime
     if p in _CACHE and _CACHE[p][0] == mtime:
         return _CACHE[p][1]
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = p.read_bytes()[: err.start].count(b"\n") + 1
-        raise ValueError(f"{p}: not UTF-8 text (byte 0x{err.object[err.start]:02x} on line {line}); save it as UTF-8") \
-            from None
-    rules = parse_rules(text, str(p))
+    rules = parse_rules(utf8_text(p), str(p))
     _CACHE[p] = (mtime, rules)
     return rules

@@ -239,8 +239,8 @@ def file_digest(path: Path) -> str:
 def verify_outputs(paths: Paths, name: str) -> dict | None:
     """Parse the outputs of ``name`` that exist; the run record (``None`` if absent).
 
-    Raises :class:`DamagedFile` for the first one that does not parse, or that is
-    not the file its run record was committed with.
+    Raises :class:`DamagedFile` for the first one that does not parse, that is
+    not the file its run record was committed with, or that its record names but is gone.
     """
     from covbook.claims import Measurement
 
@@ -261,6 +261,8 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
         if outputs is None:
             raise DamagedFile(rec_path, "a run record of an older covbook, which does not name its outputs")
         for key, path in (("claims", claims_path), ("notebook", nb_path)):
+            if not path.is_file() and key in outputs:
+                raise DamagedFile(path, f"missing: its run record {rec_path.name} was committed with it")
             if path.is_file() and outputs.get(key) != file_digest(path):
                 raise DamagedFile(path, f"not the file its run record {rec_path.name} was committed with")
     return rec

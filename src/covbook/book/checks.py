@@ -25,13 +25,14 @@ from pathlib import Path
 
 from covbook.book.citations import citations, split_target
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
-from covbook.rules import Rule, load_rules
+from covbook.rules import Rule, load_rules, utf8_text
 from covbook._jsonio import DamagedFile
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 
 __all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
-           "claim_problems", "id_problems", "citation_problems", "alternative_problems", "POWER_PROFILES"]
+           "claim_problems", "id_problems", "citation_problems", "alternative_problems", "source_text",
+           "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
@@ -46,10 +47,17 @@ class Verdict:
     runs: dict[str, RunRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: notebooks whose run recorded measurements that no rule judged (their rules file is invalid): how many
+    unjudged: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def problems_of(self, name: str) -> list[str]:
+        """The problems of notebook ``name``: its run, claims and rules, and its prose's citations."""
+        prefixes = (f"{name}:", f"notebooks/{name}.md:", f"{RULES / name}.yml:")
+        return [p for p in self.problems if p.startswith(prefixes)]
 
     def as_json(self) -> list[dict]:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
@@ -63,6 +71,14 @@ class Verdict:
             if cl:
                 out[kind] = (sum(c.passed for c in cl), len(cl))
         return out
+
+
+def source_text(paths: Paths, src: Path) -> str:
+    """A notebook's MyST source; a :class:`UsageError` naming the file, byte and line when it is not UTF-8."""
+    try:
+        return utf8_text(src, src.relative_to(paths.root) if src.is_relative_to(paths.root) else src)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def rules_file(paths: Paths, name: str) -> Path:
@@ -136,7 +152,12 @@ def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
     """
     out = []
     for name, src in discover(paths).items():
-        for line, text in citations(src.read_text(encoding="utf-8")):
+        try:
+            prose = source_text(paths, src)
+        except UsageError as err:
+            out.append(str(err))
+            continue
+        for line, text in citations(prose):
             try:
                 chap, cid = split_target(text, name, list(discover(paths)))
             except ValueError as err:
@@ -200,8 +221,11 @@ def check(paths: Paths) -> Verdict:
             v.problems.append(f"{name}: notebook failed: {meta.error or 'unknown error'}")
             continue
         cfile = paths.claims / f"{name}.json"
-        if not cfile.is_file() or rules is None:
-            v.problems.append(f"{name}: produced no claims") if not cfile.is_file() else None
+        if not cfile.is_file():
+            v.problems.append(f"{name}: produced no claims")
+            continue
+        if rules is None:  # its rules file is the problem; its citations cannot be checked against the rules
+            v.unjudged[name] = len(load_measurements(cfile))
             continue
         profile, _ = run_profile(meta)
         ms = load_measurements(cfile)
@@ -218,6 +242,6 @@ def check(paths: Paths) -> Verdict:
     if mixed:
         v.notes.append(mixed)
     recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
-                if m.get("status") == "ok"}
+                if m.get("status") == "ok" and name not in v.unjudged}
     v.problems.extend(citation_problems(paths, recorded))
     return v

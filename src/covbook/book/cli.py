@@ -166,7 +166,20 @@ def _cluster(args: argparse.Namespace):
     return open_cluster(args.cluster)
 
 
+def _inputs(paths: Paths, names: list[str] | None) -> dict[str, Path]:
+    """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
+    the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
+    from covbook.book.checks import read_rules, source_text
+
+    chosen = select(paths, names)
+    for name, src in chosen.items():
+        source_text(paths, src)
+        read_rules(paths, name)
+    return chosen
+
+
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
+    _inputs(paths, args.notebooks)
     if args.plan:
         from covbook.book.plan import planned_device, print_plan
         from covbook.book.runner import plan_jobs
@@ -192,24 +205,34 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     ran = sum(r.status == "ok" for r in results)
     cached = sum(r.status == "cached" for r in results)
     total = sum(r.seconds for r in results)
-    n_claims, bad_claims = _claim_counts(paths, [r.name for r in results if r.status != "failed"])
-    claims_text = f"; {bad_claims} of {n_claims} claims failed" + (" (see covbook check)" if bad_claims else "")
+    done = [r.name for r in results if r.status != "failed"]
+    problems: list[str] = []
+    if args.rehearse:  # short lengths: its claims say nothing about the theory, only that every cell ran
+        claims_text = "; claims not judged (a rehearsal)"
+    elif done:
+        n_claims, bad_claims, problems = _claim_problems(paths, done)
+        claims_text = (f"; {bad_claims} of {n_claims} claims failed"
+                       + (f" in the {len(done)} notebook(s) that ran" if failed else "")
+                       + (" (see covbook check)" if problems else ""))
+    else:
+        claims_text = ""
     print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)"
           f"{claims_text}")
     for r in failed:
         print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
-    return 1 if failed else 0
+    for p in problems:
+        print(f"  {p}", file=sys.stderr)
+    return 1 if failed or problems else 0
 
 
-def _claim_counts(paths: Paths, names: list[str]) -> tuple[int, int]:
-    """How many claims the notebooks ``names`` have, judged as ``covbook check`` judges them, and how many failed."""
+def _claim_problems(paths: Paths, names: list[str]) -> tuple[int, int, list[str]]:
+    """The claims of notebooks ``names`` judged as ``covbook check`` judges them: how many, how many failed, and
+    every problem ``check`` finds with these notebooks (a failed claim, an id without a rule, ...)."""
     from covbook.book.checks import check
 
-    try:
-        claims = [c for c in check(paths).claims if c.notebook in set(names)]
-    except Exception:  # noqa: BLE001 - the count is a courtesy: `covbook check` reports what is wrong
-        return 0, 0
-    return len(claims), sum(not c.passed for c in claims)
+    v = check(paths)
+    claims = [c for c in v.claims if c.notebook in set(names)]
+    return len(claims), sum(not c.passed for c in claims), [p for n in names for p in v.problems_of(n)]
 
 
 def _damaged(paths: Paths, command: str) -> bool:
@@ -249,7 +272,9 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
         for c in v.claims:
             print(c.verdict_line())
         weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
-        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass; "
+        unjudged = "".join(f"; {n} claim(s) of {name} not judged (its rules file is invalid)"
+                           for name, n in v.unjudged.items())
+        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass{unjudged}; "
               f"{weak} evidence claim(s) without power; "
               f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
     for n in v.notes:
@@ -395,6 +420,7 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
+    _inputs(paths, args.notebooks)
     if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
         _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
     cluster = nullcontext(None) if args.rejudge else _cluster(args)
