@@ -242,16 +242,16 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
     Raises :class:`DamagedFile` for the first one that does not parse, that is
     not the file its run record was committed with, or that its record names but is gone.
     """
-    from covbook.claims import Measurement
+    from covbook.claims import measurement_from_json
 
     rec_path, claims_path, nb_path = _outputs(paths, name)
     rec = read_run(rec_path)
     if claims_path.is_file():
         for i, c in enumerate(read_json(claims_path, list)):
             try:
-                Measurement(**c)
-            except TypeError as err:
-                raise DamagedFile(claims_path, f"entry {i} is not a measurement: {err}") from err
+                measurement_from_json(c)
+            except ValueError as err:
+                raise DamagedFile(claims_path, f"entry {i} is not a measurement: {err}") from None
     if nb_path.is_file():
         nb = read_json(nb_path, dict)
         if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("nbformat"), int):

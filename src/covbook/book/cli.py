@@ -41,15 +41,15 @@ from covbook.book.config import (
 __all__ = ["main", "parser"]
 
 
-def _integer(minimum: int, expected: str) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``minimum``, else a usage error saying ``expected``."""
+def _integer(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [``minimum``, ``maximum``], else a usage error saying ``expected``."""
 
     def parse(text: str) -> int:
         try:
-            n = int(text)
+            n = int(text) if len(text) <= 100 else minimum - 1  # int() refuses thousands of digits
         except ValueError:
             n = minimum - 1
-        if n < minimum:
+        if n < minimum or (maximum is not None and n > maximum):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return n
 
@@ -70,7 +70,49 @@ def _seconds(text: str) -> float:
     return x
 
 
-_seed = _integer(0, "a non-negative integer")
+def _seed(text: str) -> int:
+    """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
+    from covbook.book.sweep import SEED_MAX
+
+    return _integer(0, "a non-negative integer below 2**63", SEED_MAX)(text)
+
+
+#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
+LOCAL_WORKERS_PER_CPU = 4
+PORT_RANGE = (1, 65535)
+
+
+def _cluster_spec(text: str) -> str:
+    """An argparse ``type`` for ``--cluster``: ``local:N`` with 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this
+    machine's CPUs, or an address whose port (when given) is a number in :data:`PORT_RANGE`.
+
+    The scheme and the scheduler file are checked by :func:`covbook.book.distributed.parse_cluster`.
+    """
+    if text.startswith("local:"):
+        n, most = text.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
+        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
+            raise argparse.ArgumentTypeError(
+                f"local:N needs a number of worker processes from 1 to {most} ({LOCAL_WORKERS_PER_CPU} per CPU of "
+                f"this machine; for more, start a `dask scheduler` and workers and pass tcp://HOST:PORT), got {text!r}")
+    elif "://" in text:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or (port is not None and not PORT_RANGE[0] <= port <= PORT_RANGE[1]):
+            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from "
+                                             f"{PORT_RANGE[0]} to {PORT_RANGE[1]}, got {text!r}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (what was wrong and where help is), exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
                 "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
@@ -91,11 +133,10 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="covbook", description="Run, check and build the covbook companion book.",
-                                formatter_class=_Help)
+    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"covbook {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    wait = argparse.ArgumentParser(add_help=False)
+    wait = _Parser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated", formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
@@ -103,7 +144,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
     r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    r.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
+    r.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
@@ -117,11 +158,12 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table",
                        formatter_class=_Help)
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
-    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required)")
+    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, "
+                   "each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
     s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     s.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    s.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
+    s.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--rejudge", action="store_true",

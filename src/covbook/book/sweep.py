@@ -41,7 +41,7 @@ from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.provenance import git_commit
 from covbook.book.records import run_ok
 
-__all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
+__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
@@ -94,26 +94,30 @@ NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smo
             "`book/calibration.json`).")
 
 
+SEED_MAX = 2**63 - 1
+"""The largest seed (``covbook._validate.check_seed``'s: what numpy's SeedSequence and ``torch.manual_seed`` take)."""
+SEEDS_MAX = 10_000
+"""The most seeds one sweep runs (each is a shadow tree of outputs; a calibration needs tens to hundreds)."""
+
+
 def parse_seeds(text: str) -> list[int]:
-    """Seeds from ``"A-B"`` (inclusive) or ``"A"``; a :class:`UsageError` otherwise.
+    """Seeds from ``"A-B"`` (inclusive) or ``"A"``: integers from 0 to :data:`SEED_MAX`, at most
+    :data:`SEEDS_MAX` of them; a :class:`UsageError` otherwise.
 
     Examples
     --------
     >>> parse_seeds("0-3")
     [0, 1, 2, 3]
     """
+    expected = f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}"
     parts = text.strip().split("-")
-    try:
-        if len(parts) == 1:
-            lo = hi = int(parts[0])
-        elif len(parts) == 2:
-            lo, hi = int(parts[0]), int(parts[1])
-        else:
-            raise ValueError(text)
-    except ValueError as err:
-        raise UsageError(f"--seeds must be A-B or A with non-negative integers A <= B, got {text!r}") from err
-    if lo < 0 or hi < lo:
-        raise UsageError(f"--seeds must be A-B or A with non-negative integers A <= B, got {text!r}")
+    if len(parts) > 2 or not all(p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 19 for p in parts):
+        raise UsageError(expected)  # 19 digits hold SEED_MAX (and int() refuses thousands of digits)
+    lo, hi = int(parts[0]), int(parts[-1])
+    if hi < lo or hi > SEED_MAX:
+        raise UsageError(expected)
+    if hi - lo + 1 > SEEDS_MAX:
+        raise UsageError(f"--seeds {text} names {hi - lo + 1} seeds; a sweep runs at most {SEEDS_MAX}")
     return list(range(lo, hi + 1))
 
 
