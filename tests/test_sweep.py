@@ -148,7 +148,7 @@ def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_pa
     covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
     assert json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"][
         "commit"] == "abc1234"
-    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge")
+    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge", "--replace")  # (without it: the 3-seed entry)
     assert res.returncode == 2 and "no stored sweep" in res.stderr
 
 

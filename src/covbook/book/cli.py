@@ -435,36 +435,38 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     return 1 if status else 0
 
 
-def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str) -> None:
-    """A :class:`UsageError` when the sweep would replace a calibration of this profile at more seeds, or an
-    out-of-sample calibration by one at development seeds."""
-    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles
+def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str,
+                                rejudge: bool = False, replace: bool = False) -> None:
+    """A :class:`UsageError` when the sweep (or the rejudge of stored seeds) would replace a calibration of this
+    profile at more seeds, or an out-of-sample calibration by one at development seeds, unless ``replace``;
+    and, before anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
+    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles, _read_json
 
-    f = paths.root / "book" / "calibration.json"
-    try:
-        old = _profiles(json.loads(f.read_text(encoding="utf-8"))).get(profile, {}) if f.is_file() else {}
-    except (json.JSONDecodeError, AttributeError):
-        return  # a damaged file is reported by the sweep itself
+    old = _profiles(_read_json(paths)).get(profile, {})
+    if replace:
+        return
     in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
     worse = [f"{n} ({len(old[n].get('seeds', []))} seeds"
              + (", out of sample)" if old[n].get("out_of_sample") else ")") for n in names
              if isinstance(old.get(n), dict)
              and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
     if worse:
-        raise UsageError(f"book/calibration.json holds a {profile} calibration this sweep ({len(seeds)} seeds"
+        what = "rejudge" if rejudge else "sweep"
+        raise UsageError(f"book/calibration.json holds a {profile} calibration this {what} ({len(seeds)} seeds"
                          + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
                          "pass --replace to replace it")
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook._jsonio import DamagedFile
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
     _inputs(paths, args.notebooks)
-    if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
-        _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
+    _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile, args.rejudge,
+                                args.replace)
     cluster = nullcontext(None) if args.rejudge else _cluster(args)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
         try:
@@ -478,6 +480,10 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
             print(f"covbook sweep: interrupted; finished and kept: {len(stop.results)} notebook run(s); not "
                   f"finished: {', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
             return 130
+        except DamagedFile as err:
+            rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
+            print(f"covbook sweep: {rel} is damaged ({err.reason})", file=sys.stderr)
+            return 1
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "

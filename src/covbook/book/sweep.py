@@ -34,7 +34,8 @@ import statistics
 import time
 from pathlib import Path
 
-from covbook.book.cache import last_failure
+from covbook._jsonio import DamagedFile
+from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Claim, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import PROFILES, Paths, UsageError, select
@@ -214,14 +215,22 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     failed: dict[str, list[int]] = {}
+    never: dict[str, list[int]] = {}
     for seed in seeds:
-        runs = Paths(seed_root(paths, profile, seed)).runs
+        sp = Paths(seed_root(paths, profile, seed))
         for name in chosen:
-            if not run_ok(runs / f"{name}.json"):
+            if not (sp.runs / f"{name}.json").is_file() and last_failure(sp, name) is None:
+                never.setdefault(name, []).append(seed)
+            elif not run_ok(sp.runs / f"{name}.json") or last_failure(sp, name) is not None:
                 failed.setdefault(name, []).append(seed)
-    if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
-        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
-                         f"`covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}` first")
+    again = f"covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}"
+    if all(len(never.get(n, [])) == len(seeds) for n in chosen):
+        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run `{again}` "
+                         "first")
+    if never:
+        raise UsageError("; ".join(f"{n} never ran at seed(s) {_seed_text(s)}" for n, s in never.items())
+                         + f" (profile {profile}): rejudge only the stored seeds, or run them: `{again} "
+                         + " ".join(n.split("_", 1)[0] for n in never) + "`")
     data = calibrate(paths, profile, seeds, chosen)
     before = _profiles(_read_json(paths)).get(profile, {})
     for name, entry in data.items():  # the measurements are the stored sweep's: keep the commit that made them
@@ -254,6 +263,16 @@ def _centre(c: Claim) -> float | None:
     return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
 
 
+def _verified(paths: Paths, profile: str, seeds: list[int], seed: int, name: str) -> None:
+    """Refuse (:class:`DamagedFile`) a seed's outputs that are not what its run record was committed with (a
+    claims file edited by hand is never judged as measured)."""
+    try:
+        verify_outputs(Paths(seed_root(paths, profile, seed)), name)
+    except DamagedFile as err:
+        raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep --seeds "
+                                    f"{seeds[0]}-{seeds[-1]} --profile {profile} {name.split('_', 1)[0]}") from None
+
+
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
 
@@ -273,6 +292,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             ok = (run_ok(rec) and f.is_file()
                   and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
             if ok:
+                _verified(paths, profile, seeds, seed, name)
                 per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
         ids: list[str] = []
         for cl in per_seed.values():
@@ -336,8 +356,9 @@ def _read_json(paths: Paths) -> dict:
         return {}
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{f}: damaged ({err}); delete it and rerun `covbook sweep`") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
+                         f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -347,8 +368,10 @@ def _profiles(data: dict) -> dict[str, dict]:
     if isinstance(data.get("profiles"), dict):
         return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
     out: dict[str, dict] = {}
-    for name, entry in data.get("notebooks", {}).items():
-        out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
+    old = data.get("notebooks")
+    for name, entry in (old.items() if isinstance(old, dict) else ()):
+        if isinstance(entry, dict):
+            out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
     return out
 
 
