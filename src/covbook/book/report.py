@@ -54,6 +54,15 @@ def _cell(x: str) -> str:
     return x.replace("|", "\\|").replace("\n", " ")
 
 
+_ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
+
+
+def _quoted(x: str) -> str:
+    """A problem or note as text: a ``{claim}`id``` it quotes is shown, not rendered as a role (whose target
+    it says is wrong, so Sphinx would warn about it again)."""
+    return _ROLE.sub(r"\\{\1}`", _cell(x))
+
+
 
 
 def _counts_text(claims: list[Claim]) -> str:
@@ -183,9 +192,9 @@ def write_report(paths: Paths) -> Path:
         "",
     ]
     if v.problems:
-        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
+        lines += ["## Problems", ""] + [f"- {_quoted(p)}" for p in v.problems] + [""]
     if v.notes:
-        lines += ["## Notes", ""] + [f"- {_cell(p)}" for p in v.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {_quoted(p)}" for p in v.notes] + [""]
     lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
