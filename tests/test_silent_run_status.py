@@ -60,7 +60,7 @@ def test_a_notebook_that_is_not_utf8_is_one_line_with_exit_2(project, command):
     assert not _kernels_started(project)
 
 
-def test_check_and_build_name_a_notebook_that_is_not_utf8(tmp_path):
+def test_check_names_a_notebook_that_is_not_utf8(tmp_path):
     proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
     f = proj / "notebooks" / "01_alpha.md"
     f.write_bytes(f.read_bytes() + b"caf\xe9\n")

@@ -10,11 +10,22 @@
     covbook clean [--wait]
     covbook --version
 
-Exit status: 0 success, 1 a failed notebook, claim or build, a damaged output,
-a tree locked by another covbook command (or a ``.covbook/`` that cannot be
-written), or an error of the environment (a full disk: one line); 2 bad usage
-(found before any kernel starts); 130 interrupted (Ctrl-C); 143 stopped by
-SIGTERM (handled like Ctrl-C: what finished is kept and named).
+Exit status:
+
+0    success (``run``: every notebook ran or was cached and its claims pass ``covbook check``)
+1    a failed notebook; a claim that fails ``covbook check`` (``run`` judges the notebooks it ran, a
+     rehearsal excepted; ``sweep``: a flagged claim or a failed seed); a failed build; a damaged or
+     missing output; a tree locked by another covbook command (or a ``.covbook/`` that cannot be
+     written); an error of the environment (a full disk: one line)
+2    bad usage, found before any kernel starts: an unknown command, option, profile, notebook or
+     parameter; a value out of range (``--seed`` above 2**63 - 1, ``--seeds`` naming more than
+     10000, ``--cluster local:N`` beyond 4 workers per CPU, a port outside 1-65535); a rules file
+     missing or invalid; a notebook that is not UTF-8 or has a syntax error; a sweep that would
+     replace a larger or out-of-sample calibration without ``--replace``; a damaged
+     ``book/calibration.json``
+130  interrupted (Ctrl-C)
+141  the reader of the output went away (``covbook check --json | head``)
+143  stopped by SIGTERM (handled like Ctrl-C: what finished is kept and named)
 
 Only ``run`` (without ``--plan``) imports the execution machinery; the other
 commands import no torch.
