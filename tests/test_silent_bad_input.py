@@ -29,6 +29,7 @@ def _one_line_usage_error(res, says: str) -> None:
     (["run", "--cluster", "tcp://127.0.0.1:notaport"], "a scheduler address is SCHEME://HOST:PORT with a port"),
     (["run", "--cluster", "tcp://127.0.0.1:70000"], "with a port from 1 to 65535"),
     (["run", "--cluster", "tcp://:8786"], "a scheduler address is SCHEME://HOST:PORT"),
+    (["run", "--cluster", "tcp://[::1"], "a scheduler address is SCHEME://HOST:PORT"),
     (["run", "--cluster", "local:0"], "local:N needs"),
     (["run", "--cluster", "local:\u00b2"], "local:N needs"),
     (["run", "--seed", "18446744073709551616"], "argument --seed: expected a non-negative integer below 2**63"),

@@ -121,3 +121,12 @@ def test_after_a_failed_notebook_run_counts_the_claims_of_those_that_ran(project
     assert "0 of 1 claims failed in the 1 notebook(s) that ran" in res.stdout, res.stdout
     res = covbook(project, "run", "02", "--profile", "smoke", "--no-progress")
     assert "0 executed, 0 cached, 1 failed" in res.stdout and "claims failed" not in res.stdout, res.stdout
+
+
+def test_check_names_a_claims_file_that_is_not_measurements_instead_of_raising(tmp_path):
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")], "02_beta": [claim("b", "02_beta")]})
+    bad = '[{"id": "b", "notebook": "02_beta", "value": "1.0"}]'
+    (proj / "book" / "generated" / "claims" / "02_beta.json").write_text(bad)
+    v = check(Paths(proj))  # what `covbook run 01` judges after its run: another chapter's file does not raise
+    assert [p for p in v.problems if p.startswith("02_beta:")] and not v.problems_of("01_alpha")
+    assert "value = '1.0' (expected a number)" in v.problems_of("02_beta")[0]

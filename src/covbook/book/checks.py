@@ -224,11 +224,15 @@ def check(paths: Paths) -> Verdict:
         if not cfile.is_file():
             v.problems.append(f"{name}: produced no claims")
             continue
+        try:
+            ms = load_measurements(cfile)
+        except ValueError as err:  # `covbook check` and `build` name it as damaged before judging
+            v.problems.append(f"{name}: {err}")
+            continue
         if rules is None:  # its rules file is the problem; its citations cannot be checked against the rules
-            v.unjudged[name] = len(load_measurements(cfile))
+            v.unjudged[name] = len(ms)
             continue
         profile, _ = run_profile(meta)
-        ms = load_measurements(cfile)
         cl, ids = judge_file(ms, rules, profile=profile)[0], [m.id for m in ms]
         v.problems.extend(alternative_problems(ms, rules, f"{RULES / (name + '.yml')}"))
         if not ids:

@@ -109,11 +109,10 @@ def _cluster_spec(text: str) -> str:
         from urllib.parse import urlsplit
 
         try:
-            parts = urlsplit(text)
-            port = parts.port
-        except ValueError:
-            port = -1
-        if not parts.hostname or (port is not None and not PORT_RANGE[0] <= port <= PORT_RANGE[1]):
+            host, port = urlsplit(text).hostname, urlsplit(text).port
+        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
+            host, port = None, None
+        if not host or (port is not None and not PORT_RANGE[0] <= port <= PORT_RANGE[1]):
             raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from "
                                              f"{PORT_RANGE[0]} to {PORT_RANGE[1]}, got {text!r}")
     return text
@@ -124,6 +123,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
                 "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
