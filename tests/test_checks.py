@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -166,6 +167,9 @@ def test_build_rewrites_the_chapters_verdict_lines_from_the_current_rules(proj):
         {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": stale, "text/plain": "<md>"}}]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (gen / "01_alpha.ipynb").write_text(json.dumps(nb))
+    rec = json.loads((gen / "runs" / "01_alpha.json").read_text())  # the record names the notebook it came with
+    rec["outputs"]["notebook"] = hashlib.sha256((gen / "01_alpha.ipynb").read_bytes()).hexdigest()
+    (gen / "runs" / "01_alpha.json").write_text(json.dumps(rec))
     write_report(Paths(proj))
     out = json.loads((gen / "01_alpha.ipynb").read_text())["cells"][0]["outputs"][0]["data"]["text/markdown"]
     assert "**✓ PASS** `a` **1** in 1 ± 0.5 (excludes no effect)" in out

@@ -70,7 +70,8 @@ def test_sweep_on_the_fixture_project(project):
         "u: {kind: evidence, statement: a uniform draw is below 0.5, window: fixed, interval: [null, 0.5],\n"
         "    basis: a test of the flag, alternatives: [{name: above, value: 0.9}]}\n")
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(body))
-    covbook(project, "run", "--profile", "smoke", "01", "--no-progress", check=True)
+    run = covbook(project, "run", "--profile", "smoke", "01", "--no-progress")
+    assert run.returncode == 1 and "1 of 2 claims failed" in run.stdout  # seed 0 draws 0.84: `u` fails
     before = (project / "book" / "generated" / "claims" / "01_alpha.json").read_text()
     res = covbook(project, "sweep", "--seeds", "0-2", "01", "--no-progress")
     assert "seed 2: 1 ok, 0 failed" in res.stdout, res.stdout + res.stderr
@@ -148,7 +149,7 @@ def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_pa
     covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
     assert json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"][
         "commit"] == "abc1234"
-    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge")
+    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge", "--replace")  # (without it: the 3-seed entry)
     assert res.returncode == 2 and "no stored sweep" in res.stderr
 
 

@@ -43,8 +43,8 @@ from covbook.rules import LEVEL, RULE_KINDS, Claim, Measurement, Rule, Z, fmt, j
 
 __all__ = [
     "Claim", "Measurement", "measure", "verdict_markdown", "quantile", "glue", "reset", "write_json_atomic",
-    "load_claims", "load_measurements", "judge_file", "anchor", "familywise", "fmt", "CLAIMS_FILE_ENV",
-    "RULES_FILE_ENV", "KINDS", "LEVEL", "Z", "record",
+    "load_claims", "load_measurements", "measurement_from_json", "judge_file", "anchor", "familywise", "fmt",
+    "CLAIMS_FILE_ENV", "RULES_FILE_ENV", "KINDS", "LEVEL", "Z", "record",
 ]
 
 KINDS = RULE_KINDS
@@ -292,20 +292,54 @@ def _save() -> None:
         write_json_atomic(target, [asdict(m) for m in _MEASURED.values()])
 
 
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def measurement_from_json(raw: object) -> Measurement:
+    """A :class:`Measurement` from one entry of a claims file, every field of the type :func:`measure` writes.
+
+    Raises ``ValueError`` naming the field and what was expected (a number, not ``null`` or ``"1.0"``; an
+    ``extra`` mapping of names to numbers or texts).
+    """
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+    try:
+        m = Measurement(**raw)
+    except TypeError as err:
+        raise ValueError(str(err).replace("Measurement.__init__() ", "")) from None
+    if not (isinstance(m.id, str) and m.id) or not isinstance(m.notebook, str):
+        raise ValueError(f"id and notebook must be texts, got {m.id!r}, {m.notebook!r}")
+    bad = [f"{k} = {getattr(m, k)!r} (expected a number)" for k in ("value", "allowance")
+           if not _is_number(getattr(m, k))]
+    bad += [f"{k} = {getattr(m, k)!r} (expected a number or null)" for k in ("prediction", "se", "lower", "upper")
+            if getattr(m, k) is not None and not _is_number(getattr(m, k))]
+    if m.dof is not None and (isinstance(m.dof, bool) or not isinstance(m.dof, int) or m.dof < 1):
+        bad.append(f"dof = {m.dof!r} (expected a positive integer or null)")
+    if m.reason is not None and not isinstance(m.reason, str):
+        bad.append(f"reason = {m.reason!r} (expected a text or null)")
+    if not isinstance(m.extra, dict):
+        bad.append(f"extra = {m.extra!r} (expected an object of numbers and texts)")
+    else:
+        bad += [f"extra[{k!r}] = {x!r} (expected a number or a text)" for k, x in m.extra.items()
+                if not isinstance(x, (int, float, str))]  # a bool is an int, as measure() stores it
+    if bad:
+        raise ValueError(f"claim {m.id!r}: " + "; ".join(bad))
+    return m
+
+
 def load_measurements(path: str | os.PathLike) -> list[Measurement]:
-    """Read a claims JSON file written by :func:`measure` (a list of measurements)."""
+    """Read a claims JSON file written by :func:`measure` (a list of measurements, checked field by field)."""
     with open(path, encoding="utf-8") as fh:
         raw = json.load(fh)
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a JSON list of measurements")
     out = []
     for i, m in enumerate(raw):
-        if not isinstance(m, dict):
-            raise ValueError(f"{path}: entry {i} must be a JSON object")
         try:
-            out.append(Measurement(**m))
-        except TypeError as err:
-            raise ValueError(f"{path}: entry {i} is not a measurement: {err}") from err
+            out.append(measurement_from_json(m))
+        except ValueError as err:
+            raise ValueError(f"{path}: entry {i} is not a measurement: {err}") from None
     return out
 
 

@@ -59,7 +59,7 @@ import yaml
 
 __all__ = ["Claim", "fmt", "Measurement", "Rule", "Alternative", "WINDOWS", "RULE_KINDS", "LEVEL", "Z", "quantile",
            "judge",
-           "load_rules", "rules_path", "parse_rules", "window", "chi2_quantile"]
+           "load_rules", "rules_path", "parse_rules", "utf8_text", "window", "chi2_quantile"]
 
 LEVEL = 5e-4
 """The book's one per-claim level: a correct run fails a statistical evidence claim with probability ``LEVEL``."""
@@ -467,12 +467,42 @@ def rules_path(root: str | Path, notebook: str) -> Path:
     return Path(root) / RULES_DIR / f"{notebook}.yml"
 
 
-def _opt_float(v: object, where: str) -> float | None:
+def _opt_float(v: object, where: str, end: bool = False) -> float | None:
+    """A finite number or ``None`` (``.nan`` and ``.inf`` are refused; an interval's open ``end`` is ``null``)."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{where}: expected a number or null, got {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"{where}: expected a finite number{' (an open end is null)' if end else ''}, got {v!r}")
     return float(v)
+
+
+#: The keys a window reads beyond the measurement; any other window ignores them, so a rule may not give them.
+_WINDOW_KEYS = {"interval": ("fixed",), "tolerance": ("tolerance",)}
+_ALTERNATIVE_KEYS = ("name", "value", "key", "factor")
+
+
+def _alternative(i: int, a: object, cid: str, where: str) -> Alternative:
+    """Alternative ``i`` of rule ``cid``: a name and one of a finite ``value``, a ``key`` or a finite ``factor``."""
+    at = f"{where}: rule {cid!r}: alternatives[{i}]"
+    if not isinstance(a, dict):
+        raise ValueError(f"{at}: expected a mapping {{name: ..., value|key|factor: ...}}, got {a!r}")
+    unknown = sorted(str(k) for k in set(a) - set(_ALTERNATIVE_KEYS))
+    if unknown:
+        raise ValueError(f"{at}: unknown key(s) {', '.join(unknown)} (an alternative has "
+                         f"{', '.join(_ALTERNATIVE_KEYS)})")
+    if not (isinstance(a.get("name"), str) and a["name"].strip()):
+        raise ValueError(f"{at}: name must be a non-empty text, got {a.get('name')!r}")
+    given = [k for k in ("value", "key", "factor") if k in a]
+    if len(given) != 1:
+        raise ValueError(f"{at}: needs exactly one of value, key or factor, got {', '.join(given) or 'none'}")
+    if "key" in a and not (isinstance(a["key"], str) and a["key"].strip()):
+        raise ValueError(f"{at}: key must name a number the measurement records, got {a['key']!r}")
+    value, factor = _opt_float(a.get("value"), f"{at}.value"), _opt_float(a.get("factor"), f"{at}.factor")
+    if given[0] in ("value", "factor") and (value if given[0] == "value" else factor) is None:
+        raise ValueError(f"{at}: {given[0]} must be a finite number, got null")
+    return Alternative(a["name"], value, a.get("key"), factor)
 
 
 def _rule(cid: str, raw: object, where: str) -> Rule:
@@ -489,26 +519,26 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
         raise ValueError(f"{where}: rule {cid!r}: window must be one of {', '.join(WINDOWS)}, got {win!r}")
     if not (isinstance(stmt, str) and stmt.strip()):
         raise ValueError(f"{where}: rule {cid!r}: statement must be a non-empty sentence")
+    for k, windows in _WINDOW_KEYS.items():
+        if k in raw and win not in windows:
+            raise ValueError(f"{where}: rule {cid!r}: {k} is read only by window {' or '.join(windows)}; window "
+                             f"{win!r} would ignore it")
     interval = None
     if win == "fixed":
         iv = raw.get("interval")
         if not (isinstance(iv, list) and len(iv) == 2):
             raise ValueError(f"{where}: rule {cid!r}: a fixed window needs interval: [lower, upper]")
-        interval = (_opt_float(iv[0], f"{where}: {cid}.interval"), _opt_float(iv[1], f"{where}: {cid}.interval"))
+        interval = (_opt_float(iv[0], f"{where}: rule {cid!r}: interval", end=True),
+                    _opt_float(iv[1], f"{where}: rule {cid!r}: interval", end=True))
         if interval == (None, None) or (None not in interval and interval[0] > interval[1]):
             raise ValueError(f"{where}: rule {cid!r}: interval {iv!r} needs a finite end and lower <= upper")
-    tol = _opt_float(raw.get("tolerance"), f"{where}: {cid}.tolerance")
+    tol = _opt_float(raw.get("tolerance"), f"{where}: rule {cid!r}: tolerance")
     if win == "tolerance" and (tol is None or tol < 0):
         raise ValueError(f"{where}: rule {cid!r}: a tolerance window needs tolerance >= 0")
-    alts = []
-    for a in raw.get("alternatives") or []:
-        if not (isinstance(a, dict) and isinstance(a.get("name"), str)
-                and sum(k in a for k in ("value", "key", "factor")) == 1
-                and set(a) <= {"name", "value", "key", "factor"}):
-            raise ValueError(f"{where}: rule {cid!r}: each alternative needs a name and one of value, key or "
-                             f"factor, got {a!r}")
-        alts.append(Alternative(a["name"], _opt_float(a.get("value"), f"{where}: {cid}.alternatives"), a.get("key"),
-                                _opt_float(a.get("factor"), f"{where}: {cid}.alternatives")))
+    raw_alts = raw.get("alternatives") or []
+    if not isinstance(raw_alts, list):
+        raise ValueError(f"{where}: rule {cid!r}: alternatives must be a list, got {raw_alts!r}")
+    alts = [_alternative(i, a, cid, where) for i, a in enumerate(raw_alts)]
     for k in ("theorem", "basis"):
         if raw.get(k) is not None and not isinstance(raw[k], str):
             raise ValueError(f"{where}: rule {cid!r}: {k} must be text")
@@ -519,12 +549,51 @@ def _rule(cid: str, raw: object, where: str) -> Rule:
                 interval, tol, tuple(alts), per_run)
 
 
+def _duplicate_keys(node: yaml.Node, at: str = "") -> str | None:
+    """The first key given twice in a mapping of the YAML node tree (YAML itself would keep the last silently)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            key, line = key_node.value if isinstance(key_node, yaml.ScalarNode) else None, key_node.start_mark.line + 1
+            if key is not None and key in seen:
+                what = f"{at}key {key!r}" if at else f"rule id {key!r}"
+                lines = f"line {line}" if seen[key] == line else f"lines {seen[key]} and {line}"
+                return f"{what} is given twice ({lines}); YAML would keep the last silently"
+            if key is not None:
+                seen[key] = line
+            found = _duplicate_keys(value_node, at or f"rule {key!r}: ")
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_keys(item, at)
+            if found:
+                return found
+    return None
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: 10× faster
+
+
 def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:
-    """The rules of one chapter from the YAML text of its rules file (id -> :class:`Rule`)."""
+    """The rules of one chapter from the YAML text of its rules file (id -> :class:`Rule`).
+
+    A key given twice in one mapping (a claim id, or a rule's key) is an error, not the last one winning.
+    """
+    loader = _LOADER(text)
     try:
-        data = yaml.load(text, Loader=_LOADER) or {}
+        node = loader.get_single_node()
+        duplicate = _duplicate_keys(node) if node is not None else None
+        if duplicate:
+            raise ValueError(f"{where}: {duplicate}")
+        data = (loader.construct_document(node) if node is not None else None) or {}
     except yaml.YAMLError as err:
-        raise ValueError(f"{where}: not valid YAML ({err})") from err
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{where}: not valid YAML ({' '.join(str(getattr(err, 'problem', None) or err).split())}"
+                         f"{at})") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a mapping of claim id -> rule")
     out = {}
@@ -537,7 +606,17 @@ def parse_rules(text: str, where: str = "rules") -> dict[str, Rule]:
 
 
 _CACHE: dict[Path, tuple[float, dict[str, Rule]]] = {}
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: 10× faster
+
+
+def utf8_text(path: str | Path, name: object | None = None) -> str:
+    """The text of ``path``; a ``ValueError`` naming the file (as ``name``), the byte and its line if not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ValueError(f"{name or path}: not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it "
+                         "as UTF-8") from None
 
 
 def load_rules(path: str | Path) -> dict[str, Rule]:
@@ -546,6 +625,6 @@ def load_rules(path: str | Path) -> dict[str, Rule]:
     mtime = p.stat().st_mtime
     if p in _CACHE and _CACHE[p][0] == mtime:
         return _CACHE[p][1]
-    rules = parse_rules(p.read_text(encoding="utf-8"), str(p))
+    rules = parse_rules(utf8_text(p), str(p))
     _CACHE[p] = (mtime, rules)
     return rules

@@ -239,19 +239,19 @@ def file_digest(path: Path) -> str:
 def verify_outputs(paths: Paths, name: str) -> dict | None:
     """Parse the outputs of ``name`` that exist; the run record (``None`` if absent).
 
-    Raises :class:`DamagedFile` for the first one that does not parse, or that is
-    not the file its run record was committed with.
+    Raises :class:`DamagedFile` for the first one that does not parse, that is
+    not the file its run record was committed with, or that its record names but is gone.
     """
-    from covbook.claims import Measurement
+    from covbook.claims import measurement_from_json
 
     rec_path, claims_path, nb_path = _outputs(paths, name)
     rec = read_run(rec_path)
     if claims_path.is_file():
         for i, c in enumerate(read_json(claims_path, list)):
             try:
-                Measurement(**c)
-            except TypeError as err:
-                raise DamagedFile(claims_path, f"entry {i} is not a measurement: {err}") from err
+                measurement_from_json(c)
+            except ValueError as err:
+                raise DamagedFile(claims_path, f"entry {i} is not a measurement: {err}") from None
     if nb_path.is_file():
         nb = read_json(nb_path, dict)
         if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("nbformat"), int):
@@ -261,6 +261,8 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
         if outputs is None:
             raise DamagedFile(rec_path, "a run record of an older covbook, which does not name its outputs")
         for key, path in (("claims", claims_path), ("notebook", nb_path)):
+            if not path.is_file() and key in outputs:
+                raise DamagedFile(path, f"missing: its run record {rec_path.name} was committed with it")
             if path.is_file() and outputs.get(key) != file_digest(path):
                 raise DamagedFile(path, f"not the file its run record {rec_path.name} was committed with")
     return rec

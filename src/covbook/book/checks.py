@@ -24,14 +24,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook.book.citations import citations, split_target
-from covbook.claims import Claim, judge_file, load_measurements
-from covbook.rules import Rule, load_rules
+from covbook.claims import Claim, Measurement, judge_file, load_measurements
+from covbook.rules import Rule, load_rules, utf8_text
 from covbook._jsonio import DamagedFile
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 
 __all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
-           "claim_problems", "id_problems", "citation_problems", "POWER_PROFILES"]
+           "claim_problems", "id_problems", "citation_problems", "alternative_problems", "source_text",
+           "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
@@ -46,10 +47,17 @@ class Verdict:
     runs: dict[str, RunRecord] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: notebooks whose run recorded measurements that no rule judged (their rules file is invalid): how many
+    unjudged: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def problems_of(self, name: str) -> list[str]:
+        """The problems of notebook ``name``: its run, claims and rules, and its prose's citations."""
+        prefixes = (f"{name}:", f"notebooks/{name}.md:", f"{RULES / name}.yml:")
+        return [p for p in self.problems if p.startswith(prefixes)]
 
     def as_json(self) -> list[dict]:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
@@ -63,6 +71,14 @@ class Verdict:
             if cl:
                 out[kind] = (sum(c.passed for c in cl), len(cl))
         return out
+
+
+def source_text(paths: Paths, src: Path) -> str:
+    """A notebook's MyST source; a :class:`UsageError` naming the file, byte and line when it is not UTF-8."""
+    try:
+        return utf8_text(src, src.relative_to(paths.root) if src.is_relative_to(paths.root) else src)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def rules_file(paths: Paths, name: str) -> Path:
@@ -136,7 +152,12 @@ def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
     """
     out = []
     for name, src in discover(paths).items():
-        for line, text in citations(src.read_text(encoding="utf-8")):
+        try:
+            prose = source_text(paths, src)
+        except UsageError as err:
+            out.append(str(err))
+            continue
+        for line, text in citations(prose):
             try:
                 chap, cid = split_target(text, name, list(discover(paths)))
             except ValueError as err:
@@ -153,6 +174,24 @@ def judged(paths: Paths, name: str, claims_file: Path, rules: dict[str, Rule],
     ms = load_measurements(claims_file)
     cl, _ = judge_file(ms, rules, profile=profile)
     return cl, [m.id for m in ms]
+
+
+def alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: str) -> list[str]:
+    """Alternatives whose ``key`` names a number the measurement does not record (a typo would read as
+    "cannot exclude" instead of an error)."""
+    out = []
+    for m in ms:
+        for i, a in enumerate(rules[m.id].alternatives if m.id in rules else ()):
+            if a.key is None:
+                continue
+            v = m.prediction if a.key == "prediction" else m.extra.get(a.key)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                numbers = {"prediction": m.prediction, **m.extra}
+                names = ", ".join(sorted(k for k, x in numbers.items()
+                                         if isinstance(x, (int, float)) and not isinstance(x, bool))) or "none"
+                out.append(f"{where}: rule {m.id!r}: alternatives[{i}] ({a.name!r}): key {a.key!r} is not a number "
+                           f"the measurement records (it records: {names})")
+    return out
 
 
 def check(paths: Paths) -> Verdict:
@@ -182,11 +221,20 @@ def check(paths: Paths) -> Verdict:
             v.problems.append(f"{name}: notebook failed: {meta.error or 'unknown error'}")
             continue
         cfile = paths.claims / f"{name}.json"
-        if not cfile.is_file() or rules is None:
-            v.problems.append(f"{name}: produced no claims") if not cfile.is_file() else None
+        if not cfile.is_file():
+            v.problems.append(f"{name}: produced no claims")
+            continue
+        try:
+            ms = load_measurements(cfile)
+        except ValueError as err:  # `covbook check` and `build` name it as damaged before judging
+            v.problems.append(f"{name}: {err}")
+            continue
+        if rules is None:  # its rules file is the problem; its citations cannot be checked against the rules
+            v.unjudged[name] = len(ms)
             continue
         profile, _ = run_profile(meta)
-        cl, ids = judged(paths, name, cfile, rules, profile)
+        cl, ids = judge_file(ms, rules, profile=profile)[0], [m.id for m in ms]
+        v.problems.extend(alternative_problems(ms, rules, f"{RULES / (name + '.yml')}"))
         if not ids:
             v.problems.append(f"{name}: produced no claims")
         v.claims.extend(cl)
@@ -198,6 +246,6 @@ def check(paths: Paths) -> Verdict:
     if mixed:
         v.notes.append(mixed)
     recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
-                if m.get("status") == "ok"}
+                if m.get("status") == "ok" and name not in v.unjudged}
     v.problems.extend(citation_problems(paths, recorded))
     return v

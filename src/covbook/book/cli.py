@@ -10,11 +10,22 @@
     covbook clean [--wait]
     covbook --version
 
-Exit status: 0 success, 1 a failed notebook, claim or build, a damaged output,
-a tree locked by another covbook command (or a ``.covbook/`` that cannot be
-written), or an error of the environment (a full disk: one line); 2 bad usage
-(found before any kernel starts); 130 interrupted (Ctrl-C); 143 stopped by
-SIGTERM (handled like Ctrl-C: what finished is kept and named).
+Exit status:
+
+0    success (``run``: every notebook ran or was cached and its claims pass ``covbook check``)
+1    a failed notebook; a claim that fails ``covbook check`` (``run`` judges the notebooks it ran, a
+     rehearsal excepted; ``sweep``: a flagged claim or a failed seed); a failed build; a damaged or
+     missing output; a tree locked by another covbook command (or a ``.covbook/`` that cannot be
+     written); an error of the environment (a full disk: one line)
+2    bad usage, found before any kernel starts: an unknown command, option, profile, notebook or
+     parameter; a value out of range (``--seed`` above 2**63 - 1, ``--seeds`` naming more than
+     10000, ``--cluster local:N`` beyond 4 workers per CPU, a port outside 1-65535); a rules file
+     missing or invalid; a notebook that is not UTF-8 or has a syntax error; a sweep that would
+     replace a larger or out-of-sample calibration without ``--replace``; a damaged
+     ``book/calibration.json``
+130  interrupted (Ctrl-C)
+141  the reader of the output went away (``covbook check --json | head``)
+143  stopped by SIGTERM (handled like Ctrl-C: what finished is kept and named)
 
 Only ``run`` (without ``--plan``) imports the execution machinery; the other
 commands import no torch.
@@ -41,15 +52,15 @@ from covbook.book.config import (
 __all__ = ["main", "parser"]
 
 
-def _integer(minimum: int, expected: str) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``minimum``, else a usage error saying ``expected``."""
+def _integer(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [``minimum``, ``maximum``], else a usage error saying ``expected``."""
 
     def parse(text: str) -> int:
         try:
-            n = int(text)
+            n = int(text) if len(text) <= 100 else minimum - 1  # int() refuses thousands of digits
         except ValueError:
             n = minimum - 1
-        if n < minimum:
+        if n < minimum or (maximum is not None and n > maximum):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return n
 
@@ -70,7 +81,50 @@ def _seconds(text: str) -> float:
     return x
 
 
-_seed = _integer(0, "a non-negative integer")
+def _seed(text: str) -> int:
+    """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
+    from covbook.book.sweep import SEED_MAX
+
+    return _integer(0, "a non-negative integer below 2**63", SEED_MAX)(text)
+
+
+#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
+LOCAL_WORKERS_PER_CPU = 4
+PORT_RANGE = (1, 65535)
+
+
+def _cluster_spec(text: str) -> str:
+    """An argparse ``type`` for ``--cluster``: ``local:N`` with 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this
+    machine's CPUs, or an address whose port (when given) is a number in :data:`PORT_RANGE`.
+
+    The scheme and the scheduler file are checked by :func:`covbook.book.distributed.parse_cluster`.
+    """
+    if text.startswith("local:"):
+        n, most = text.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
+        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
+            raise argparse.ArgumentTypeError(
+                f"local:N needs a number of worker processes from 1 to {most} ({LOCAL_WORKERS_PER_CPU} per CPU of "
+                f"this machine; for more, start a `dask scheduler` and workers and pass tcp://HOST:PORT), got {text!r}")
+    elif "://" in text:
+        from urllib.parse import urlsplit
+
+        try:
+            host, port = urlsplit(text).hostname, urlsplit(text).port
+        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
+            host, port = None, None
+        if not host or (port is not None and not PORT_RANGE[0] <= port <= PORT_RANGE[1]):
+            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from "
+                                             f"{PORT_RANGE[0]} to {PORT_RANGE[1]}, got {text!r}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (what was wrong and where help is), exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
                 "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
@@ -91,11 +145,10 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="covbook", description="Run, check and build the covbook companion book.",
-                                formatter_class=_Help)
+    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"covbook {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    wait = argparse.ArgumentParser(add_help=False)
+    wait = _Parser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated", formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
@@ -103,7 +156,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
     r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    r.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
+    r.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
@@ -117,11 +170,12 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table",
                        formatter_class=_Help)
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
-    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required)")
+    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, "
+                   "each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
     s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     s.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    s.add_argument("--cluster", metavar="SPEC", help=CLUSTER_HELP)
+    s.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--rejudge", action="store_true",
@@ -166,7 +220,20 @@ def _cluster(args: argparse.Namespace):
     return open_cluster(args.cluster)
 
 
+def _inputs(paths: Paths, names: list[str] | None) -> dict[str, Path]:
+    """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
+    the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
+    from covbook.book.checks import read_rules, source_text
+
+    chosen = select(paths, names)
+    for name, src in chosen.items():
+        source_text(paths, src)
+        read_rules(paths, name)
+    return chosen
+
+
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
+    _inputs(paths, args.notebooks)
     if args.plan:
         from covbook.book.plan import planned_device, print_plan
         from covbook.book.runner import plan_jobs
@@ -192,24 +259,34 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     ran = sum(r.status == "ok" for r in results)
     cached = sum(r.status == "cached" for r in results)
     total = sum(r.seconds for r in results)
-    n_claims, bad_claims = _claim_counts(paths, [r.name for r in results if r.status != "failed"])
-    claims_text = f"; {bad_claims} of {n_claims} claims failed" + (" (see covbook check)" if bad_claims else "")
+    done = [r.name for r in results if r.status != "failed"]
+    problems: list[str] = []
+    if args.rehearse:  # short lengths: its claims say nothing about the theory, only that every cell ran
+        claims_text = "; claims not judged (a rehearsal)"
+    elif done:
+        n_claims, bad_claims, problems = _claim_problems(paths, done)
+        claims_text = (f"; {bad_claims} of {n_claims} claims failed"
+                       + (f" in the {len(done)} notebook(s) that ran" if failed else "")
+                       + (" (see covbook check)" if problems else ""))
+    else:
+        claims_text = ""
     print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)"
           f"{claims_text}")
     for r in failed:
         print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
-    return 1 if failed else 0
+    for p in problems:
+        print(f"  {p}", file=sys.stderr)
+    return 1 if failed or problems else 0
 
 
-def _claim_counts(paths: Paths, names: list[str]) -> tuple[int, int]:
-    """How many claims the notebooks ``names`` have, judged as ``covbook check`` judges them, and how many failed."""
+def _claim_problems(paths: Paths, names: list[str]) -> tuple[int, int, list[str]]:
+    """The claims of notebooks ``names`` judged as ``covbook check`` judges them: how many, how many failed, and
+    every problem ``check`` finds with these notebooks (a failed claim, an id without a rule, ...)."""
     from covbook.book.checks import check
 
-    try:
-        claims = [c for c in check(paths).claims if c.notebook in set(names)]
-    except Exception:  # noqa: BLE001 - the count is a courtesy: `covbook check` reports what is wrong
-        return 0, 0
-    return len(claims), sum(not c.passed for c in claims)
+    v = check(paths)
+    claims = [c for c in v.claims if c.notebook in set(names)]
+    return len(claims), sum(not c.passed for c in claims), [p for n in names for p in v.problems_of(n)]
 
 
 def _damaged(paths: Paths, command: str) -> bool:
@@ -249,7 +326,9 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
         for c in v.claims:
             print(c.verdict_line())
         weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
-        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass; "
+        unjudged = "".join(f"; {n} claim(s) of {name} not judged (its rules file is invalid)"
+                           for name, n in v.unjudged.items())
+        print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass{unjudged}; "
               f"{weak} evidence claim(s) without power; "
               f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
     for n in v.notes:
@@ -368,35 +447,38 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     return 1 if status else 0
 
 
-def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str) -> None:
-    """A :class:`UsageError` when the sweep would replace a calibration of this profile at more seeds, or an
-    out-of-sample calibration by one at development seeds."""
-    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles
+def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str,
+                                rejudge: bool = False, replace: bool = False) -> None:
+    """A :class:`UsageError` when the sweep (or the rejudge of stored seeds) would replace a calibration of this
+    profile at more seeds, or an out-of-sample calibration by one at development seeds, unless ``replace``;
+    and, before anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
+    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles, _read_json
 
-    f = paths.root / "book" / "calibration.json"
-    try:
-        old = _profiles(json.loads(f.read_text(encoding="utf-8"))).get(profile, {}) if f.is_file() else {}
-    except (json.JSONDecodeError, AttributeError):
-        return  # a damaged file is reported by the sweep itself
+    old = _profiles(_read_json(paths)).get(profile, {})
+    if replace:
+        return
     in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
     worse = [f"{n} ({len(old[n].get('seeds', []))} seeds"
              + (", out of sample)" if old[n].get("out_of_sample") else ")") for n in names
              if isinstance(old.get(n), dict)
              and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
     if worse:
-        raise UsageError(f"book/calibration.json holds a {profile} calibration this sweep ({len(seeds)} seeds"
+        what = "rejudge" if rejudge else "sweep"
+        raise UsageError(f"book/calibration.json holds a {profile} calibration this {what} ({len(seeds)} seeds"
                          + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
                          "pass --replace to replace it")
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook._jsonio import DamagedFile
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    if not (args.replace or args.rejudge):  # a rejudge runs nothing and re-reads the stored seeds
-        _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile)
+    _inputs(paths, args.notebooks)
+    _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile, args.rejudge,
+                                args.replace)
     cluster = nullcontext(None) if args.rejudge else _cluster(args)
     with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
         try:
@@ -410,6 +492,10 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
             print(f"covbook sweep: interrupted; finished and kept: {len(stop.results)} notebook run(s); not "
                   f"finished: {', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
             return 130
+        except DamagedFile as err:
+            rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
+            print(f"covbook sweep: {rel} is damaged ({err.reason})", file=sys.stderr)
+            return 1
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "

@@ -14,14 +14,18 @@ writes the calibration page (:mod:`covbook.book.sweep`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
+from covbook.book.cache import file_digest
 from covbook.book.checks import Verdict, check
 from covbook.book.costs import run_costs_markdown
+from covbook.book.records import read_run
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
@@ -49,6 +53,15 @@ def error_rate_text(n_evidence: int) -> str:
 
 def _cell(x: str) -> str:
     return x.replace("|", "\\|").replace("\n", " ")
+
+
+_ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
+
+
+def _quoted(x: str) -> str:
+    """A problem or note as text: a ``{claim}`id``` it quotes is shown, not rendered as a role (whose target
+    it says is wrong, so Sphinx would warn about it again)."""
+    return _ROLE.sub(r"\\{\1}`", _cell(x))
 
 
 
@@ -97,16 +110,24 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
 
     A chapter shows the verdict its run judged; after a rule change, ``covbook build`` replaces each
     verdict line (found by its anchor) so that the chapter, the report and the ``{claim}`` role agree
-    without re-running the notebook.  Returns the number of lines changed.
+    without re-running the notebook.  The run record names the SHA-256 of the notebook committed with
+    it, so a rewritten notebook and its record, with the new digest, are committed as one unit
+    (:func:`covbook.book.runner.commit_files`): the record stays true and the chapter is still served
+    from the cache.  A notebook that is not the file its record names is left alone (``check`` and
+    ``build`` report it as damaged).  Returns the number of lines changed.
     """
     by_anchor = {anchor(c.notebook, c.id): c for c in claims}
     changed = 0
-    for name in {c.notebook for c in claims}:
+    for name in sorted({c.notebook for c in claims}):
         f = paths.generated / f"{name}.ipynb"
         if not f.is_file():
             continue
-        nb = json.loads(f.read_text(encoding="utf-8"))
-        n0 = changed
+        data = f.read_bytes()
+        record = read_run(paths.runs / f"{name}.json")
+        if record is None or not record.ok or (record.outputs or {}).get("notebook") != hashlib.sha256(data).hexdigest():
+            continue  # not the file its record was committed with: never rewritten, reported as damaged
+        nb = json.loads(data.decode("utf-8"))
+        n = 0
         for cell in nb.get("cells", []):
             for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
                 md = out.get("data", {}).get("text/markdown")
@@ -116,12 +137,25 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
                     new = verdict_markdown(by_anchor[m.group(1)])
                     if new != text:
                         out["data"]["text/markdown"] = new
-                        out["data"].pop("text/plain", None)
                         out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
-                        changed += 1
-        if changed > n0:
-            write_json_atomic(f, nb)
+                        n += 1
+        if n:
+            _commit_notebook(paths, name, nb, dict(record))
+            changed += n
     return changed
+
+
+def _commit_notebook(paths: Paths, name: str, nb: dict, record: dict) -> None:
+    """Replace chapter ``name``'s executed notebook by ``nb`` and its run record by one naming its digest, as one unit."""
+    from covbook.book.runner import commit_files  # the one atomic commit of a run's outputs
+
+    paths.tmp.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="refresh-", dir=paths.tmp) as d:
+        tmp_nb, tmp_record = Path(d) / f"{name}.ipynb", Path(d) / f"{name}.run.json"
+        write_json_atomic(tmp_nb, nb)
+        record["outputs"] = {**record["outputs"], "notebook": file_digest(tmp_nb)}
+        write_json_atomic(tmp_record, record)
+        commit_files([(tmp_nb, paths.generated / f"{name}.ipynb"), (tmp_record, paths.runs / f"{name}.json")])
 
 
 def write_report(paths: Paths) -> Path:
@@ -157,9 +191,9 @@ def write_report(paths: Paths) -> Path:
         "",
     ]
     if v.problems:
-        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
+        lines += ["## Problems", ""] + [f"- {_quoted(p)}" for p in v.problems] + [""]
     if v.notes:
-        lines += ["## Notes", ""] + [f"- {_cell(p)}" for p in v.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {_quoted(p)}" for p in v.notes] + [""]
     lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}

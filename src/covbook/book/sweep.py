@@ -34,14 +34,15 @@ import statistics
 import time
 from pathlib import Path
 
-from covbook.book.cache import last_failure
+from covbook._jsonio import DamagedFile
+from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.claims import LEVEL, Claim, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.provenance import git_commit
 from covbook.book.records import run_ok
 
-__all__ = ["parse_seeds", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
+__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
@@ -94,26 +95,30 @@ NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smo
             "`book/calibration.json`).")
 
 
+SEED_MAX = 2**63 - 1
+"""The largest seed (``covbook._validate.check_seed``'s: what numpy's SeedSequence and ``torch.manual_seed`` take)."""
+SEEDS_MAX = 10_000
+"""The most seeds one sweep runs (each is a shadow tree of outputs; a calibration needs tens to hundreds)."""
+
+
 def parse_seeds(text: str) -> list[int]:
-    """Seeds from ``"A-B"`` (inclusive) or ``"A"``; a :class:`UsageError` otherwise.
+    """Seeds from ``"A-B"`` (inclusive) or ``"A"``: integers from 0 to :data:`SEED_MAX`, at most
+    :data:`SEEDS_MAX` of them; a :class:`UsageError` otherwise.
 
     Examples
     --------
     >>> parse_seeds("0-3")
     [0, 1, 2, 3]
     """
+    expected = f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}"
     parts = text.strip().split("-")
-    try:
-        if len(parts) == 1:
-            lo = hi = int(parts[0])
-        elif len(parts) == 2:
-            lo, hi = int(parts[0]), int(parts[1])
-        else:
-            raise ValueError(text)
-    except ValueError as err:
-        raise UsageError(f"--seeds must be A-B or A with non-negative integers A <= B, got {text!r}") from err
-    if lo < 0 or hi < lo:
-        raise UsageError(f"--seeds must be A-B or A with non-negative integers A <= B, got {text!r}")
+    if len(parts) > 2 or not all(p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 19 for p in parts):
+        raise UsageError(expected)  # 19 digits hold SEED_MAX (and int() refuses thousands of digits)
+    lo, hi = int(parts[0]), int(parts[-1])
+    if hi < lo or hi > SEED_MAX:
+        raise UsageError(expected)
+    if hi - lo + 1 > SEEDS_MAX:
+        raise UsageError(f"--seeds {text} names {hi - lo + 1} seeds; a sweep runs at most {SEEDS_MAX}")
     return list(range(lo, hi + 1))
 
 
@@ -210,14 +215,22 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     failed: dict[str, list[int]] = {}
+    never: dict[str, list[int]] = {}
     for seed in seeds:
-        runs = Paths(seed_root(paths, profile, seed)).runs
+        sp = Paths(seed_root(paths, profile, seed))
         for name in chosen:
-            if not run_ok(runs / f"{name}.json"):
+            if not (sp.runs / f"{name}.json").is_file() and last_failure(sp, name) is None:
+                never.setdefault(name, []).append(seed)
+            elif not run_ok(sp.runs / f"{name}.json") or last_failure(sp, name) is not None:
                 failed.setdefault(name, []).append(seed)
-    if all(len(failed.get(n, [])) == len(seeds) for n in chosen):
-        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run "
-                         f"`covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}` first")
+    again = f"covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}"
+    if all(len(never.get(n, [])) == len(seeds) for n in chosen):
+        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run `{again}` "
+                         "first")
+    if never:
+        raise UsageError("; ".join(f"{n} never ran at seed(s) {_seed_text(s)}" for n, s in never.items())
+                         + f" (profile {profile}): rejudge only the stored seeds, or run them: `{again} "
+                         + " ".join(n.split("_", 1)[0] for n in never) + "`")
     data = calibrate(paths, profile, seeds, chosen)
     before = _profiles(_read_json(paths)).get(profile, {})
     for name, entry in data.items():  # the measurements are the stored sweep's: keep the commit that made them
@@ -250,6 +263,16 @@ def _centre(c: Claim) -> float | None:
     return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
 
 
+def _verified(paths: Paths, profile: str, seeds: list[int], seed: int, name: str) -> None:
+    """Refuse (:class:`DamagedFile`) a seed's outputs that are not what its run record was committed with (a
+    claims file edited by hand is never judged as measured)."""
+    try:
+        verify_outputs(Paths(seed_root(paths, profile, seed)), name)
+    except DamagedFile as err:
+        raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep --seeds "
+                                    f"{seeds[0]}-{seeds[-1]} --profile {profile} {name.split('_', 1)[0]}") from None
+
+
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
     """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
 
@@ -269,6 +292,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             ok = (run_ok(rec) and f.is_file()
                   and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
             if ok:
+                _verified(paths, profile, seeds, seed, name)
                 per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
         ids: list[str] = []
         for cl in per_seed.values():
@@ -332,8 +356,9 @@ def _read_json(paths: Paths) -> dict:
         return {}
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{f}: damaged ({err}); delete it and rerun `covbook sweep`") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
+                         f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -343,8 +368,10 @@ def _profiles(data: dict) -> dict[str, dict]:
     if isinstance(data.get("profiles"), dict):
         return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
     out: dict[str, dict] = {}
-    for name, entry in data.get("notebooks", {}).items():
-        out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
+    old = data.get("notebooks")
+    for name, entry in (old.items() if isinstance(old, dict) else ()):
+        if isinstance(entry, dict):
+            out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
     return out
 
 
