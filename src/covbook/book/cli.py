@@ -248,10 +248,11 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     else:
         for c in v.claims:
             print(c.verdict_line())
-        weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
+        weak = sum(c.rule_kind == "evidence" and c.kind == "compatible" for c in v.claims)
         print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass; "
-              f"{weak} evidence claim(s) without power; "
-              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
+              f"{sum(c.kind == 'evidence' for c in v.claims)} evidence, "
+              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible ({weak} of them evidence rules "
+              f"without power at their profile; judged in {seconds:.2f} s)")
     for n in v.notes:
         print(f"  note: {n}", file=sys.stderr)
     for p in v.problems:

@@ -78,7 +78,7 @@ def _theorem(c: Claim, labels: set[str]) -> str:
 
 
 def _row(name: str, c: Claim, labels: set[str]) -> str:
-    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if c.kind == "evidence"
+    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if (c.rule_kind or c.kind) == "evidence"
                                             else "—")
     if c.history:
         basis += f" (history: {_cell(c.history)})"
@@ -86,8 +86,9 @@ def _row(name: str, c: Claim, labels: set[str]) -> str:
         basis += f"; not evaluated: {_cell(c.reason)}"
     power = _cell(c.power_text()) if c.alternatives else "—"
     statement = link_theorems(_cell(c.statement), labels)
+    kind = c.kind if c.rule_kind in (None, c.kind) else f"{c.kind} (an {c.rule_kind} rule without power here)"
     return (f"| {verdict_chip(c)} | {fmt(c.measured)} in {_cell(c.expected_text())} | "
-            f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {c.kind} | {power} | {basis} |")
+            f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {kind} | {power} | {basis} |")
 
 
 _SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')
@@ -143,7 +144,9 @@ def write_report(paths: Paths) -> Path:
         "checked to rounding) or *sanity* (a property any reasonable implementation has). "
         "An evidence claim names the alternative its window must exclude (no decay, no effect, the "
         "competing formula); one whose window cannot exclude it at this profile is *compatible* with the "
-        "prediction and is not cited as evidence. Each claim's rule (kind, statement, window, alternatives) is "
+        "prediction and is not cited as evidence. The kind follows the window's width at the run's profile "
+        "(never the measured value): the same rule can be compatible at a small profile and evidence at paper "
+        "scale. Each claim's rule (kind, statement, window, alternatives) is "
         "data in `notebooks/rules/NN_name.yml`; `covbook check` re-judges the run's stored measurements against "
         "it without running a notebook. "
         "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
