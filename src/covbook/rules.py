@@ -492,9 +492,10 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
         extra.setdefault("dof", m.dof)
     if exp is None and m.prediction is not None:  # a window about a prediction it does not centre on
         extra.setdefault("prediction", m.prediction)
+    kind = rule.kind if reason else judged_kind(rule.kind, powered)
     return Claim(id=m.id, notebook=m.notebook, statement=statement or rule.statement, measured=value,
                  expected=exp, tolerance=tol, lower=lo, upper=hi, passed=bool(passed), theorem=rule.theorem,
-                 extra=extra, kind=rule.kind if reason else judged_kind(rule.kind, powered), basis=basis, reason=reason, window=rule.window,
+                 extra=extra, kind=kind, basis=basis, reason=reason, window=rule.window,
                  alternatives=alts, powered=powered, history=rule.history, profile=profile, per_run=rule.per_run,
                  rule_kind=rule.kind)
 
