@@ -173,7 +173,8 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))
-        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse)
+        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse,
+                          workers=args.jobs)
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted, run_notebooks
 
