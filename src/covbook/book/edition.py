@@ -175,7 +175,7 @@ def banner(st: Status, manifest: dict | None, record: dict | None, commit: str |
 
 
 def _banner_cell(text: str) -> dict:
-    return {"cell_type": "markdown", "metadata": {"tags": ["covbook-edition"]},
+    return {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
             "source": f":::{{note}}\n{text}\n:::\n"}
 
 
