@@ -88,3 +88,21 @@ def test_08_slopes_at_quick_are_compatible_where_their_windows_contain_an_altern
         kinds[c.id] = c.kind
     assert kinds == {"slope_gauss_L1": "compatible", "slope_gauss_L2": "compatible",
                      "slope_gauss_L3": "evidence", "slope_gauss_L4": "evidence"}
+
+
+def test_report_role_and_verdict_line_render_the_judged_kind():
+    from covbook.book import report, sphinx_claims
+
+    edge = 0.5 / quantile()
+    wide = judge(RATE, Measurement("s", "08_x", -1.0, prediction=-1.0, se=1.5 * edge), profile="quick")
+    narrow = judge(RATE, Measurement("s", "08_x", -1.0, prediction=-1.0, se=0.5 * edge), profile="full")
+    assert "| compatible (an evidence rule without power here) |" in report._row("08_x", wide, set())
+    assert "| evidence |" in report._row("08_x", narrow, set())
+    assert report.verdict_chip(wide) == "≈ compatible, cannot exclude t^(-1/2)"
+    assert report.verdict_chip(narrow) == "✓ pass"
+    assert "(compatible at profile quick, an evidence rule without power there, compatible)" in sphinx_claims._title(
+        "s", wide)
+    assert sphinx_claims._mark(wide).astext().strip() == "≈ compatible, cannot exclude t^(-1/2)"
+    assert sphinx_claims._mark(narrow).astext().strip() == "✓"
+    assert wide.verdict_line().startswith("[COMPATIBLE] s [compatible]")
+    assert narrow.verdict_line().startswith("[PASS] s [evidence]")

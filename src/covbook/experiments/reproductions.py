@@ -394,7 +394,7 @@ class GargCurves(Result):
 
 GARG_CHUNK = 8192
 """Tasks per call of the estimators of :func:`garg_curves`: a batched pseudo-inverse's workspace grows with
-the batch (one call on 200,000 tasks asked for 122 GiB on a GPU), a chunk's stays fixed."""
+the batch (at full, this computation's cell asked a GPU for one allocation of 122 GiB), a chunk's stays fixed."""
 
 
 def _garg_estimates(x: torch.Tensor, y: torch.Tensor, eta_opt: float,
