@@ -61,6 +61,11 @@ def test_the_published_page_shows_the_stored_run_and_says_which(stored):
     assert "commit" in texts[1] and "torch" in texts[1]
     assert [c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"] == [
         c.get("outputs") for c in stored_nb["cells"] if c["cell_type"] == "code"]
+    # the report shows the stored run's claims for a current chapter, and says which run each chapter shows
+    from covbook.book.report import write_report
+
+    text = write_report(paths).read_text()
+    assert "## The stored edition" in text and "| 02_beta | current |" in text and "the smoke edition |" in text
     # the Sphinx hook makes the same page from the book's own notebook
     app = SimpleNamespace(srcdir=str(stored / "book"))
     source = [json.dumps(own)]

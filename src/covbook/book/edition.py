@@ -40,7 +40,7 @@ from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, 
                                  resolve_parameters)
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG"]
+           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims"]
 
 EDITION = Path("book") / "edition"
 #: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
@@ -147,6 +147,38 @@ def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
         problems += [f"edition ({profile}): {x}" for x in p]
         problems += [f"edition ({profile}): {x}" for x in id_problems(name, ids, sorted(rules))]
     return problems, notes
+
+
+def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
+    """The claims as the published book shows them: a current chapter's from its stored edition run (judged at
+    the edition's profile), every other chapter's from ``claims`` (the book's run); and the lines of the
+    report's section on the edition (empty without one)."""
+    try:
+        manifest = read_manifest(paths)
+    except DamagedFile:
+        return claims, []
+    if manifest is None:
+        return claims, []
+    st = status(paths, manifest)
+    current = [n for n, s in st.items() if s.current]
+    shown = [c for c in claims if c.notebook not in current]
+    for name in current:
+        try:
+            shown += edition_claims(paths, name, manifest["profile"])
+        except (UsageError, ValueError, OSError):
+            shown += [c for c in claims if c.notebook == name]
+    lines = ["## The stored edition", "",
+             f"Chapters shown from the stored **{manifest['profile']}** edition (`book/edition`: "
+             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}, "
+             f"commit {manifest.get('commit', '?')}) where their stored run is current; their claims below are that "
+             "run's, judged by the current rules.", "",
+             "| notebook | stored run | run time (s) | finished | shown from |", "| --- | --- | --- | --- | --- |"]
+    for name, s in st.items():
+        e = s.entry or {}
+        where = {"current": f"the {manifest['profile']} edition", "pending": "the book's run (edition pending)",
+                 "failed": "the book's run (edition run failed)", "absent": "the book's run"}[s.state]
+        lines.append(f"| {name} | {s.state} | {e.get('seconds', '—')} | {e.get('when', '—')} | {where} |")
+    return shown, [*lines, ""]
 
 
 # --- the published page -----------------------------------------------------------------------------------------

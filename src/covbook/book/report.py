@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from covbook.book.checks import Verdict, check
+from covbook.book.edition import edition_problems, shown_claims
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
@@ -129,6 +130,11 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
 def write_report(paths: Paths) -> Path:
     """Write ``book/generated/reproduction.md`` (and the calibration page) from the last run; returns its path."""
     v = check(paths)
+    book_claims = v.claims  # the book's own run, whose executed notebooks refresh_verdicts rewrites
+    v.claims, edition_lines = shown_claims(paths, v.claims)  # a current chapter's claims from the stored edition
+    problems, notes = edition_problems(paths)
+    v.problems += problems
+    v.notes += notes
     n_pass = sum(c.passed for c in v.claims)
     n_evidence = sum(c.kind == "evidence" for c in v.claims)
     verdict = (f"all {len(v.claims)} claims pass" if n_pass == len(v.claims) else
@@ -164,6 +170,7 @@ def write_report(paths: Paths) -> Path:
         lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in v.problems] + [""]
     if v.notes:
         lines += ["## Notes", ""] + [f"- {_cell(p)}" for p in v.notes] + [""]
+    lines += edition_lines
     lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
@@ -192,6 +199,6 @@ def write_report(paths: Paths) -> Path:
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
     write_calibration_page(paths)
-    refresh_verdicts(paths, v.claims)
+    refresh_verdicts(paths, book_claims)
     write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
     return out
