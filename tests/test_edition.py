@@ -105,3 +105,79 @@ def test_a_chapter_whose_code_changed_is_pending_shown_from_the_books_run_and_li
 def test_an_edition_of_another_profile_is_refused(stored):
     with pytest.raises(UsageError, match="holds a smoke edition"):
         edition.store(Paths(stored), Paths(stored), [], "full", 0, versions={})
+
+
+MINI_CONFIG = """\
+title: mini
+only_build_toc_files: true
+execute:
+  execute_notebooks: "off"
+parse:
+  myst_enable_extensions: [colon_fence]
+sphinx:
+  extra_extensions:
+    - covbook.book.sphinx_edition
+"""
+
+
+def _mini_notebook(text: str) -> dict:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell("print(x)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Alpha"), cell]
+    return nb
+
+
+@pytest.mark.book
+def test_the_built_page_follows_the_edition_and_is_read_again_when_it_changes(tmp_path):
+    """A real (tiny) Jupyter Book build: the page shows the stored run; after the chapter's code changes, the
+    next build reads the page again and shows the book's run, saying the paper-scale run is pending."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import nbformat
+
+    from covbook._jsonio import write_json_atomic
+
+    root = tmp_path
+    (root / "book" / "generated" / "runs").mkdir(parents=True)
+    (root / "book" / "edition").mkdir(parents=True)
+    (root / "notebooks").mkdir()
+    (root / "_config.yml").write_text(MINI_CONFIG)
+    (root / "book" / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: generated/01_alpha\n")
+    (root / "book" / "intro.md").write_text("# Intro\n\nHello.\n")
+    (root / "notebooks" / "01_alpha.md").write_text(make_notebook("print(x)"))
+    (root / "notebooks" / "profiles.yml").write_text("01_alpha:\n  full: {x: 9}\n")
+    nbformat.write(_mini_notebook("book-run-output\n"), root / "book" / "generated" / "01_alpha.ipynb")
+    write_json_atomic(root / "book" / "generated" / "runs" / "01_alpha.json",
+                      {"notebook": "01_alpha", "status": "ok", "parameters": {"profile": "quick"},
+                       "device_used": "cpu", "finished": "2026-12-04T20:00:00+0000"})
+    nbformat.write(_mini_notebook("edition-run-output\n"), root / "book" / "edition" / "01_alpha.ipynb")
+    paths = Paths(root)
+    write_json_atomic(root / "book" / "edition" / "edition.json", {
+        "profile": "full", "seed": 0, "device": "cuda (a GPU)", "torch": "2.x", "cuda": "13.0", "commit": "abc1234",
+        "made": "2026-12-04 20:00 UTC", "notebooks": {"01_alpha": {
+            "status": "ok", "science_key": edition.science_key(paths, "01_alpha", "full"), "seconds": 1.0,
+            "device_used": "cuda (a GPU)", "when": "2026-12-04T20:00:00+0000"}}})
+    jb = Path(sys.executable).with_name("jupyter-book")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(edition.__file__).parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+
+    def build() -> str:
+        proc = subprocess.run([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"],
+                              cwd=root, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return (root / "_build" / "html" / "generated" / "01_alpha.html").read_text()
+
+    page = build()
+    assert "edition-run-output" in page and "book-run-output" not in page
+    assert "run on cuda (a GPU)" in page and "commit abc1234" in page
+    (root / "notebooks" / "01_alpha.md").write_text(make_notebook("print(x + 0)"))  # the chapter's code changed
+    page = build()
+    assert "book-run-output" in page and "edition-run-output" not in page
+    assert "run is pending" in page and "<strong>quick</strong> run on cpu" in page

@@ -229,8 +229,11 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
         from covbook.claims import anchor, verdict_markdown
 
         nb = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8"))
-        by_anchor = {anchor(c.notebook, c.id): c for c in edition_claims(paths, name, manifest["profile"])}
-        _refresh(nb, by_anchor, verdict_markdown)
+        try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
+            claims = edition_claims(paths, name, manifest["profile"])
+        except (UsageError, ValueError, OSError):
+            claims = []
+        _refresh(nb, {anchor(c.notebook, c.id): c for c in claims}, verdict_markdown)
         return _with_banner(nb, banner(st, manifest, None))
     return _with_banner(own, banner(st, manifest, record, commit))
 

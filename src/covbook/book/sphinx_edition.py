@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from covbook.book import edition
-from covbook.book.config import Paths
+from covbook.book.config import Paths, UsageError
 from covbook.book.records import read_run
 
 __all__ = ["setup"]
@@ -59,7 +59,10 @@ def _inited(app) -> None:
     if store is None or manifest is None:
         return
     for name in current:  # the {claim} role of a chapter shown from the edition cites the edition's claims
-        store[name] = {c.id: c for c in edition.edition_claims(paths, name, manifest["profile"])}
+        try:
+            store[name] = {c.id: c for c in edition.edition_claims(paths, name, manifest["profile"])}
+        except (UsageError, ValueError, OSError):  # `covbook check` reports it; the role keeps the book's run
+            continue
 
 
 def _outdated(app, env, added, changed, removed) -> list[str]:
