@@ -14,6 +14,7 @@
 #   EDITION_TIMEOUT    each notebook's time limit in seconds (default 480)
 #   EDITION_PYTHON     the interpreter that has torch (default python3)
 #   EDITION_NOTEBOOKS  a subset, e.g. "01 08" (default: every chapter)
+#   EDITION_COMMIT     the commit the tree is at (default: git's; a copy without .git must be told)
 #   EDITION_WHEELS     the wheels' folder (default tools/wheels); EDITION_WHEEL_PYTHON their Python (3.12)
 #   EDITION_FORCE_WHEELS=1  install from the wheels even where EDITION_PYTHON has every module (a rehearsal)
 set -euo pipefail
@@ -73,6 +74,9 @@ export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 "$RUNPY" -c "import torch; print('device_edition: torch', torch.__version__, 'cuda', torch.version.cuda, \
 'available' if torch.cuda.is_available() else 'NOT available', torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 
+COVBOOK_EDITION_COMMIT=${EDITION_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export COVBOOK_EDITION_COMMIT
+echo "device_edition: commit $COVBOOK_EDITION_COMMIT"
 status=0
 # shellcheck disable=SC2086
 "$RUNPY" -m covbook.book.cli edition "$PROFILE" ${EDITION_NOTEBOOKS:-} --device "$DEVICE" \

@@ -25,6 +25,7 @@ current rules (a failed claim fails it) and lists each chapter whose stored run 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
@@ -40,9 +42,11 @@ from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, 
                                  resolve_parameters)
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims"]
+           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV"]
 
 EDITION = Path("book") / "edition"
+#: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
+COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
 #: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
 SVG_CONFIG = 'c.InlineBackend.figure_formats = {"svg"}\n'
 
@@ -51,20 +55,45 @@ def _dir(paths: Paths) -> Path:
     return paths.root / EDITION
 
 
+@lru_cache(maxsize=4096)
+def _portable(text: str) -> str:
+    """Python source without comments, docstrings or formatting, in a form every Python that parses it gives
+    alike (``ast.unparse``; the form of ``ast.dump`` changes between Python versions: a GPU machine's Python
+    must key a chapter as this one does).  Text that does not parse keys as it is."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def science_key(paths: Paths, name: str, profile: str) -> str:
     """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells, the science
-    modules they import, and its parameters there (``notebooks/profiles.yml``)."""
-    from covbook.book.cache import notebook_science
+    modules they import (:func:`covbook.book.cache.science_modules`, each as :func:`_portable` source)
+    and its parameters there (``notebooks/profiles.yml``).  Comments, docstrings and prose do not count."""
+    from covbook.book.cache import PACKAGE, science_modules
 
     nb = discover(paths).get(name)
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
-    text = nb.read_text(encoding="utf-8")
+    cells = [src for _, src in _myst_code_cells(nb.read_text(encoding="utf-8"))]
     h = hashlib.sha256()
-    for _, src in _myst_code_cells(text):
-        h.update(src.encode())
-        h.update(b"\0")
-    h.update(notebook_science(nb).encode())
+    for src in cells:
+        h.update(_portable(src).encode() + b"\0")
+    runnable = ["\n".join(ln for ln in c.splitlines() if not ln.lstrip().startswith(("%", "!"))) for c in cells]
+    modules = science_modules(runnable, PACKAGE)
+    if modules is None:  # a dynamic import: the whole package outside the pipeline
+        modules = sorted(f for f in PACKAGE.rglob("*.py") if "book" not in f.relative_to(PACKAGE).parts[:1]
+                         and "__pycache__" not in f.parts)
+    for f in modules:
+        h.update(f.relative_to(PACKAGE).as_posix().encode() + b"\0")
+        h.update(_portable(f.read_text(encoding="utf-8")).encode() + b"\0")
     params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
     params = {k: v for k, v in params.items() if k not in ("device", "seed")}
     h.update(json.dumps(params, sort_keys=True, default=str).encode())
@@ -315,7 +344,8 @@ def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: in
                           "seconds": round(float(rec.get("seconds", 0.0)), 1), "device_used": rec.device_used,
                           "when": rec.get("finished") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     manifest = {"profile": profile, "seed": seed, "device": device or old.get("device", "?"),
-                **(versions if versions is not None else _versions()), "commit": git_commit(paths.root),
+                **(versions if versions is not None else _versions()),
+                "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root),
                 "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
     write_json_atomic(out / "edition.json", manifest)
     return manifest

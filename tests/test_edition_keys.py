@@ -1,0 +1,35 @@
+"""The edition's science key: what makes a chapter's results, in a form every Python reads alike (fast stage)."""
+
+from __future__ import annotations
+
+import pytest
+
+from covbook.book import edition
+from covbook.book.config import Paths, UsageError
+from helpers import make_notebook
+
+A = 'def f(x):\n    """Doc."""\n    # a comment\n    return x + 1\n'
+
+
+def test_portable_source_ignores_comments_docstrings_and_formatting():
+    same = "def f(x):   return (x+1)  # terse\n"
+    assert edition._portable(A) == edition._portable(same) == "def f(x):\n    return x + 1"
+    assert edition._portable(A) != edition._portable(A.replace("x + 1", "x + 2"))
+    assert "type_params" not in edition._portable(A) and "lineno" not in edition._portable(A)  # not ast.dump's form
+    assert edition._portable("%timeit f(1)\n") == "%timeit f(1)\n"  # not Python: as it is
+
+
+def test_the_key_follows_code_and_parameters_not_prose(project):
+    paths = Paths(project)
+    key = edition.science_key(paths, "01_alpha", "smoke")
+    assert key == edition.science_key(paths, "01_alpha", "smoke")
+    assert key != edition.science_key(paths, "01_alpha", "quick")  # smoke sets x: 3
+    nb = project / "notebooks" / "01_alpha.md"
+    nb.write_text(nb.read_text().replace("# Demo", "# Demo, with more prose"))
+    assert edition.science_key(paths, "01_alpha", "smoke") == key
+    nb.write_text(make_notebook("from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)  # same"))
+    assert edition.science_key(paths, "01_alpha", "smoke") == key
+    nb.write_text(make_notebook("from covbook import claims\nclaims.measure('x_is_x', 2 * x, prediction=x)"))
+    assert edition.science_key(paths, "01_alpha", "smoke") != key
+    with pytest.raises(UsageError, match="unknown notebook"):
+        edition.science_key(paths, "09_gone", "smoke")
