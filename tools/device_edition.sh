@@ -77,6 +77,8 @@ export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 COVBOOK_EDITION_COMMIT=${EDITION_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export COVBOOK_EDITION_COMMIT
 echo "device_edition: commit $COVBOOK_EDITION_COMMIT"
+"$RUNPY" -m covbook.book.cli run --plan --profile "$PROFILE" --device "$DEVICE" --jobs "${EDITION_JOBS:-6}" \
+  ${EDITION_NOTEBOOKS:-} || true
 status=0
 # shellcheck disable=SC2086
 "$RUNPY" -m covbook.book.cli edition "$PROFILE" ${EDITION_NOTEBOOKS:-} --device "$DEVICE" \
