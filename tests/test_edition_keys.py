@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from covbook.book import edition
@@ -33,3 +35,14 @@ def test_the_key_follows_code_and_parameters_not_prose(project):
     assert edition.science_key(paths, "01_alpha", "smoke") != key
     with pytest.raises(UsageError, match="unknown notebook"):
         edition.science_key(paths, "09_gone", "smoke")
+
+
+def test_the_editions_run_times_join_this_machines_timings(tmp_path):
+    from covbook._jsonio import write_json_atomic
+
+    main, scratch = Paths(tmp_path / "main"), Paths(tmp_path / "scratch")
+    write_json_atomic(main.timings, {"01_a": {"cpu": {"quick": {"seconds": 5.0}}}})
+    write_json_atomic(scratch.timings, {"01_a": {"cuda": {"full": {"seconds": 50.0}}}, "02_b": {"cuda": {}}})
+    edition._merge_timings(main, scratch)
+    got = json.loads(main.timings.read_text())
+    assert got["01_a"] == {"cpu": {"quick": {"seconds": 5.0}}, "cuda": {"full": {"seconds": 50.0}}}

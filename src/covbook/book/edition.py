@@ -348,7 +348,22 @@ def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: in
                 "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root),
                 "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
     write_json_atomic(out / "edition.json", manifest)
+    _merge_timings(paths, scratch)
     return manifest
+
+
+def _merge_timings(paths: Paths, scratch: Paths) -> None:
+    """The edition's measured run times join this machine's ``.covbook/timings.json`` (the plan's calibration)."""
+    try:
+        new = read_json(scratch.timings, dict) if scratch.timings.is_file() else {}
+        old = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+    except DamagedFile:
+        return
+    for name, devices in new.items():
+        for dev, runs in (devices or {}).items():
+            old.setdefault(name, {}).setdefault(dev, {}).update(runs or {})
+    if new:
+        write_json_atomic(paths.timings, old)
 
 
 def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int = 0, jobs: int = 1,
