@@ -46,3 +46,13 @@ def test_the_editions_run_times_join_this_machines_timings(tmp_path):
     edition._merge_timings(main, scratch)
     got = json.loads(main.timings.read_text())
     assert got["01_a"] == {"cpu": {"quick": {"seconds": 5.0}}, "cuda": {"full": {"seconds": 50.0}}}
+
+
+def test_edition_usage_errors_exit_2_before_any_kernel(project):
+    from helpers import covbook
+
+    bad = covbook(project, "edition", "huge")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    unknown = covbook(project, "edition", "smoke", "07")
+    assert unknown.returncode == 2 and "unknown notebook '07'" in unknown.stderr
+    assert not (project / "book" / "edition").exists() and not (project / ".covbook" / "edition").exists()
