@@ -41,10 +41,17 @@ non-statistical term the basis explains):
 ``fixed``         the rule's ``interval: [lower, upper]`` (either end may be null)
 ``run_interval``  [lower, upper] computed in the run from the sampling law the basis names
 
-An evidence claim whose window contains one of its alternatives has no power
-against it; ``covbook check`` fails it at the profiles that build the book.  A
-claim declared ``compatible`` is consistent with its prediction but cannot
-exclude its alternative, and is shown so.
+Kind follows power.  A rule of kind ``evidence`` says what the claim must show
+and names the alternatives it must exclude; the *judged* claim's kind at a
+profile is ``evidence`` when its window excludes every alternative there and
+``compatible`` when the window contains one (:func:`judged_kind`).  The window
+is formed from the prediction and the run's uncertainty (prediction ± k·SE and
+the like), so which kind a claim has follows from the window's width at that
+profile, never from where the measured value falls: the same rule is
+``compatible`` at ``quick`` and ``evidence`` at ``full`` when the larger run's
+standard error is small enough.  A rule of kind ``compatible`` never claims
+power: its claim is ``compatible`` at every profile, whatever its window
+excludes.  ``identity`` and ``sanity`` rules keep their kind.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from statistics import NormalDist
 import yaml
 
 __all__ = ["Claim", "fmt", "Measurement", "Rule", "Alternative", "WINDOWS", "RULE_KINDS", "LEVEL", "Z", "quantile",
-           "judge",
+           "judge", "judged_kind",
            "load_rules", "rules_path", "parse_rules", "utf8_text", "window", "chi2_quantile"]
 
 LEVEL = 5e-4
@@ -133,6 +140,9 @@ class Claim:
     prediction.  ``alternatives`` lists each value the rule must exclude, with
     ``excluded`` true when the window excludes it; ``powered`` is true when
     every alternative is excluded (``None`` for a rule that names none).
+    ``kind`` is the judged kind (:func:`judged_kind`: an ``evidence`` rule
+    without power at this profile gives a ``compatible`` claim); ``rule_kind``
+    is the kind its rule declares.
     """
 
     id: str
@@ -154,6 +164,7 @@ class Claim:
     powered: bool | None = None
     profile: str | None = None
     per_run: bool = False
+    rule_kind: str | None = None
 
     def _ipython_display_(self) -> None:
         """Show nothing: :func:`measure` has already shown the verdict line."""
@@ -179,8 +190,8 @@ class Claim:
         miss = self.cannot_exclude()
         if miss:
             return "compatible, cannot exclude " + ", ".join(miss)
-        if self.kind == "compatible":  # excluded in this run, by too little margin to be relied on at every seed
-            return "compatible; excludes " + ", ".join(self.excluded()) + " in this run only narrowly"
+        if self.kind == "compatible":  # a rule that claims no power, whose window happens to exclude them
+            return "compatible (its rule claims no power); its window excludes " + ", ".join(self.excluded())
         return "excludes " + ", ".join(self.excluded())
 
     def verdict_line(self) -> str:
@@ -410,19 +421,45 @@ def _fill(text: str | None, m: Measurement) -> str | None:
     return _Text().format(text, **names)
 
 
+def judged_kind(rule_kind: str, powered: bool | None) -> str:
+    """The kind of a judged claim: an ``evidence`` rule's claim is ``evidence`` only with power.
+
+    ``powered`` is :attr:`Claim.powered` (``True`` when the window excludes every
+    alternative, ``False`` when it contains one, ``None`` when the rule names
+    none).  It depends on the window alone (its ends, formed from the prediction
+    and the run's standard error), so the kind follows the window's width at the
+    run's profile, never the measured value.
+
+    Examples
+    --------
+    >>> judged_kind("evidence", True), judged_kind("evidence", False), judged_kind("compatible", True)
+    ('evidence', 'compatible', 'compatible')
+    """
+    if rule_kind not in RULE_KINDS:
+        raise ValueError(f"rule_kind must be one of {', '.join(RULE_KINDS)}, got {rule_kind!r}")
+    if rule_kind == "evidence" and powered is False:
+        return "compatible"
+    return rule_kind
+
+
 def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
     """The judged claim of measurement ``m`` under ``rule`` (a :class:`covbook.claims.Claim`).
 
     Passes when the value is finite, no ``reason`` says it could not be
     evaluated, and it lies in the window.  Each alternative is marked excluded
-    when it lies outside the window.
+    when it lies outside the window; the claim's ``kind`` is
+    :func:`judged_kind` of the rule's kind and that power (a claim that could
+    not be evaluated fails and keeps its rule's kind).
 
     Examples
     --------
     >>> r = Rule("s", "evidence", "a slope is −1", "two_sided", alternatives=(Alternative("no decay", 0.0),))
     >>> c = judge(r, Measurement("s", "08_x", -0.98, prediction=-1.0, se=0.05))
-    >>> c.passed, c.powered
-    (True, True)
+    >>> c.passed, c.powered, c.kind
+    (True, True, 'evidence')
+    >>> wide = judge(r, Measurement("s", "08_x", -0.98, prediction=-1.0, se=0.5))  # window [-2.7, 0.7]
+    >>> wide.passed, wide.powered, wide.kind, wide.rule_kind
+    (True, False, 'compatible', 'evidence')
     """
     if rule.id != m.id:
         raise ValueError(f"rule {rule.id!r} judged against measurement {m.id!r}")
@@ -453,10 +490,12 @@ def judge(rule: Rule, m: Measurement, *, profile: str | None = None):
         extra.setdefault("dof", m.dof)
     if exp is None and m.prediction is not None:  # a window about a prediction it does not centre on
         extra.setdefault("prediction", m.prediction)
+    kind = rule.kind if reason else judged_kind(rule.kind, powered)
     return Claim(id=m.id, notebook=m.notebook, statement=statement or rule.statement, measured=value,
                  expected=exp, tolerance=tol, lower=lo, upper=hi, passed=bool(passed), theorem=rule.theorem,
-                 extra=extra, kind=rule.kind, basis=basis, reason=reason, window=rule.window,
-                 alternatives=alts, powered=powered, profile=profile, per_run=rule.per_run)
+                 extra=extra, kind=kind, basis=basis, reason=reason, window=rule.window,
+                 alternatives=alts, powered=powered, profile=profile, per_run=rule.per_run,
+                 rule_kind=rule.kind)
 
 
 # --- reading rules files ---------------------------------------------------------------------------------------

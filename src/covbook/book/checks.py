@@ -8,8 +8,9 @@ anything, and fails when
 - a notebook failed, was not run, or recorded no claim;
 - a claim failed its rule (including one recorded as not evaluable, with a reason);
 - an *evidence* rule carries no ``basis`` or names no alternative;
-- an evidence claim's window contains one of its alternatives at a profile
-  that builds the book (:data:`POWER_PROFILES`; at smoke it is a note);
+- an evidence rule's claim is *judged* ``compatible`` (its window contains an
+  alternative: :func:`covbook.rules.judged_kind`), which is noted, never a
+  failure: the kind follows the window's width at the run's profile;
 - a run recorded an id its rules do not declare, or did not record one they do;
 - a notebook's prose cites (``{claim}`id```) a claim the run did not record.
 
@@ -103,20 +104,20 @@ def run_profile(meta: dict) -> tuple[str | None, int | None]:
 
 
 def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -> tuple[list[str], list[str]]:
-    """``(problems, notes)``: failed claims, evidence rules without a basis or an alternative, and evidence
-    claims whose window contains an alternative (a problem at :data:`POWER_PROFILES`, a note at smoke)."""
+    """``(problems, notes)``: failed claims and evidence rules without a basis or an alternative (problems);
+    evidence rules judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`: notes)."""
     out = [f"{name}: claim {c.id} failed: {c.verdict_line()}" for c in claims if not c.passed]
     notes = []
     for c in claims:
-        if c.kind == "evidence" and not (c.basis and c.basis.strip()):
+        rule_kind = c.rule_kind or c.kind
+        if rule_kind == "evidence" and not (c.basis and c.basis.strip()):
             out.append(f"{name}: claim {c.id}: evidence claim without basis (say where its window comes from)")
-        if c.kind in ("evidence", "compatible") and not c.alternatives:
-            out.append(f"{name}: claim {c.id}: {c.kind} rule names no alternative (what must it exclude?)")
-        if c.kind == "evidence" and c.passed and c.alternatives and not c.powered:
-            line = (f"{name}: claim {c.id}: no power: window {c.expected_text()} contains "
-                    f"{', '.join(c.cannot_exclude())} at profile {profile or 'unknown'} (give it power or "
-                    "re-kind it compatible)")
-            (out if profile in POWER_PROFILES or profile is None else notes).append(line)
+        if rule_kind in ("evidence", "compatible") and not c.alternatives:
+            out.append(f"{name}: claim {c.id}: {rule_kind} rule names no alternative (what must it exclude?)")
+        if (rule_kind == "evidence" and c.kind == "compatible" and c.passed
+                and (profile in POWER_PROFILES or profile is None)):
+            notes.append(f"{name}: claim {c.id}: compatible at profile {profile or 'unknown'}: window "
+                         f"{c.expected_text()} contains {', '.join(c.cannot_exclude())}")
     return out, notes
 
 

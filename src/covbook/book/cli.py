@@ -7,6 +7,7 @@
     covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N | --cluster SPEC] [--force]
                   [--rejudge] [--replace]
     covbook build [--wait]
+    covbook edition PROFILE [NOTEBOOK ...] [--device D] [--jobs N] [--timeout SECONDS] [--force] [--wait]
     covbook clean [--wait]
     covbook --version
 
@@ -185,6 +186,15 @@ def parser() -> argparse.ArgumentParser:
                         "profile")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book",
                    formatter_class=_Help)
+    e = sub.add_parser("edition", parents=[wait], formatter_class=_Help,
+                       help="run the chapters at a profile and store them in book/edition (the published runs)")
+    e.add_argument("profile", choices=PROFILES, help="sizes from notebooks/profiles.yml (the paper scale: full)")
+    e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
+    e.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    e.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time (default 1)")
+    e.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
+    e.add_argument("--force", action="store_true", help="run chapters whose edition run is cached")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
                    formatter_class=_Help)
     return p
@@ -240,7 +250,8 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))
-        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse)
+        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse,
+                          workers=args.jobs)
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted, run_notebooks
 
@@ -274,6 +285,33 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
           f"{claims_text}")
     for r in failed:
         print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
+    for p in problems:
+        print(f"  {p}", file=sys.stderr)
+    return 1 if failed or problems else 0
+
+
+def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook.book import edition
+    from covbook.book.config import select
+    from covbook.book.lock import tree_lock
+    from covbook.book.runner import Interrupted
+
+    names = list(select(paths, args.notebooks)) if args.notebooks else None
+    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+        try:
+            results, manifest = edition.make(paths, names, profile=args.profile, device=args.device,
+                                             jobs=args.jobs or 1, timeout=args.timeout, force=args.force,
+                                             progress=not args.no_progress)
+        except Interrupted as stop:
+            print(f"covbook edition: {stop.how}; nothing stored", file=sys.stderr)
+            return stop.exit_status
+    failed = [r for r in results if r.status == "failed"]
+    size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
+    print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
+          f"({args.profile}, {manifest['device']}; {size / 2**20:.1f} MiB)")
+    for r in failed:
+        print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
+    problems, _ = edition.edition_problems(paths)
     for p in problems:
         print(f"  {p}", file=sys.stderr)
     return 1 if failed or problems else 0
@@ -317,20 +355,26 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
 
     from covbook.book.checks import check
 
+    from covbook.book.edition import edition_problems
+
     start = time.perf_counter()
     v = check(paths)
+    problems, notes = edition_problems(paths)  # the stored edition, re-judged by the current rules
+    v.problems.extend(problems)
+    v.notes.extend(notes)
     seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(v.as_json(), indent=1))
     else:
         for c in v.claims:
             print(c.verdict_line())
-        weak = sum(c.kind == "evidence" and c.passed and c.alternatives and not c.powered for c in v.claims)
+        weak = sum(c.rule_kind == "evidence" and c.kind == "compatible" for c in v.claims)
         unjudged = "".join(f"; {n} claim(s) of {name} not judged (its rules file is invalid)"
                            for name, n in v.unjudged.items())
         print(f"covbook check: {sum(c.passed for c in v.claims)} of {len(v.claims)} claims pass{unjudged}; "
-              f"{weak} evidence claim(s) without power; "
-              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible (judged in {seconds:.2f} s)")
+              f"{sum(c.kind == 'evidence' for c in v.claims)} evidence, "
+              f"{sum(c.kind == 'compatible' for c in v.claims)} compatible ({weak} of them evidence rules "
+              f"without power at their profile; judged in {seconds:.2f} s)")
     for n in v.notes:
         print(f"  note: {n}", file=sys.stderr)
     for p in v.problems:
@@ -558,7 +602,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         paths = Paths(project_root())
         return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean,
-                "sweep": cmd_sweep}[args.command](args, paths)
+                "sweep": cmd_sweep, "edition": cmd_edition}[args.command](args, paths)
     except UsageError as err:
         print(f"covbook {args.command}: error: {err}", file=sys.stderr)
         return 2

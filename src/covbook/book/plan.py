@@ -3,13 +3,30 @@
 The work of a notebook is the expression under its ``work:`` key in
 ``notebooks/profiles.yml`` (tokens streamed, training steps × batch ...),
 evaluated on the parameters the profile gives it.  The time estimate is
-calibrated on this device by measured runs: every successful ``covbook run``
-stores its run time with its parameters in ``.covbook/timings.json`` (the
-run records in ``book/generated/runs`` count too).  With two measured runs of
-different work, the estimate is the line ``a + b·work`` through the smallest
-and largest (``a`` is start-up: kernel, imports); with one, start-up and work
-cannot be told apart, and the estimate is the range between the two extremes.  A notebook never
-measured on the device gets no estimate, and the output says so.
+calibrated by measured runs on the device: the shipped calibrations in
+``notebooks/timings/*.json`` (measured on named machines: an NVIDIA H200 for
+``cuda``), merged with this machine's ``.covbook/timings.json`` (every
+successful ``covbook run`` stores its run time with its parameters there; it
+wins where both measured the same notebook and profile) and the run records
+in ``book/generated/runs``.
+
+The cost model (:func:`estimate`) is a start-up ``a`` plus a power law in the
+work, anchored at the nearest measured run::
+
+    seconds(w) = a + (s₀ − a) · (w / w₀)^p,     P_MIN ≤ p ≤ P_MAX
+
+``a`` is the device's start-up (kernel, imports, device initialisation: the
+shortest run measured on it, :func:`startup_of`), ``(w₀, s₀)`` the measured run
+nearest in work (the largest below ``w`` when there is one).  Theory bounds the
+exponent: a run streams ``n`` contexts of length ``t`` (work ``n·t``); a device
+that runs the streams in parallel takes time that grows with the length only,
+``√work`` when both grow alike (``P_MIN = 1/2``), and a saturated one time
+proportional to the work (``P_MAX = 1``).  The exponent is fitted between the
+two largest measured runs when the larger one spent at least as long working as
+starting up (a run that is mostly start-up has not shown how its work scales),
+and clamped to the bounds; otherwise it is ``P_MIN``.  A single measured run gives
+the range between the two bounds.  A notebook never measured on the device
+gets no estimate, and the output says so.
 """
 
 from __future__ import annotations
@@ -24,13 +41,18 @@ from covbook.book.config import PROFILE_TABLE, Paths, UsageError, load_profiles
 from covbook.book.records import read_run
 from covbook._jsonio import DamagedFile, read_json
 
-__all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR"]
+__all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR",
+           "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
+#: the bounds of the cost model's exponent: streams in parallel (time grows like the length, √work) and saturated
+P_MIN, P_MAX = 0.5, 1.0
+#: the shipped calibrations: timings measured on named machines (the same layout as ``.covbook/timings.json``)
+SHIPPED = Path("notebooks") / "timings"
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
@@ -68,16 +90,36 @@ def work_of(expr: str, params: dict) -> float:
     return float(value)
 
 
-def _measurements(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
-    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda)."""
-    found: dict[str, tuple[float, float, str]] = {}
-    try:
-        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
-    except DamagedFile:
-        timings = {}
-    for key, t in timings.get(name, {}).get(device, {}).items():
+def _merged_timings(paths: Paths) -> dict:
+    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's ``.covbook/timings.json``."""
+    merged: dict = {}
+    files = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
+    for f in [*files, paths.timings]:
         try:
-            found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]), key)
+            data = read_json(f, dict) if f.is_file() else {}
+        except DamagedFile:
+            continue
+        for name, devices in data.items():
+            if not isinstance(devices, dict):
+                continue
+            for dev, runs in devices.items():
+                if isinstance(runs, dict):
+                    merged.setdefault(name, {}).setdefault(dev, {}).update(
+                        {k: (v, f.stem if f != paths.timings else None) for k, v in runs.items()
+                         if isinstance(v, dict)})
+    return merged
+
+
+def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
+    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first.
+
+    The label names the profile, and the shipped calibration it comes from (``full, nvidia-h200``).
+    """
+    found: dict[str, tuple[float, float, str]] = {}
+    for key, (t, source) in _merged_timings(paths).get(name, {}).get(device, {}).items():
+        try:
+            found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
+                          key + (f", {source}" if source else ""))
         except (UsageError, KeyError, TypeError, ValueError):
             continue
     try:
@@ -95,30 +137,79 @@ def _measurements(paths: Paths, name: str, device: str, expr: str, defaults: dic
     return sorted(found.values())
 
 
-def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, float | None, str]:
+
+_measurements = measured_runs  # the name other modules may still call
+
+
+def startup_of(paths: Paths, device: str) -> float:
+    """The device's start-up in seconds: the shortest run of any notebook measured on it (0 without one).
+
+    Every run pays it (a kernel, the imports, the device's initialisation), so the shortest run bounds it.
+    """
+    times = [float(t["seconds"]) for devices in _merged_timings(paths).values()
+             for t, _ in devices.get(device, {}).values() if isinstance(t.get("seconds"), (int, float))]
+    return min(times) if times else 0.0
+
+
+def _exponent(points: list[tuple[float, float, str]], startup: float) -> float | None:
+    """The power law's exponent between the two largest runs, clamped to [P_MIN, P_MAX]; ``None`` with one run.
+
+    ``P_MIN`` when the larger run spent less time working than starting up (its scaling is not measured).
+    """
+    if len(points) < 2:
+        return None
+    (w1, s1, _), (w2, s2, _) = points[-2], points[-1]
+    if w2 <= w1 or s2 - startup < startup:
+        return P_MIN
+    if s1 - startup <= 0:
+        return P_MAX
+    p = math.log((s2 - startup) / (s1 - startup)) / math.log(w2 / w1)
+    return min(P_MAX, max(P_MIN, p))
+
+
+def estimate(work: float, points: list[tuple[float, float, str]],
+             startup: float = 0.0) -> tuple[float | None, float | None, str]:
     """Seconds for ``work`` from measured ``(work, seconds, label)`` points: ``(low, high, how)``.
 
-    Two runs of different work give the line ``a + b·work`` through the smallest and
-    the largest (``low == high``).  One run of ``s`` seconds at work ``w`` cannot
-    separate start-up from work: the time is ``a + (s − a)·work/w`` for an unknown
-    start-up ``0 ≤ a ≤ s``, so the answer is the range between ``s`` and ``s·work/w``.
+    ``a + (s₀ − a)·(work/w₀)^p`` (``a = startup``), anchored at the run ``(w₀, s₀)`` nearest
+    in work: the largest run at or below ``work``, else the smallest.  ``p`` is :func:`_exponent`
+    (``low == high``); with one run the answer is the range between ``p = P_MIN`` and ``P_MAX``.
+
+    Examples
+    --------
+    >>> estimate(400.0, [(1.0, 3.0, "smoke"), (100.0, 21.0, "quick")], startup=1.0)[:2]  # p = log 10/log 100
+    (41.0, 41.0)
     """
     if not points:
         return None, None, "no measured run on this device"
     for w, s, label in points:
         if w == work:
             return s, s, f"measured ({label} run)"
-    lo, hi = points[0], points[-1]
-    if hi[0] > lo[0] and hi[1] > lo[1]:
-        b = (hi[1] - lo[1]) / (hi[0] - lo[0])
-        a = max(0.0, lo[1] - b * lo[0])
-        return a + b * work, a + b * work, f"line through the {lo[2]} and {hi[2]} runs (start-up {a:.1f} s)"
-    w, s, label = hi
-    if w <= 0:
+    below = [pt for pt in points if pt[0] <= work]
+    w0, s0, label = below[-1] if below else points[0]
+    if w0 <= 0:
         return None, None, f"the {label} run did no work"
-    low, high = sorted((s, s * work / w))
-    return low, high, (f"one run ({label}, {s:.1f} s): start-up unknown, so between all start-up and none; "
-                       "measure a second profile to narrow it")
+    a = min(max(0.0, startup), s0)
+
+    def law(p: float) -> float:
+        return a + (s0 - a) * (work / w0) ** p
+
+    p = _exponent(points, a)
+    if p is None:
+        low, high = sorted((law(P_MIN), law(P_MAX)))
+        return low, high, (f"one run ({label}, {s0:.1f} s; start-up {a:.1f} s): the work's exponent is not "
+                           f"measured, so between {P_MIN:g} (streams in parallel) and {P_MAX:g} (saturated)")
+    return law(p), law(p), f"{label} run × (work ratio {work / w0:.3g})^{p:.2f}, start-up {a:.1f} s"
+
+
+def wall_time(seconds: list[float], jobs: int) -> float:
+    """Wall time of independent notebooks on ``jobs`` workers, longest first to the least loaded (LPT)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    loads = [0.0] * jobs
+    for s in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += s
+    return max(loads)
 
 
 def time_limit(paths: Paths, job: object, profile: str) -> float:
@@ -135,7 +226,8 @@ def time_limit(paths: Paths, job: object, profile: str) -> float:
             return fallback
         params = {**job.defaults, **job.params}  # type: ignore[attr-defined]
         work = work_of(spec["expr"], params)
-        _, high, _ = estimate(work, _measurements(paths, job.name, job.device, spec["expr"], job.defaults))  # type: ignore[attr-defined]
+        points = measured_runs(paths, job.name, job.device, spec["expr"], job.defaults)  # type: ignore[attr-defined]
+        _, high, _ = estimate(work, points, startup_of(paths, job.device))  # type: ignore[attr-defined]
     except (UsageError, OSError, TypeError, ValueError):
         return fallback
     return fallback if high is None else max(LIMIT_FLOOR, LIMIT_FACTOR * high)
@@ -162,13 +254,18 @@ def planned_device(device: str) -> str:
     return "cuda" if device == "cuda" else resolve_device(device)
 
 
-def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0."""
+def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False,
+               workers: int | None = None) -> int:
+    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0.
+
+    With ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`).
+    """
     dev = planned_device(device)
     profiles = load_profiles(paths.profiles)
     mode = f"profile {profile}" + (" rehearsal (short lengths)" if rehearse else "")
     print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
-    rows, low_total, high_total, unknown = [], 0.0, 0.0, []
+    startup = startup_of(paths, dev)
+    rows, low_total, high_total, unknown, highs = [], 0.0, 0.0, [], []
     for job in jobs:
         spec = profiles.get(job.name, {}).get("work")
         if not spec:
@@ -176,12 +273,13 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
             unknown.append(job.name)
             continue
         work = work_of(spec["expr"], {**job.defaults, **job.params})
-        low, high, how = estimate(work, _measurements(paths, job.name, dev, spec["expr"], job.defaults))
+        low, high, how = estimate(work, measured_runs(paths, job.name, dev, spec["expr"], job.defaults), startup)
         if low is None or high is None:
             unknown.append(job.name)
         else:
             low_total += low
             high_total += high
+            highs.append(high)
         rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_range(low, high), how))
     w0 = max(len(r[0]) for r in rows) if rows else 8
     w1 = max(len(r[1]) for r in rows) if rows else 8
@@ -189,9 +287,12 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
         print(f"  {name:<{w0}}  {work:<{w1}}  {secs:>7}  {how}")
     print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_range(low_total, high_total):>7}"
           + (f"  + {len(unknown)} notebook(s) without an estimate: {', '.join(unknown)}" if unknown else ""))
+    if workers and highs:
+        print(f"  {'wall':<{w0}}  {'':<{w1}}  {_fmt_seconds(wall_time(highs, workers)):>7}  with {workers} notebooks at "
+              "a time (longest first; the upper ends)")
     print(f"How: the work is each notebook's `work:` expression in {Path('notebooks') / 'profiles.yml'} on the "
-          f"profile's parameters; the time is calibrated on measured runs on {dev} ({Path('.covbook') / 'timings.json'}"
-          ", written by every `covbook run`): a line a + b*work through two runs of different work, or "
-          "a range between all start-up and none from one run. Run `covbook run --profile smoke --device "
-          f"{dev}` (and quick) on this machine to calibrate.")
+          f"profile's parameters; the time is calibrated on measured runs on {dev} ({SHIPPED}/*.json, shipped, and "
+          f"{Path('.covbook') / 'timings.json'}, written by every `covbook run`): the start-up plus a power law "
+          f"in the work, anchored at the nearest measured run, its exponent fitted between {P_MIN:g} and "
+          f"{P_MAX:g}. Run `covbook run --profile smoke --device {dev}` (and quick) on this machine to calibrate.")
     return 0

@@ -26,6 +26,7 @@ from covbook.book.cache import file_digest
 from covbook.book.checks import Verdict, check
 from covbook.book.costs import run_costs_markdown
 from covbook.book.records import read_run
+from covbook.book.edition import edition_problems, shown_claims
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
@@ -92,14 +93,15 @@ def _theorem(c: Claim, labels: set[str]) -> str:
 
 
 def _row(name: str, c: Claim, labels: set[str]) -> str:
-    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if c.kind == "evidence"
+    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if (c.rule_kind or c.kind) == "evidence"
                                             else "—")
     if c.reason:
         basis += f"; not evaluated: {_cell(c.reason)}"
     power = _cell(c.power_text()) if c.alternatives else "—"
     statement = link_theorems(_cell(c.statement), labels)
+    kind = c.kind if c.rule_kind in (None, c.kind) else f"{c.kind} (an {c.rule_kind} rule without power here)"
     return (f"| {verdict_chip(c)} | {fmt(c.measured)} in {_cell(c.expected_text())} | "
-            f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {c.kind} | {power} | {basis} |")
+            f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {kind} | {power} | {basis} |")
 
 
 _SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')
@@ -161,6 +163,11 @@ def _commit_notebook(paths: Paths, name: str, nb: dict, record: dict) -> None:
 def write_report(paths: Paths) -> Path:
     """Write ``book/generated/reproduction.md`` (and the calibration page) from the last run; returns its path."""
     v = check(paths)
+    book_claims = v.claims  # the book's own run, whose executed notebooks refresh_verdicts rewrites
+    v.claims, edition_lines = shown_claims(paths, v.claims)  # a current chapter's claims from the stored edition
+    problems, notes = edition_problems(paths)
+    v.problems += problems
+    v.notes += notes
     n_pass = sum(c.passed for c in v.claims)
     n_evidence = sum(c.kind == "evidence" for c in v.claims)
     verdict = (f"all {len(v.claims)} claims pass" if n_pass == len(v.claims) else
@@ -176,7 +183,9 @@ def write_report(paths: Paths) -> Path:
         "checked to rounding) or *sanity* (a property any reasonable implementation has). "
         "An evidence claim names the alternative its window must exclude (no decay, no effect, the "
         "competing formula); one whose window cannot exclude it at this profile is *compatible* with the "
-        "prediction and is not cited as evidence. Each claim's rule (kind, statement, window, alternatives) is "
+        "prediction and is not cited as evidence. The kind follows the window's width at the run's profile "
+        "(never the measured value): the same rule can be compatible at a small profile and evidence at paper "
+        "scale. Each claim's rule (kind, statement, window, alternatives) is "
         "data in `notebooks/rules/NN_name.yml`; `covbook check` re-judges the run's stored measurements against "
         "it without running a notebook. "
         "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
@@ -194,6 +203,7 @@ def write_report(paths: Paths) -> Path:
         lines += ["## Problems", ""] + [f"- {_quoted(p)}" for p in v.problems] + [""]
     if v.notes:
         lines += ["## Notes", ""] + [f"- {_quoted(p)}" for p in v.notes] + [""]
+    lines += edition_lines
     lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
@@ -223,6 +233,6 @@ def write_report(paths: Paths) -> Path:
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(out)
     write_calibration_page(paths)
-    refresh_verdicts(paths, v.claims)
+    refresh_verdicts(paths, book_claims)
     write_results(paths.generated, v.claims, v.runs)  # the "Results at a glance" page (book/results.yml)
     return out

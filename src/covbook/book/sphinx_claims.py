@@ -102,7 +102,9 @@ def _title(cid: str, c: Claim) -> str:
     """The chip's tooltip: everything the compact display leaves out."""
     alts = f" {c.power_text().capitalize()}." if c.power_text() else ""
     basis = f" Window: {c.basis}." if c.basis else ""
-    return f"{cid} ({c.kind}, {c.verdict}): {c.statement} Window {c.expected_text()}.{alts}{basis}"
+    where = f" at profile {c.profile}" if c.profile else " in this run"
+    kind = c.kind if c.rule_kind in (None, c.kind) else f"{c.kind}{where}, an {c.rule_kind} rule without power there"
+    return f"{cid} ({kind}, {c.verdict}): {c.statement} Window {c.expected_text()}.{alts}{basis}"
 
 
 def _where(lineno: int) -> str:

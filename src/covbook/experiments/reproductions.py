@@ -392,6 +392,25 @@ class GargCurves(Result):
         ax.legend()
 
 
+GARG_CHUNK = 8192
+"""Tasks per call of the estimators of :func:`garg_curves`: a batched pseudo-inverse's workspace grows with
+the batch (at full, this computation's cell asked a GPU for one allocation of 122 GiB), a chunk's stays fixed."""
+
+
+def _garg_estimates(x: torch.Tensor, y: torch.Tensor, eta_opt: float,
+                    chunk: int | None = None) -> dict[str, torch.Tensor]:
+    r"""Least squares ŵ = (XᵀX)⁺Xᵀy, averaging ŵ = (1/k)Xᵀy and one GD step (η/k)Xᵀy per task, ``chunk``
+    tasks at a time (x (B, k, d), y (B, k) -> (B, d) each; the same numbers as one call: each task's own)."""
+    chunk = GARG_CHUNK if chunk is None else check_positive_int(chunk, "chunk")
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in GARG_LABELS}
+    for s in range(0, x.shape[0], chunk):
+        xs, ys = x[s:s + chunk], y[s:s + chunk]  # (c, k, d), (c, k)
+        parts["ols"].append(icl.ols(xs, ys))
+        parts["averaging"].append(icl.empirical_gd(xs, ys, 1.0)[-1])
+        parts["gd_opt"].append(icl.empirical_gd(xs, ys, eta_opt)[-1])
+    return {name: torch.cat(p) for name, p in parts.items()}
+
+
 def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
                 device: str | torch.device = "cpu") -> GargCurves:
     r"""Least squares, averaging ŵ = (1/k)Xᵀy and one GD step with η*(k) for k = 1, …, 2d (d = 20).
@@ -411,8 +430,7 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
     for i, k in enumerate(ks):
         t = icl.make_regression_tasks(n_key if k in GARG_KEY_KS else n_t, int(k), d,
                                       seed=streams.seed_for("garg", replicate=i), device=dev)
-        est = {"ols": icl.ols(t.x, t.y), "averaging": icl.empirical_gd(t.x, t.y, 1.0)[-1],
-               "gd_opt": icl.empirical_gd(t.x, t.y, float(icl.gd_optimal_step(k, d)))[-1]}  # (tasks, d) each
+        est = _garg_estimates(t.x, t.y, float(icl.gd_optimal_step(k, d)))  # (tasks, d) each
         for name, v in est.items():
             err = (((v - t.w) ** 2).sum(-1) / d).cpu().numpy()  # (tasks,)
             meas[name].append(mean_with_se(err))

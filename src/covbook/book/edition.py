@@ -1,0 +1,385 @@
+"""The book's stored edition: every chapter run once at a profile (paper scale on a GPU), kept in the repository.
+
+``covbook edition full --device cuda`` runs the chapters at ``full`` in a scratch tree
+(``.covbook/edition/<profile>/``, so the book's own ``book/generated`` keeps its quick run), with
+figures drawn as SVG, and stores what each successful chapter made in ``book/edition/``::
+
+    book/edition/edition.json         the profile, seed, device, torch, CUDA, Python and numpy versions, the
+                                      commit and date; per chapter its science key, status, time and record
+    book/edition/NN_name.ipynb        the executed chapter
+    book/edition/claims/NN_name.json  its measurements (judged by the current rules wherever they are read)
+    book/edition/runs/NN_name.json    its run record
+
+A chapter's *science key* (:func:`science_key`) hashes what makes its results: the code cells of its
+notebook, the science modules they import (:func:`covbook.book.cache.notebook_science`) and its
+parameters at the edition's profile.  Prose and rules are not in it: prose is the chapter's own text,
+and the rules re-judge the stored measurements wherever they are read.
+
+A chapter's stored run is *current* when its science key equals the chapter's key now
+(:func:`status`).  ``covbook build`` shows a current chapter from its stored run and every other
+chapter from the book's own run (quick), each page saying which run it shows
+(:func:`published_notebook`); ``covbook check`` re-judges the stored measurements against the
+current rules (a failed claim fails it) and lists each chapter whose stored run is pending
+(:func:`edition_problems`).  Nothing here imports torch unless a chapter is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook.book.checks import claim_problems, id_problems, judged, read_rules
+from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters,
+                                 resolve_parameters)
+
+__all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
+           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV"]
+
+EDITION = Path("book") / "edition"
+#: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
+COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
+#: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
+SVG_CONFIG = 'c.InlineBackend.figure_formats = {"svg"}\n'
+
+
+def _dir(paths: Paths) -> Path:
+    return paths.root / EDITION
+
+
+@lru_cache(maxsize=4096)
+def _portable(text: str) -> str:
+    """Python source without comments, docstrings or formatting, in a form every Python that parses it gives
+    alike (``ast.unparse``; the form of ``ast.dump`` changes between Python versions: a GPU machine's Python
+    must key a chapter as this one does).  Text that does not parse keys as it is."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def science_key(paths: Paths, name: str, profile: str) -> str:
+    """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells, the science
+    modules they import (:func:`covbook.book.cache.science_modules`, each as :func:`_portable` source)
+    and its parameters there (``notebooks/profiles.yml``).  Comments, docstrings and prose do not count."""
+    from covbook.book.cache import PACKAGE, science_modules
+
+    nb = discover(paths).get(name)
+    if nb is None:
+        raise UsageError(f"unknown notebook {name!r}")
+    cells = [src for _, src in _myst_code_cells(nb.read_text(encoding="utf-8"))]
+    h = hashlib.sha256()
+    for src in cells:
+        h.update(_portable(src).encode() + b"\0")
+    runnable = ["\n".join(ln for ln in c.splitlines() if not ln.lstrip().startswith(("%", "!"))) for c in cells]
+    modules = science_modules(runnable, PACKAGE)
+    if modules is None:  # a dynamic import: the whole package outside the pipeline
+        modules = sorted(f for f in PACKAGE.rglob("*.py") if "book" not in f.relative_to(PACKAGE).parts[:1]
+                         and "__pycache__" not in f.parts)
+    for f in modules:
+        h.update(f.relative_to(PACKAGE).as_posix().encode() + b"\0")
+        h.update(_portable(f.read_text(encoding="utf-8")).encode() + b"\0")
+    params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
+    params = {k: v for k, v in params.items() if k not in ("device", "seed")}
+    h.update(json.dumps(params, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def read_manifest(paths: Paths) -> dict | None:
+    """``book/edition/edition.json`` (``None`` when there is no edition)."""
+    f = _dir(paths) / "edition.json"
+    if not f.is_file():
+        return None
+    return read_json(f, dict)
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where chapter ``name`` stands in the edition: ``current``, ``pending`` (its science changed since the
+    stored run), ``failed`` (the stored run failed) or ``absent`` (not in the edition)."""
+
+    name: str
+    state: str
+    entry: dict | None = None
+
+    @property
+    def current(self) -> bool:
+        return self.state == "current"
+
+
+def status(paths: Paths, manifest: dict | None = None) -> dict[str, Status]:
+    """Every chapter's :class:`Status` against the edition's manifest (read from disk by default)."""
+    manifest = read_manifest(paths) if manifest is None else manifest
+    chapters = (manifest or {}).get("notebooks", {})
+    out = {}
+    for name in discover(paths):
+        entry = chapters.get(name)
+        if entry is None:
+            out[name] = Status(name, "absent")
+        elif entry.get("status") != "ok":
+            out[name] = Status(name, "failed", entry)
+        elif entry.get("science_key") != science_key(paths, name, manifest["profile"]):
+            out[name] = Status(name, "pending", entry)
+        else:
+            out[name] = Status(name, "current", entry)
+    return out
+
+
+def edition_claims(paths: Paths, name: str, profile: str) -> list:
+    """The stored measurements of chapter ``name`` judged by the current rules at the edition's ``profile``."""
+    return judged(paths, name, _dir(paths) / "claims" / f"{name}.json", read_rules(paths, name), profile)[0]
+
+
+def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` of the stored edition: every failed claim of a current chapter, a damaged or
+    missing file, and ids that differ from the rules (problems); each pending chapter (a note)."""
+    try:
+        manifest = read_manifest(paths)
+    except DamagedFile as err:
+        return [f"edition: {err}"], []
+    if manifest is None:
+        return [], []
+    problems, notes = [], []
+    profile = manifest.get("profile")
+    for name, st in status(paths, manifest).items():
+        if st.state == "pending":
+            notes.append(f"edition: {name}: its paper-scale run is pending: its science changed after the stored "
+                         f"{profile} run (shown from the book's own run; `covbook edition {profile} {name[:2]}`)")
+        if not st.current:
+            continue
+        f = _dir(paths) / "claims" / f"{name}.json"
+        if not f.is_file():
+            problems.append(f"edition: {name}: {f.relative_to(paths.root)} is missing")
+            continue
+        try:
+            rules = read_rules(paths, name)
+            claims, ids = judged(paths, name, f, rules, profile)
+        except (UsageError, ValueError, OSError) as err:
+            problems.append(f"edition: {name}: {err}")
+            continue
+        p, _ = claim_problems(name, claims, profile)
+        problems += [f"edition ({profile}): {x}" for x in p]
+        problems += [f"edition ({profile}): {x}" for x in id_problems(name, ids, sorted(rules))]
+    return problems, notes
+
+
+def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
+    """The claims as the published book shows them: a current chapter's from its stored edition run (judged at
+    the edition's profile), every other chapter's from ``claims`` (the book's run); and the lines of the
+    report's section on the edition (empty without one)."""
+    try:
+        manifest = read_manifest(paths)
+    except DamagedFile:
+        return claims, []
+    if manifest is None:
+        return claims, []
+    st = status(paths, manifest)
+    current = [n for n, s in st.items() if s.current]
+    shown = [c for c in claims if c.notebook not in current]
+    for name in current:
+        try:
+            shown += edition_claims(paths, name, manifest["profile"])
+        except (UsageError, ValueError, OSError):
+            shown += [c for c in claims if c.notebook == name]
+    lines = ["## The stored edition", "",
+             f"Chapters shown from the stored **{manifest['profile']}** edition (`book/edition`: "
+             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}, "
+             f"commit {manifest.get('commit', '?')}) where their stored run is current; their claims below are that "
+             "run's, judged by the current rules.", "",
+             "| notebook | stored run | run time (s) | finished | shown from |", "| --- | --- | --- | --- | --- |"]
+    for name, s in st.items():
+        e = s.entry or {}
+        where = {"current": f"the {manifest['profile']} edition", "pending": "the book's run (edition pending)",
+                 "failed": "the book's run (edition run failed)", "absent": "the book's run"}[s.state]
+        lines.append(f"| {name} | {s.state} | {e.get('seconds', '—')} | {e.get('when', '—')} | {where} |")
+    return shown, [*lines, ""]
+
+
+# --- the published page -----------------------------------------------------------------------------------------
+
+
+def banner(st: Status, manifest: dict | None, record: dict | None, commit: str | None = None) -> str:
+    """The note at the top of a published chapter: which run it shows (profile, device, date, commit).
+
+    ``record`` is the book's own run record of the chapter and ``commit`` the commit the book is built at
+    (a run record names no commit); the edition's manifest names its own.
+    """
+    if st.current and manifest is not None:
+        e = st.entry or {}
+        return (f"This chapter shows its **{manifest['profile']}** run on {e.get('device_used', manifest['device'])} "
+                f"(torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}), "
+                f"{e.get('when', manifest.get('made', '?'))}, commit {manifest.get('commit', '?')}; its claims are "
+                "judged by the current rules.")
+    rec = record or {}
+    params = rec.get("parameters") or {}
+    ran = (f"its **{params.get('profile', '?')}** run on {rec.get('device_used') or '?'}"
+           + (f", {rec['finished']}" if rec.get("finished") else "") + (f", commit {commit}" if commit else ""))
+    if st.state == "pending" and manifest is not None:
+        return (f"This chapter shows {ran}. Its paper-scale ({manifest['profile']}) run is pending: the chapter's "
+                "science changed after the stored run, which is therefore not shown.")
+    return f"This chapter shows {ran}."
+
+
+def _banner_cell(text: str) -> dict:
+    return {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
+            "source": f":::{{note}}\n{text}\n:::\n"}
+
+
+def _with_banner(nb: dict, text: str) -> dict:
+    """``nb`` with the banner after its title (the first markdown cell that opens with ``# ``)."""
+    cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
+    at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
+               and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
+    return {**nb, "cells": [*cells[:at], _banner_cell(text), *cells[at:]]}
+
+
+def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
+                       manifest: dict | None = None, commit: str | None = None) -> dict:
+    """The notebook a reader sees for chapter ``name``: its stored edition run where that is current (verdict
+    lines re-judged by the current rules), else ``own`` (the book's run), each with its :func:`banner`."""
+    manifest = read_manifest(paths) if manifest is None else manifest
+    st = status(paths, manifest).get(name, Status(name, "absent"))
+    if st.current:
+        from covbook.claims import anchor, verdict_markdown
+
+        nb = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8"))
+        try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
+            claims = edition_claims(paths, name, manifest["profile"])
+        except (UsageError, ValueError, OSError):
+            claims = []
+        _refresh(nb, {anchor(c.notebook, c.id): c for c in claims}, verdict_markdown)
+        return _with_banner(nb, banner(st, manifest, None))
+    return _with_banner(own, banner(st, manifest, record, commit))
+
+
+_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (as covbook.book.report reads it)
+
+
+def _refresh(nb: dict, by_anchor: dict, render) -> None:
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            md = out.get("data", {}).get("text/markdown")
+            text = "".join(md) if isinstance(md, list) else md
+            m = _SPAN.match(text or "")
+            if m and m.group(1) in by_anchor and render(by_anchor[m.group(1)]) != text:
+                out["data"]["text/markdown"] = render(by_anchor[m.group(1)])
+
+
+# --- making the edition -----------------------------------------------------------------------------------------
+
+
+def _scratch(paths: Paths, profile: str) -> Paths:
+    """The edition's scratch tree: the chapters, rules and profiles copied; kernels that draw SVG."""
+    root = paths.state / "edition" / profile
+    nbs = root / "notebooks"
+    if nbs.exists():
+        shutil.rmtree(nbs)
+    shutil.copytree(paths.notebooks, nbs, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    cfg = root / ".covbook" / "home" / "ipython" / "profile_default" / "ipython_kernel_config.py"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(SVG_CONFIG, encoding="utf-8")
+    for f in ("_config.yml",):
+        if (paths.root / f).is_file():
+            shutil.copy2(paths.root / f, root / f)
+    return Paths(root)
+
+
+def _versions() -> dict[str, str | None]:
+    """torch, its CUDA, Python and numpy versions of this machine (imports torch: an edition runs chapters)."""
+    import platform
+
+    import numpy
+    import torch
+
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+            "numpy": numpy.__version__}
+
+
+def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: int,
+          versions: dict[str, str | None] | None = None) -> dict:
+    """Copy the successful chapters ``names`` of ``scratch`` into ``book/edition`` and update its manifest.
+
+    A chapter that failed keeps its earlier stored run only when that is still current; otherwise it is
+    recorded as failed.  Files are written atomically, the manifest last.
+    """
+    from covbook.book.provenance import git_commit
+    from covbook.book.records import read_run
+
+    out = _dir(paths)
+    old = read_manifest(paths) or {}
+    if old.get("profile") not in (None, profile):
+        raise UsageError(f"book/edition holds a {old['profile']} edition; this one is {profile} (remove it first)")
+    chapters = dict(old.get("notebooks", {}))
+    device = None
+    for name in names:
+        rec = read_run(scratch.runs / f"{name}.json")
+        if rec is None or not rec.ok:
+            if chapters.get(name, {}).get("science_key") != science_key(paths, name, profile):
+                chapters[name] = {"status": "failed", "error": (rec.error if rec is not None else None) or "no run"}
+            continue
+        for src, dst in ((scratch.generated / f"{name}.ipynb", out / f"{name}.ipynb"),
+                         (scratch.claims / f"{name}.json", out / "claims" / f"{name}.json"),
+                         (scratch.runs / f"{name}.json", out / "runs" / f"{name}.json")):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(dst.name + ".tmp")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        device = rec.device_used
+        chapters[name] = {"status": "ok", "science_key": science_key(paths, name, profile),
+                          "seconds": round(float(rec.get("seconds", 0.0)), 1), "device_used": rec.device_used,
+                          "when": rec.get("finished") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    manifest = {"profile": profile, "seed": seed, "device": device or old.get("device", "?"),
+                **(versions if versions is not None else _versions()),
+                "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root),
+                "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
+    write_json_atomic(out / "edition.json", manifest)
+    _merge_timings(paths, scratch)
+    return manifest
+
+
+def _merge_timings(paths: Paths, scratch: Paths) -> None:
+    """The edition's measured run times join this machine's ``.covbook/timings.json`` (the plan's calibration)."""
+    try:
+        new = read_json(scratch.timings, dict) if scratch.timings.is_file() else {}
+        old = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+    except DamagedFile:
+        return
+    for name, devices in new.items():
+        for dev, runs in (devices or {}).items():
+            old.setdefault(name, {}).setdefault(dev, {}).update(runs or {})
+    if new:
+        write_json_atomic(paths.timings, old)
+
+
+def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int = 0, jobs: int = 1,
+         timeout: float | None = None, force: bool = False, progress: bool = True) -> tuple[list, dict]:
+    """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store them.
+
+    Returns the runner's results and the new manifest.  The scratch tree keeps its cache: a chapter whose
+    run is current there is not run again (``force`` runs it).
+    """
+    from covbook.book.lock import tree_lock
+    from covbook.book.runner import run_notebooks
+
+    scratch = _scratch(paths, profile)
+    chosen = list(discover(scratch)) if not names else names
+    with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
+        results = run_notebooks(scratch, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
+                                progress=progress, timeout=timeout, lock_fd=held.fd)
+    done = [r.name for r in results]
+    return results, store(paths, scratch, done, profile, seed)

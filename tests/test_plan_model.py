@@ -1,0 +1,85 @@
+"""The plan's cost model against the runs measured on one NVIDIA H200 (fast stage).
+
+``notebooks/timings/nvidia-h200.json`` is the shipped calibration: smoke and quick for every notebook, full
+for 01-06 and 08.  Leave the full runs out, predict them from smoke and quick, and compare.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from covbook._jsonio import write_json_atomic
+from covbook.book.config import Paths, load_profiles
+from covbook.book.plan import P_MAX, P_MIN, SHIPPED, estimate, measured_runs, startup_of, wall_time, work_of
+from covbook.book.runner import notebook_parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / SHIPPED / "nvidia-h200.json"
+
+
+def _runs() -> dict[str, dict[str, tuple[float, float, str]]]:
+    """``notebook -> profile -> (work, seconds, profile)`` of the shipped H200 runs."""
+    profiles, out = load_profiles(ROOT / "notebooks" / "profiles.yml"), {}
+    for name, devices in json.loads(H200.read_text()).items():
+        defaults = notebook_parameters(ROOT / "notebooks" / f"{name}.md")
+        out[name] = {p: (work_of(profiles[name]["work"]["expr"], {**defaults, **t["parameters"]}), t["seconds"], p)
+                     for p, t in devices["cuda"].items()}
+    return out
+
+
+def test_full_predicted_from_smoke_and_quick_within_a_factor_of_four():
+    """A line through two start-up-bound runs overestimated 08 by 56× (8,732 s against 155 s); the power law
+    anchored at quick, with the stream-parallel exponent 1/2, is within a factor 2 of every measured full run
+    but one (06, 0.32) and sums to 591 s against 779 s measured."""
+    runs = _runs()
+    startup = min(s for r in runs.values() for p, (_, s, _) in r.items() if p != "full")
+    ratios = {}
+    for name, r in runs.items():
+        if "full" in r:
+            low, high, _ = estimate(r["full"][0], sorted(v for p, v in r.items() if p != "full"), startup)
+            assert low == high
+            ratios[name[:2]] = high / r["full"][1]
+    assert sorted(ratios) == ["01", "02", "03", "04", "05", "06", "08"]
+    assert all(0.25 < x < 4 for x in ratios.values()), ratios
+    assert max(abs(math.log(x)) for x in ratios.values()) < math.log(3.2)
+
+
+def test_with_the_full_runs_the_plan_reads_them_and_fits_the_exponent_within_the_bounds():
+    runs = _runs()
+    for r in runs.values():
+        points = sorted(r.values())
+        if "full" in r:
+            assert estimate(r["full"][0], points, 7.8)[0] == r["full"][1]
+        low, high, how = estimate(4 * points[-1][0], points, 7.8)
+        s0 = points[-1][1]
+        assert 7.8 + (s0 - 7.8) * 4 ** P_MIN <= low == high <= 7.8 + (s0 - 7.8) * 4 ** P_MAX + 1e-9, how
+
+
+def test_the_shipped_calibration_is_read_and_this_machines_timings_win(tmp_path):
+    (tmp_path / SHIPPED).mkdir(parents=True)
+    write_json_atomic(tmp_path / SHIPPED / "gpu-a.json", {"01_x": {"cuda": {
+        "smoke": {"parameters": {"n": 1}, "seconds": 4.0}, "full": {"parameters": {"n": 100}, "seconds": 50.0}}}})
+    paths = Paths(tmp_path)
+    assert measured_runs(paths, "01_x", "cuda", "n", {}) == [(1.0, 4.0, "smoke, gpu-a"), (100.0, 50.0, "full, gpu-a")]
+    assert startup_of(paths, "cuda") == 4.0 and startup_of(paths, "cpu") == 0.0
+    write_json_atomic(paths.timings, {"01_x": {"cuda": {"full": {"parameters": {"n": 100}, "seconds": 30.0}}}})
+    assert measured_runs(paths, "01_x", "cuda", "n", {})[-1] == (100.0, 30.0, "full")
+
+
+def test_a_mostly_start_up_run_does_not_set_the_exponent():
+    # the larger run spent 1 s working against 10 s starting up: the exponent is the lower bound
+    assert estimate(1000.0, [(1.0, 10.5, "smoke"), (10.0, 11.0, "quick")], 10.0)[0] == pytest.approx(
+        10.0 + 1.0 * 100 ** P_MIN)
+    # a compute-bound pair sets it (here 1: ten times the work, ten times the time)
+    assert estimate(1000.0, [(1.0, 2.0, "smoke"), (10.0, 20.0, "quick")], 0.0)[0] == pytest.approx(2000.0)
+
+
+def test_wall_time_longest_first():
+    assert wall_time([5, 4, 3, 3, 3], 2) == 10  # LPT: 5+3 | 4+3+3 (the optimum, 9, is not promised)
+    assert wall_time([10.0], 6) == 10.0
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        wall_time([1.0], 0)
