@@ -4,7 +4,9 @@ For each page: no JavaScript console error; no request leaves the machine (the b
 served from 127.0.0.1); MathJax typeset every formula with no error; every image loaded;
 every internal link and anchor resolves; no code cell is wider than the text column; no
 figure is shown below 80 % of its designed size (rendered width over the image's natural
-width) at 1280 px; no table scrolls sideways; one search box.  At 400 px (a phone) the
+width) at 1280 px; no table scrolls sideways; one search box; the article's visible text, without its code and typeset
+formulas, has no raw TeX, raw label, raw registry key or number of the wrong grammatical number
+(``page_text.text_problems``, unit-tested on strings in tests/test_page_text.py).  At 400 px (a phone) the
 tables' last column (the status) is on screen.  The search page finds "covariance".  One
 screenshot per chapter goes to ``_build/screenshots/`` for review.
 
@@ -29,6 +31,7 @@ from urllib.parse import unquote, urldefrag, urlsplit
 import pytest
 
 from helpers import ROOT
+from page_text import text_problems
 
 # also `book`: it needs the built book, so it runs with the book build (make test) and never in `make unit`
 pytestmark = [pytest.mark.browser, pytest.mark.book]
@@ -38,6 +41,15 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 #: the smallest shown size of a figure, as a fraction of its designed (natural) size, at 1280 px
 MIN_FIGURE_SCALE = 0.8
 LOCAL_SCHEMES = ("data:", "blob:", "about:", "chrome:", "chrome-extension:", "devtools:")
+
+
+@functools.cache
+def _registry_keys() -> frozenset[str]:
+    """Names of the book's registries (input laws, positional encodings) that prose must not show raw."""
+    from covbook.processes import INPUT_LAWS
+    from covbook.transformer import POSITIONS
+
+    return frozenset({*INPUT_LAWS, *(p for p in POSITIONS if p), "nope"})
 
 
 def _chromium() -> tuple[str, str] | None:
@@ -188,6 +200,21 @@ return {
   searches: [...document.querySelectorAll(".search-button-field, form.bd-search input, input.search-field")]
             .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0
                            && getComputedStyle(e).visibility !== "hidden"; }).length,
+  // the article as a reader sees it, without code, code literals and typeset formulas (page_text checks it)
+  text: (() => {
+    const art = document.querySelector(".bd-article");
+    if (!art) return "";
+    const clone = art.cloneNode(true);
+    clone.querySelectorAll("pre, code, kbd, script, style, mjx-container, .math, .MathJax, .cell_input, "
+                           + "a.headerlink, .sd-summary-title").forEach(e => e.remove());
+    const box = document.createElement("div");
+    box.style.cssText = "position:absolute;left:-99999px;top:0;width:1200px";
+    box.appendChild(clone);
+    document.body.appendChild(box);
+    const text = clone.innerText;
+    box.remove();
+    return text;
+  })(),
   resources: performance.getEntriesByType("resource").map(e => e.name)
              .concat(performance.getEntriesByType("navigation").map(e => e.name)),
 };
@@ -229,6 +256,7 @@ def _check_page(drv, base: str, html: Path, page: str) -> list[str]:
                  for src, natural, shown in info["figures"] if shown < MIN_FIGURE_SCALE * natural]
     problems += [f"table scrolls sideways ({width} px in {box} px): {text!r}"
                  for text, width, box, _ in info["wide_tables"]]
+    problems += [f"article text: {p}" for p in text_problems(info["text"], _registry_keys())]
     if page != "search.html" and info["searches"] != 1:
         problems.append(f"{info['searches']} search boxes (expected one)")
     for link in sorted(set(info["links"])):

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from covbook.book.results import Results, Statement, load_statements, render, status, write_results
+from covbook.book.results import (
+    Results,
+    Statement,
+    load_statements,
+    part_states,
+    render,
+    status,
+    status_detail,
+    write_results,
+)
 from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import Claim
 from helpers import ROOT
@@ -67,7 +76,7 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
     ])
     page = render(results, [_claim("c1"), _claim("c2"), _claim("c4", False, measured=2.5)], {"thm-01-a"},
                   ran={"01_a"}, profiles=["smoke"])
-    assert "1 holds, 1 holds with a correction, 0 compatible only, 0 fails, 1 not tested" in page  # statements only
+    assert "1 holds, 1 holds with a correction, 0 holds in part, 0 compatible only, 0 fails, 1 not tested" in page
     assert "{prf:ref}`thm-01-a`" in page and "{prf:ref}`thm-gone`" not in page  # no dangling reference
     assert "holds \\| here" in page  # a pipe does not break the table
     assert "✗&nbsp;`c4`&nbsp;(2.5)" in page and "✗&nbsp;fails" in page
@@ -160,3 +169,54 @@ def test_render_marks_the_source() -> None:
     assert "*The abstract's claim:* a says *The book's statement:* x" in page
     assert "*The book's reconstruction.* y" in page
     assert "Only the abstract of the paper is public" in page
+
+
+def _weak(cid: str) -> Claim:
+    return Claim(cid, "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="evidence",
+                 alternatives=[{"name": "no decay", "value": 1.0, "excluded": False}], powered=False)
+
+
+def test_named_parts_say_what_is_shown_and_what_is_only_compatible() -> None:
+    s = Statement("T", "x", "01_a", ("r", "k", "m"),
+                  parts=(("rate", ("r",)), ("constant", ("k",)), ("mean error", ("m",))))
+    claims = _by_key(_claim("r"), _claim("k"), _weak("m"))
+    assert status(s, claims) == "holds in part"
+    assert status_detail(s, claims) == "shown: rate, constant; compatible only: mean error"
+    assert part_states(s, claims) == [("rate", "shown"), ("constant", "shown"), ("mean error", "compatible only")]
+    # a failed part decides, and the row names it
+    failed = _by_key(_claim("r", False), _claim("k"), _weak("m"))
+    assert status(s, failed) == "fails"
+    assert status_detail(s, failed) == "fails: rate; shown: constant; compatible only: mean error"
+    # every part shown: holds, with no detail; no part shown: compatible only
+    assert status(s, _by_key(_claim("r"), _claim("k"), _claim("m"))) == "holds"
+    assert status_detail(s, _by_key(_claim("r"), _claim("k"), _claim("m"))) == ""
+    assert status(s, _by_key(_weak("r"), _weak("k"), _weak("m"))) == "compatible only"
+    page = render(Results([s]), list(claims.values()), set())
+    assert "◐&nbsp;holds in part<br>shown: rate, constant; compatible only: mean error |" in page
+    assert "*rate:* ✓&nbsp;`r`&nbsp;(1); *constant:* ✓&nbsp;`k`&nbsp;(1); *mean error:* ≈&nbsp;`m`" in page
+    assert "0 holds, 0 holds with a correction, 1 holds in part, 0 compatible only" in page
+
+
+def test_an_unnamed_list_is_one_part() -> None:
+    s = Statement("T", "x", "01_a", ("r", "m"))
+    claims = _by_key(_claim("r"), _weak("m"))
+    assert status(s, claims) == "compatible only" and status_detail(s, claims) == ""
+
+
+def test_parts_are_read_from_the_data_file(tmp_path: Path) -> None:
+    res = load_statements(_write(tmp_path, "statements:\n  - id: T\n    statement: x\n    chapter: 01_a\n"
+                                           "    claims: {rate: [r, s], mean error: [02_b:m]}\n"))
+    (s,) = res.statements
+    assert s.claims == ("r", "s", "02_b:m")
+    assert s.part_keys() == [("rate", [("01_a", "r"), ("01_a", "s")]), ("mean error", [("02_b", "m")])]
+
+
+@pytest.mark.parametrize(("claims", "match"), [
+    ("{rate: []}", "part 'rate'"),
+    ("{rate: [r], constant: [r]}", "more than one part"),
+    ("{rate: r}", "part 'rate'"),
+])
+def test_malformed_parts_are_a_clear_error(tmp_path: Path, claims: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_statements(_write(tmp_path, "statements:\n  - {id: T, statement: x, chapter: 01_a, claims: "
+                                         + claims + "}\n"))

@@ -12,7 +12,9 @@ import pytest
 import torch
 import yaml
 
+from covbook import icl
 from covbook.experiments import multi_step
+from covbook.icl import RegressionTasks
 from covbook.streams import Streams
 from helpers import ROOT
 
@@ -30,7 +32,7 @@ def results() -> dict[str, object]:
     p = multi_step.setting(3, eta=0.5, streams=st)
     return {"setting": p,
             "identity": multi_step.identity(p, streams=st),
-            "tracking": multi_step.tracking(p, k_track=2, streams=st, **SIZES),
+            "tracking": multi_step.tracking(p, k_track=3, streams=st, n_min=4, **SIZES),
             "convergence": multi_step.convergence(p, streams=st, **SIZES),
             "unstable": multi_step.unstable(p, streams=st, **SIZES),
             "depth": multi_step.depth(p, n_tasks=4, n_depth=(8, 16), k_max=5, streams=st)}
@@ -56,11 +58,38 @@ def test_the_literal_model_is_the_identity(results) -> None:
 
 def test_tracking_shapes_and_determinism(results) -> None:
     t = results["tracking"]
-    assert len(t.ns) == 4 and (t.ns[0], t.ns[-1]) == (4, 32) and t.sq["plain"].shape == (4, 4, 3)
-    assert t.numbers["n_min_track"] == 4 and t.numbers["k_track"] == 2
-    again = multi_step.tracking(_problem(), k_track=2, streams=Streams(0, "06"), **SIZES)
+    assert t.ns.tolist() == [4, 8, 16, 32] and t.sq["plain"].shape == (4, 4, 4)
+    assert t.numbers["n_min_track"] == 4 and t.numbers["k_track"] == 3
+    again = multi_step.tracking(_problem(), k_track=3, streams=Streams(0, "06"), n_min=4, **SIZES)
     assert again.measurements == t.measurements
     np.testing.assert_array_equal(again.sq["newton"], t.sq["newton"])
+    assert t.measurements["track_slope_plain_k2"]["k"] == 2 and t.measurements["track_slope_plain_kmax"]["k"] == 3
+
+
+def test_tracking_reads_prefixes_of_the_same_contexts_at_queries_of_one_logit_variance() -> None:
+    """The model at N is the model on the first N examples of each context, its query scaled to TRACK_S."""
+    st = Streams(0, "06")
+    p = multi_step.setting(3, eta=0.5, streams=st)
+    t = multi_step.tracking(p, k_track=3, streams=st, n_min=4, **SIZES)
+    drawn = multi_step._tasks(p, 4, 32, Streams(0, "06").seed_for("track"), torch.device("cpu"))
+    q = multi_step.at_logit_variance(drawn.x_query, p.cov_x, 0.5, multi_step.TRACK_S)  # (B, d)
+    np.testing.assert_allclose((0.25 * ((q @ p.cov_x) * q).sum(-1)).numpy(), multi_step.TRACK_S, rtol=1e-12)
+    first = drawn.with_query(q)
+    for j, n in enumerate(t.ns):
+        short = RegressionTasks(first.tokens[:, :n], first.query, first.y_query, first.w)  # the first n examples
+        pred = icl.power_identity_predictions(short, 0.5, 3)  # (K+1, B)
+        target = icl.population_gd(p.cov_x, p.w, 0.5, 3) @ q.T  # (K+1, B)
+        np.testing.assert_allclose(t.sq["plain"][:, j], ((pred - target) ** 2).T.numpy(), rtol=1e-9, atol=1e-15)
+
+
+def test_at_logit_variance_scales_each_query_along_itself() -> None:
+    x = torch.tensor([[1.0, 2.0], [-3.0, 0.5]], dtype=torch.float64)
+    m = torch.tensor([[2.0, 0.3], [0.3, 1.0]], dtype=torch.float64)
+    q = multi_step.at_logit_variance(x, m, 0.7, 1.5)
+    np.testing.assert_allclose((0.49 * ((q @ m) * q).sum(-1)).numpy(), [1.5, 1.5], rtol=1e-12)
+    assert torch.allclose(q / q.norm(dim=-1, keepdim=True), x / x.norm(dim=-1, keepdim=True))
+    with pytest.raises(ValueError, match="x_query"):
+        multi_step.at_logit_variance(torch.zeros(1, 2, dtype=torch.float64), m, 0.7, 1.5)
 
 
 def test_closed_forms(results) -> None:
@@ -102,8 +131,10 @@ def test_plots(results) -> None:
 @pytest.mark.parametrize(("call", "match"), [
     (lambda p, st: multi_step.setting(0, eta=0.5, streams=st), "d"),
     (lambda p, st: multi_step.setting(3, eta=0.0, streams=st), "eta"),
-    (lambda p, st: multi_step.tracking(p, n_tasks=4, n_max=32, k_track=1, streams=st), "k_track"),
-    (lambda p, st: multi_step.tracking(p, n_tasks=4, n_max=8, k_track=2, streams=st), "n_max"),
+    (lambda p, st: multi_step.tracking(p, n_tasks=4, n_max=32, k_track=2, streams=st, n_min=4), "k_track"),
+    (lambda p, st: multi_step.tracking(p, n_tasks=4, n_max=128, k_track=3, streams=st), "n_max"),
+    (lambda p, st: multi_step.tracking(p, n_tasks=4, n_max=32, k_track=3, streams=st, n_min=0), "n_min"),
+    (lambda p, st: multi_step.tracking(p, n_tasks=1, n_max=32, k_track=3, streams=st, n_min=4), "n_tasks"),
     (lambda p, st: multi_step.convergence(p, n_tasks=0, n_max=32, streams=st), "n_tasks"),
     (lambda p, st: multi_step.unstable(p, n_tasks=1, n_max=32, streams=st), "n_tasks"),
     (lambda p, st: multi_step.depth(p, n_tasks=4, n_depth=(8,), k_max=5, streams=st), "n_depth"),

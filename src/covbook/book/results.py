@@ -5,17 +5,21 @@ marked by its ``source`` as the abstract's claim or the book's reconstruction, a
 findings) and the key claims that decide each of them are declared in one small data file,
 ``book/results.yml``.  :func:`write_results` reads it with the claims of the last run and writes
 ``book/generated/results.md``: one table row per statement with its status, chapter, theorem
-box and key claims with their verdicts.  The status is computed, never typed:
+box and key claims with their verdicts.  A statement's key claims may be grouped into named parts
+(``claims: {rate: [slope_s1p0], constant: [constant_s1p0]}``); a part is *shown* when every claim of
+it passes and each excludes its alternatives (identities and sanity checks name none), and
+*compatible only* when every claim passes but one cannot exclude its alternative at this profile.
+The status is computed, never typed:
 
 - *not tested*: a key claim is not in the run;
 - *fails*: a key claim failed;
-- *holds with a correction*: every key claim passes and the statement declares a
-  ``correction`` (where the book's statement, the one its claims test, differs from the
-  abstract's);
-- *holds*: every key claim passes;
-- *compatible only*: every key claim passes but one of them is ``compatible`` (or an
-  evidence claim without power at this profile): the run agrees with the statement but
-  cannot exclude the alternative.
+- *holds with a correction*: every part is shown and the statement declares a ``correction``
+  (where the book's statement, the one its claims test, differs from the abstract's);
+- *holds*: every part is shown;
+- *holds in part*: some parts are shown and the others are compatible only; the row says which
+  (``shown: rate, constant; compatible only: mean error``);
+- *compatible only*: every key claim passes but no part is shown: the run agrees with the
+  statement but cannot exclude the alternative.
 
 The page names the profile and seed each chapter ran at, and warns when they differ.
 """
@@ -33,10 +37,14 @@ import yaml
 from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim, fmt
 
-__all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "render", "write_results"]
+__all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states", "status_detail", "render",
+           "write_results"]
 
-STATUSES = ("holds", "holds with a correction", "compatible only", "fails", "not tested")
-_MARK = {"holds": "✓", "holds with a correction": "✓", "compatible only": "≈", "fails": "✗", "not tested": "–"}
+STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
+_MARK = {"holds": "✓", "holds with a correction": "✓", "holds in part": "◐", "compatible only": "≈", "fails": "✗",
+         "not tested": "–"}
+#: The state of one part of a statement, in the order the row lists them.
+PART_STATES = ("fails", "not tested", "shown", "compatible only")
 _FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source", "abstract"}
 #: Where a statement comes from: only the paper's abstract is public, so a statement is either the
 #: abstract's claim or this book's reconstruction (derived in its chapter).
@@ -55,12 +63,22 @@ class Statement:
     theorem: str | None = None
     correction: str | None = None
     kind: str = "statement"  # "statement" (of the theory) or "finding" (of the book)
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, claims) of each named part; () for one unnamed part
     source: str | None = None  # "abstract" or "reconstruction" (SOURCES)
     abstract: str | None = None  # what the abstract says, in the book's words (source "abstract" only)
 
     def claim_keys(self) -> list[tuple[str, str]]:
         """``(notebook, claim id)`` of each key claim (``NN_name:id`` names another chapter's claim)."""
-        return [tuple(c.split(":", 1)) if ":" in c else (self.chapter, c) for c in self.claims]
+        return [self._key(c) for c in self.claims]
+
+    def _key(self, claim: str) -> tuple[str, str]:
+        return tuple(claim.split(":", 1)) if ":" in claim else (self.chapter, claim)
+
+    def part_keys(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """``(part name, its claims' keys)`` for each part; one part named ``""`` when none is named."""
+        if not self.parts:
+            return [("", self.claim_keys())]
+        return [(name, [self._key(c) for c in ids]) for name, ids in self.parts]
 
 
 @dataclass
@@ -82,9 +100,19 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
             raise ValueError(f"{where}: '{key}' must be a non-empty string")
     if not _CHAPTER.match(raw["chapter"]):
         raise ValueError(f"{where}: chapter {raw['chapter']!r} must be a notebook name like 01_covariance_readout")
-    claims = raw.get("claims")
+    claims, parts = raw.get("claims"), ()
+    if isinstance(claims, dict) and claims:  # named parts: {part name: [claim ids]}
+        for name, ids in claims.items():
+            if not isinstance(name, str) or not name.strip() or not isinstance(ids, list) or not ids \
+                    or not all(isinstance(c, str) and c for c in ids):
+                raise ValueError(f"{where}: 'claims' part {name!r} must name a non-empty list of claim ids")
+        parts = tuple((name.strip(), tuple(ids)) for name, ids in claims.items())
+        claims = [c for _, ids in parts for c in ids]
+        if len(set(claims)) != len(claims):
+            raise ValueError(f"{where}: 'claims' names a claim in more than one part")
     if not isinstance(claims, list) or not claims or not all(isinstance(c, str) and c for c in claims):
-        raise ValueError(f"{where}: 'claims' must be a non-empty list of claim ids")
+        raise ValueError(f"{where}: 'claims' must be a non-empty list of claim ids, or a mapping from part names "
+                         "to such lists")
     for key in ("theorem", "correction"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ValueError(f"{where}: '{key}' must be a string")
@@ -97,7 +125,7 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     if abstract is not None and raw.get("source") != "abstract":
         raise ValueError(f"{where}: 'abstract' is only for a statement with source 'abstract'")
     return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
-                     claims=tuple(claims), theorem=raw.get("theorem") or None,
+                     claims=tuple(claims), parts=parts, theorem=raw.get("theorem") or None,
                      correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind,
                      source=raw.get("source"), abstract=" ".join(abstract.split()) if abstract else None)
 
@@ -123,6 +151,32 @@ def load_statements(path: str | os.PathLike) -> Results:
     return out
 
 
+def _shown(claim: Claim) -> bool:
+    """A passing claim that excludes its alternatives (or names none, as identities and sanity checks)."""
+    return not (claim.kind == "compatible" or (claim.alternatives and not claim.powered))
+
+
+def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> list[tuple[str, str]]:
+    """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``.
+
+    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("constant", ("d",))))
+    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
+    >>> part_states(s, {("01_a", "c"): ok})
+    [('rate', 'shown'), ('constant', 'not tested')]
+    """
+    out = []
+    for name, keys in statement.part_keys():
+        found = [claims.get(k) for k in keys]
+        if any(c is None for c in found):
+            state = "not tested"
+        elif not all(c.passed for c in found):
+            state = "fails"
+        else:
+            state = "shown" if all(_shown(c) for c in found) else "compatible only"
+        out.append((name, state))
+    return out
+
+
 def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
     """The statement's status from its key claims' verdicts (see the module docstring).
 
@@ -131,14 +185,34 @@ def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
     >>> status(s, {}), status(s, {("01_a", "c"): ok})
     ('not tested', 'holds with a correction')
     """
-    found = [claims.get(k) for k in statement.claim_keys()]
-    if any(c is None for c in found):
+    states = {state for _, state in part_states(statement, claims)}
+    if "not tested" in states:
         return "not tested"
-    if not all(c.passed for c in found):
+    if "fails" in states:
         return "fails"
-    if any(c.kind == "compatible" or (c.alternatives and not c.powered) for c in found):
-        return "compatible only"
-    return "holds with a correction" if statement.correction else "holds"
+    if states == {"shown"}:
+        return "holds with a correction" if statement.correction else "holds"
+    return "holds in part" if "shown" in states else "compatible only"
+
+
+def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
+    """Which named parts are shown and which are only compatible (or fail, or are not in the run).
+
+    Empty when the statement names no parts or all its parts share one state.
+
+    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("mean error", ("d",))))
+    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
+    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible")
+    >>> status_detail(s, {("01_a", "c"): ok, ("01_a", "d"): weak})
+    'shown: rate; compatible only: mean error'
+    """
+    if not statement.parts:
+        return ""
+    states = part_states(statement, claims)
+    if len({state for _, state in states}) < 2:
+        return ""
+    groups = [(state, [name for name, st in states if st == state]) for state in PART_STATES]
+    return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
 def _cell(text: str) -> str:
@@ -155,7 +229,7 @@ def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, cla
     ref = cid if nb == statement.chapter else f"{nb}:{cid}"
     if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
         return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
-    mark = "✗" if not claim.passed else "≈" if claim.kind == "compatible" else "✓"
+    mark = "✗" if not claim.passed else "✓" if _shown(claim) else "≈"
     return f"{mark}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
 
 
@@ -177,8 +251,8 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None) -> str:
     """The page's MyST markdown."""
     by_key = {(c.notebook, c.id): c for c in claims}
-    rows = [(s, status(s, by_key)) for s in results.statements]
-    counts = Counter(st for s, st in rows if s.kind == "statement")
+    rows = [(s, status(s, by_key), status_detail(s, by_key)) for s in results.statements]
+    counts = Counter(st for s, st, _ in rows if s.kind == "statement")
     run = f" at the `{'`, `'.join(profiles)}` profile" if profiles else ""
     lines = [
         "(results-at-a-glance)=",
@@ -189,11 +263,14 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
         "(the abstract states it; the row gives what the abstract says, then the book's statement, whose "
         "conditions, constants and constructions are the book's reconstruction) or as *the book's "
         "reconstruction* (the abstract does not state it; the chapter derives it). Each row is such a statement or a finding of the book, with the chapter that "
-        "tests it and the key claims that decide it. The status is computed from those claims' verdicts: **holds** (every key "
-        "claim passes), **holds with a correction** (every key claim passes, and the statement the claims test "
-        "corrects the abstract's: the correction is stated), **fails** (a key claim failed) or **not tested** "
-        "(a key claim is not in this run) or **compatible only** (every key claim passes, but one cannot exclude "
-        "its alternative at this profile: the run agrees with the statement without testing it). The full list of claims is in the "
+        "tests it and the key claims that decide it. The status is computed from those claims' verdicts: **holds** (every "
+        "part of the statement is shown), **holds with a correction** (every part is shown, and the statement the "
+        "claims test corrects the abstract's: the correction is stated), **fails** (a key claim failed) or **not tested** "
+        "(a key claim is not in this run), **holds in part** (the statement's parts are named; some are shown, "
+        "the others only compatible, and the row says which) or **compatible only** (every key claim passes, but "
+        "none of the statement's parts is shown: a claim cannot exclude its alternative at this profile, so the run "
+        "agrees with the statement without testing it). A part is shown when each of its claims passes and "
+        "excludes the alternative it names. The full list of claims is in the "
         "{doc}`reproduction report <reproduction>`.",
         "",
         "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
@@ -202,11 +279,11 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
     ]
     problems: list[str] = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
-        chosen = [(s, st) for s, st in rows if s.kind == kind]
+        chosen = [(s, st, detail) for s, st, detail in rows if s.kind == kind]
         if not chosen:
             continue
         lines += [f"## {title}", "", "| status | | statement |", "| --- | --- | --- |"]
-        for s, st in chosen:
+        for s, st, detail in chosen:
             text = _cell(s.statement)
             if s.source == "abstract" and s.abstract:
                 text = f"*{SOURCES['abstract']}:* {_cell(s.abstract)} *The book's statement:* {text}"
@@ -218,16 +295,20 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                 text += f" ({{prf:ref}}`{s.theorem}`)"
             elif s.theorem:
                 problems.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
-            refs = []
-            for nb, cid in s.claim_keys():
-                claim = by_key.get((nb, cid))
-                if claim is None:
-                    ran_note = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
-                    problems.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({ran_note})")
-                refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
+            groups = []
+            for name, keys in s.part_keys():
+                refs = []
+                for nb, cid in keys:
+                    claim = by_key.get((nb, cid))
+                    if claim is None:
+                        ran_note = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
+                        problems.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({ran_note})")
+                    refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
+                groups.append((f"*{_cell(name)}:* " if name else "") + " · ".join(refs))
             chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
-            text += f"<br>{chapter}, key claims: {' · '.join(refs)}"
-            lines.append(f"| {_MARK[st]}&nbsp;{st} | {_cell(s.id)} | {text} |")
+            text += f"<br>{chapter}, key claims: {'; '.join(groups)}"
+            shown = f"<br>{_cell(detail)}" if detail else ""
+            lines.append(f"| {_MARK[st]}&nbsp;{st}{shown} | {_cell(s.id)} | {text} |")
         lines.append("")
     if problems:
         lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]

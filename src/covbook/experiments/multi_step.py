@@ -8,8 +8,9 @@ at a fixed N, :math:`(I - A)^K \to 0`: depth first helps, then forgets the label
 
 Random streams (of the chapter's :class:`~covbook.streams.Streams`): ``configs`` (the rotation of
 :math:`\Sigma_x`, then :math:`w`, by :func:`setting`), ``unroll`` (replicate: step size), ``track``
-(replicate: context length), ``bootstrap-plain-k1``, ``bootstrap-plain-kmax``,
-``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth`` (replicate: context length).
+(the tracking contexts, shared by every N), ``bootstrap-plain-k1``, ``bootstrap-plain-k2``,
+``bootstrap-plain-kmax``, ``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth``
+(replicate: context length).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from covbook.stats import mean_with_se, slope_with_se
 
 __all__ = ["CHAPTER", "Setting", "setting", "identity", "Tracking", "tracking", "Convergence", "convergence",
            "unstable", "Depth", "depth", "predictions_by_depth", "identity_by_depth", "UNROLL_STEPS",
-           "CONVERGENCE_ETAS", "K_CONV", "ETA_UNSTABLE", "K_UNSTABLE", "ETA_DEPTH"]
+           "CONVERGENCE_ETAS", "K_CONV", "ETA_UNSTABLE", "K_UNSTABLE", "ETA_DEPTH", "TRACK_N_MIN", "TRACK_S",
+           "at_logit_variance"]
 
 CHAPTER = "06"
 #: Step sizes of the identity check (the last one with the Newton preconditioner Γ = Σ_x⁻¹).
@@ -40,6 +42,9 @@ K_CONV = 12
 #: The unstable step and depth of experiment 3b, and the step of the depth experiment.
 ETA_UNSTABLE, K_UNSTABLE = 2.2, 3
 ETA_DEPTH = 0.5
+#: The tracking experiment's shortest context (below it the terms of order 1/N² still bend the curves),
+#: and the logit variance ``TRACK_S`` every query is scaled to for the head that reads it.
+TRACK_N_MIN, TRACK_S = 64, 0.5
 _F64 = torch.float64
 
 
@@ -126,49 +131,87 @@ class Tracking(Result):
     k_track: int
 
     def plot(self, ax: plt.Axes) -> None:
-        """Log-log error against N for K = 1, 2, k_track and the preconditioned K = 2, with fitted slopes."""
+        """Log-log error against N for K = 1, 2, k_track and the preconditioned K = 2 (its three longest
+        contexts, the range of its claim), with fitted slopes."""
         for i, k in enumerate([1, 2, self.k_track]):
             loglog_with_fit(ax, self.ns, self.sq["plain"][:, :, k].mean(0), label=f"K = {k}", color=f"C{i}")
-        loglog_with_fit(ax, self.ns, self.sq["newton"][:, :, 2].mean(0), label="K = 2, preconditioned",
+        loglog_with_fit(ax, self.ns[-3:], self.sq["newton"][:, -3:, 2].mean(0), label="K = 2, preconditioned",
                         color="C3", marker="s")
         ax.set(xlabel="examples $N$", ylabel=r"$\mathbb{E}(\hat y_K - x_q^\top w_K)^2$",
                title="The K-layer model tracks K steps of population GD")
         ax.legend()
 
 
-def tracking(problem: Setting, *, n_tasks: int, n_max: int, k_track: int, streams: RandomStreams,
-             device: str | torch.device = "cpu") -> Tracking:
-    r""":math:`\mathbb E(\hat y_K - x_q^\top w_K)^2` of the literal model for K ≤ ``k_track`` at 4 N up to ``n_max``.
+def at_logit_variance(x_query: torch.Tensor, metric: torch.Tensor, eta: float, s: float) -> torch.Tensor:
+    r"""Each query scaled along its own direction to the logit variance :math:`s = \eta^2 x_q^\top M x_q`.
 
-    N from ``n_max // 8`` (geometric); the plain model against :math:`w_K = (I - (I - \eta\Sigma_x)^K)w`, the
-    preconditioned (Γ = Σ_x⁻¹) against its own iterates. Measures the log-log slopes (bootstrap SE
-    over tasks) of plain K = 1, plain K = ``k_track`` and preconditioned K = 2.
+    For the plain head the logits :math:`\eta\,x_i^\top x_q` of Gaussian tokens have variance
+    :math:`\eta^2 x_q^\top\Sigma_x x_q` (:math:`M = \Sigma_x`); for the preconditioned head
+    :math:`\eta\,x_i^\top\Gamma x_q`, so :math:`M = \Gamma\Sigma_x\Gamma`. Shape (B, d) → (B, d).
+
+    Examples
+    --------
+    >>> q = at_logit_variance(torch.tensor([[2.0, 0.0], [0.0, 3.0]]), torch.eye(2), 0.5, 0.25)
+    >>> q.tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    eta, s = check_positive_float(eta, "eta"), check_positive_float(s, "s")
+    quad = ((x_query @ metric) * x_query).sum(-1)  # (B,)
+    if bool((quad <= 0).any()):
+        raise ValueError("x_query must have no zero row and metric must be positive definite")
+    return x_query * (s / (eta**2 * quad)).sqrt()[:, None]  # (B, d)
+
+
+def tracking(problem: Setting, *, n_tasks: int, n_max: int, k_track: int, streams: RandomStreams,
+             device: str | torch.device = "cpu", n_min: int = TRACK_N_MIN) -> Tracking:
+    r""":math:`\mathbb E(\hat y_K - x_q^\top w_K)^2` of the literal model, K ≤ ``k_track``, N ``n_min``…``n_max``.
+
+    ``n_tasks`` contexts of ``n_max`` examples; the model at N reads the first N examples of each (the same
+    contexts and queries at every N, so the task-to-task spread largely cancels in the slope). N runs from
+    ``n_max`` down to ``n_min`` (``TRACK_N_MIN``), halving. Each query's direction is drawn from the chapter's law
+    and its length set so that the head's logits have variance ``TRACK_S`` (:func:`at_logit_variance`):
+    the theorem is a statement at every query, and a Gaussian query's squared error has no finite variance
+    (its constant grows like :math:`e^{s}`), which no standard error over tasks could describe. The plain
+    model against :math:`w_K = (I - (I - \eta\Sigma_x)^K)w`, the preconditioned (Γ = Σ_x⁻¹) against its own
+    iterates. Measures the log-log slopes (bootstrap SE over tasks, resampled jointly at every N) of plain
+    K = 1, 2 and ``k_track`` from ``n_min``, and of the preconditioned K = 2 over the three longest contexts
+    (from ``n_max / 4``: at shorter ones its curve is still flatter than 1/N).
     """
     n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
     k_track = check_positive_int(k_track, "k_track")
-    if k_track < 2:
-        raise ValueError(f"k_track must be at least 2 (the preconditioned curve is K = 2), got {k_track}")
-    if n_max < 16 or n_tasks < 2:
-        raise ValueError(f"n_max must be at least 16 and n_tasks at least 2, got {n_max} and {n_tasks}")
+    if k_track < 3:
+        raise ValueError(f"k_track must be at least 3 (the curves K = 1, 2 are measured besides it), got {k_track}")
+    n_min = check_positive_int(n_min, "n_min")
+    if n_max < 4 * n_min or n_tasks < 2:
+        raise ValueError(f"n_max must be at least 4 n_min = {4 * n_min} (three context lengths) and n_tasks at "
+                         f"least 2, got n_max = {n_max} and n_tasks = {n_tasks}")
     dev = resolve_device(device)
     cov_x, w, eta, gamma = problem.cov_x, problem.w, problem.eta, problem.gamma
-    ns = np.unique(np.geomspace(n_max // 8, n_max, 4).astype(int))
+    ns = n_max // 2 ** np.arange(int(np.log2(n_max / n_min)), -1, -1)  # (n_points,) halving from n_max, ≥ n_min
     targets = {"plain": icl.population_gd(cov_x, w, eta, k_track, check_stable=True),  # (K+1, d)
                "newton": icl.population_gd(cov_x, w, eta, k_track, precondition=gamma, check_stable=True)}
+    metrics = {"plain": cov_x, "newton": gamma @ cov_x @ gamma}  # (d, d) the logit variance of each head
+    drawn = _tasks(problem, n_tasks, n_max, streams.seed_for("track"), dev)
     sq = {key: np.zeros((n_tasks, len(ns), k_track + 1)) for key in targets}
-    for j, n in enumerate(ns):
-        tasks = _tasks(problem, n_tasks, n, streams.seed_for("track", replicate=j), dev)
-        for key, pre in (("plain", None), ("newton", gamma)):
-            pred = predictions_by_depth(icl.stacked_gd_transformer(problem.d, eta, k_track, pre), tasks)  # (K+1, B)
-            sq[key][:, j] = ((pred - targets[key] @ tasks.x_query.cpu().T) ** 2).T.numpy()  # (B, K+1)
+    for key, pre in (("plain", None), ("newton", gamma)):
+        tasks = drawn.with_query(at_logit_variance(drawn.x_query, metrics[key].to(dev), eta, TRACK_S))
+        model = icl.stacked_gd_transformer(problem.d, eta, k_track, pre)
+        target = targets[key] @ tasks.x_query.cpu().T  # (K+1, B)
+        for j, n in enumerate(ns):
+            first = icl.RegressionTasks(tasks.tokens[:, :n], tasks.query, tasks.y_query, tasks.w)  # N = n
+            sq[key][:, j] = ((predictions_by_depth(model, first) - target) ** 2).T.numpy()  # (B, K+1)
     out = Tracking(ns, sq, k_track)
-    for name, value in (("n_min_track", int(ns[0])), ("n_tasks", n_tasks), ("k_track", k_track), ("n_max", n_max)):
+    for name, value in (("n_min_track", int(ns[0])), ("n_tasks", n_tasks), ("k_track", k_track), ("n_max", n_max),
+                        ("track_s", TRACK_S)):
         out.glue(name, value)
-    for cid, key, k, boot in (("track_slope_plain_k1", "plain", 1, "bootstrap-plain-k1"),
-                              ("track_slope_plain_kmax", "plain", k_track, "bootstrap-plain-kmax"),
-                              ("track_slope_newton_k2", "newton", 2, "bootstrap-newton-k2")):
-        slope, se = slope_with_se(ns, sq[key][:, :, k], seed=streams.seed_for(boot))
-        out.measure(cid, slope, prediction=-1.0, se=se, key=key, k=k, n_tasks=n_tasks)
+    out.glue("n_min_newton", int(ns[-3]))
+    for cid, key, k, first, boot in (("track_slope_plain_k1", "plain", 1, 0, "bootstrap-plain-k1"),
+                                     ("track_slope_plain_k2", "plain", 2, 0, "bootstrap-plain-k2"),
+                                     ("track_slope_plain_kmax", "plain", k_track, 0, "bootstrap-plain-kmax"),
+                                     ("track_slope_newton_k2", "newton", 2, len(ns) - 3, "bootstrap-newton-k2")):
+        slope, se = slope_with_se(ns[first:], sq[key][:, first:, k], seed=streams.seed_for(boot))
+        out.measure(cid, slope, prediction=-1.0, se=se, key=key, k=k, n_tasks=n_tasks, n_min=int(ns[first]),
+                    n_max=n_max, s=TRACK_S)
     return out
 
 
