@@ -267,4 +267,4 @@ def test_the_summary_names_each_set_of_seeds_with_its_notebooks() -> None:
 
     assert _seeds_sentence({(1, 2, 3): ["01", "02"]}) == "Seeds 1–3 (3)"
     assert _seeds_sentence({(1, 2, 3): ["01"], (7, 9): ["03", "08"]}) == (
-        "Seeds 1–3 (3) for notebook(s) 01; 7, 9 (2) for notebook(s) 03, 08")
+        "Seeds 1–3 (3) for notebook 01; 7, 9 (2) for notebooks 03, 08")

@@ -100,8 +100,8 @@ def test_summary_table(results, monkeypatch) -> None:
     monkeypatch.setenv(claims.RULES_FILE_ENV, str(RULES))
     judged = claims.record(*results, show=False)
     table = rp.summary_table(judged).data
-    assert table.shape == (len(rp.TABLE) + 1, 7)
-    assert table["claim"].tolist()[:-1] == [cid for cid, *_ in rp.TABLE]
+    assert table.shape == (len(rp.TABLE) + 1, 6)  # no raw claim ids: the prose cites each claim
+    assert table["quantity"].tolist()[:-1] == [q for _, q, *_ in rp.TABLE]
     assert table.loc[0, "verdict"] == "✓ pass"  # the closed form is the published number
     with pytest.raises(ValueError, match="lacks"):
         rp.summary_table({})

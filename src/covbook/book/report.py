@@ -191,7 +191,7 @@ def write_report(paths: Paths) -> Path:
         "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
         "in its row links back to where the chapter records it.",
         "",
-        f"**Verdict: {verdict}" + (".**" if v.ok else f"; {len(v.problems)} problem(s).**")
+        f"**Verdict: {verdict}" + (".**" if v.ok else f"; {len(v.problems)} {'problem' if len(v.problems) == 1 else 'problems'}.**")
         + (f" By kind: {_counts_text(v.claims)}." if v.claims else ""),
         "",
         "## The error rate",

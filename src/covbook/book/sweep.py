@@ -491,8 +491,13 @@ def _seeds_sentence(groups: dict[tuple[int, ...], list[str]]) -> str:
     if len(groups) == 1:
         (seeds,) = groups
         return f"Seeds {_seed_text(list(seeds))} ({len(seeds)})"
-    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for notebook(s) {', '.join(v)}"
+    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for {'notebook' if len(v) == 1 else 'notebooks'} {', '.join(v)}"
                                 for k, v in groups.items())
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 notebook``, ``2 notebooks``: a count with its noun in the right number, for pages readers see."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _seed_text(seeds: list[int]) -> str:
@@ -556,7 +561,7 @@ def _profile_summary(profile: str, entries: dict) -> list[str]:
              + ("**out of sample** (none is a development seed)" if oos else
                 "**in sample** (development seeds: tolerances were checked against some of them)")
              + f"; rules frozen at commit {', '.join(commits)}. {len(rows)} claims ({len(stat)} statistical) "
-             f"over {len(entries)} notebook(s).", "",
+             f"over {_count(len(entries), 'notebook')}.", "",
              f"**Failing evaluations: {n_fail} of {n_eval}**; chance predicts {expected:.2g} at α = {LEVEL:g}, "
              f"and a correct book fails at least {n_fail} with probability {_at_least(n_fail, n_eval, LEVEL):.2g}. "
              f"**Flagged claims: {len(flagged)}**"
@@ -568,7 +573,7 @@ def _profile_summary(profile: str, entries: dict) -> list[str]:
               f"of {100 * detectable_rate(n_seeds, 0.8):.2g} % with probability 0.8, while a correct claim is "
               f"flagged by failures with probability {_flag_chance(n_seeds):.2g}. "
               if n_seeds >= FLAG_FAILURES else
-              f"*Power of the flag rule:* with {n_seeds} seed(s) no claim can fail at {FLAG_FAILURES} seeds, so the "
+              f"*Power of the flag rule:* with {_count(n_seeds, 'seed')} no claim can fail at {FLAG_FAILURES} seeds, so the "
               "rule flags by spread and missing values only. ")
              + f"The count of failing evaluations is the sharper test: a book whose claims failed at 10 α would "
              f"show about {10 * expected:.2g} failures here.", ""]
@@ -579,16 +584,16 @@ def _notebook_table(name: str, e: dict) -> list[str]:
     lines = [f"### {name}", "",
              f"Profile `{e['profile']}`, seeds {_seed_text(e['seeds'])} ({len(e['seeds'])}), commit {e['commit']}, "
              f"{e['date']}."
-             + (f" The notebook failed at seed(s) {', '.join(map(str, e['failed_seeds']))}."
+             + (f" The notebook failed at {'seed' if len(e['failed_seeds']) == 1 else 'seeds'} {', '.join(map(str, e['failed_seeds']))}."
                 if e.get("failed_seeds") else ""), "",
              "| | claim | kind | passed | mean | SD | SD/SE | expected (first seed) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in e["claims"]:
         flag = "**⚑ flagged**" if r["flagged"] else ""
         if r.get("fail_seeds"):
-            flag += f" failed at seed(s) {', '.join(map(str, r['fail_seeds']))}"
+            flag += f" failed at {'seed' if len(r['fail_seeds']) == 1 else 'seeds'} {', '.join(map(str, r['fail_seeds']))}"
         if r["missing_seeds"]:
-            flag += f" not recorded at seed(s) {', '.join(map(str, r['missing_seeds']))}"
+            flag += f" not recorded at {'seed' if len(r['missing_seeds']) == 1 else 'seeds'} {', '.join(map(str, r['missing_seeds']))}"
         spread = _num(r.get("sd_over_se")) + (" (per run)" if r.get("per_run") else "")
         lines.append(f"| {flag} | `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
                      f"{_num(r['sd'])} | {spread} | {r['expected'].replace('|', '/')} |")

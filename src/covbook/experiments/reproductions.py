@@ -490,10 +490,10 @@ def summary_table(judged: Mapping[str, Claim]) -> Styler:
     if missing:
         raise ValueError(f"judged lacks the claims {missing} of the table: record every experiment first")
     rows = [{"quantity": q, "published": pub, "source": src, "covbook measured": table_number(judged[cid].measured),
-             "covbook expected": _window_text(judged[cid]), "claim": cid,
+             "covbook expected": _window_text(judged[cid]),
              "verdict": "✓ pass" if judged[cid].passed else "✗ fail"}
             for cid, q, pub, src in TABLE]
     rows.append({"quantity": "trained transformer (12 layers), k = 10 (d = 20)", "published": "≈ 0.5 (≈ least squares)",
                  "source": "Garg et al. (2022)", "covbook measured": "not attempted", "covbook expected": "—",
-                 "claim": "—", "verdict": "— not reproduced"})
+                 "verdict": "— not reproduced"})
     return pd.DataFrame(rows).style.hide(axis="index")
