@@ -74,6 +74,9 @@ SCALES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 #: The Markov constant is read on this many times n_streams chains of its own (its SE sets its power).
 CONSTANT_CHAINS = 4
 
+#: Pilot contexts on which each attention-only discrete model's early-attention ratio selects its scale.
+PILOT_CONTEXTS = 4
+
 #: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
 KAPPA_MIN = 2.0
 
@@ -559,7 +562,7 @@ def models(s: Setting, gauss: Depths) -> Models:
     Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  Every family
     reads a model per pair of streams: the attention-only discrete models (the ``("discrete", k)``
     weights) each at the largest scale of :data:`SCALES` with early-attention ratio χ_l ≤ 2 at every
-    layer on min(R, 16) pilot contexts (the ``"pilot"`` stream); the MLP models with two heads and
+    layer on min(R, :data:`PILOT_CONTEXTS`) pilot contexts (the ``"pilot"`` stream); the MLP models with two heads and
     layer norm (the ``("dmlp", k)`` and, Gaussian, ``("full-model", k)`` weights).
     Measures ``slope_gmlp_L*``, ``slope_dattn_L*``, ``slope_dmlp_L*`` and their ``mean_gap_slope_*``;
     glues ``polar_err``, ``n_pilot``, ``scale_d`` (the range of the scales), ``chi_pilot``,
@@ -572,7 +575,7 @@ def models(s: Setting, gauss: Depths) -> Models:
     xg = s.gaussian_contexts()  # (R, T, d_in)
     gmlp, polar_err = _gaussian_mlp(s, xg)
 
-    n_pilot = min(s.n_streams, 16)
+    n_pilot = min(s.n_streams, PILOT_CONTEXTS)
     pilot = torch.multinomial(s.freqs, n_pilot * s.t_max, replacement=True,
                               generator=streams.torch_generator("pilot")).view(n_pilot, s.t_max).to(dev)
     xd = s.discrete_contexts()  # (R, T)

@@ -411,8 +411,13 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
     for i, k in enumerate(ks):
         t = icl.make_regression_tasks(n_key if k in GARG_KEY_KS else n_t, int(k), d,
                                       seed=streams.seed_for("garg", replicate=i), device=dev)
-        est = {"ols": icl.ols(t.x, t.y), "averaging": icl.empirical_gd(t.x, t.y, 1.0)[-1],
+        # at k = d the system is square: an LU solve has forward error ∝ eps·cond(X), the Gram route's ∝ eps·cond(X)²
+        ls = torch.linalg.solve(t.x, t.y) if k == d else icl.ols(t.x, t.y)  # (tasks, d)
+        est = {"ols": ls, "averaging": icl.empirical_gd(t.x, t.y, 1.0)[-1],
                "gd_opt": icl.empirical_gd(t.x, t.y, float(icl.gd_optimal_step(k, d)))[-1]}  # (tasks, d) each
+        if k == d:  # the rounding bound of a backward-stable solve, |ŵ − w| ≤ d·eps·cond(X)·|w|, per task
+            eps = torch.finfo(t.x.dtype).eps
+            ls_bound = float(((d * eps * torch.linalg.cond(t.x) * t.w.norm(dim=-1)) ** 2 / d).mean())
         for name, v in est.items():
             err = (((v - t.w) ** 2).sum(-1) / d).cpu().numpy()  # (tasks,)
             meas[name].append(mean_with_se(err))
@@ -427,7 +432,8 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
     gd10, gd10_se = mean_with_se(per_task_key[("gd_opt", 10)])
     out.measure("prior_garg_ls_k10", ls10, prediction=0.5, se=ls10_se, garg_tasks_key=n_key)
     out.measure("prior_garg_avg_k10", avg10, prediction=2.1, se=avg10_se, garg_tasks_key=n_key)
-    out.measure("prior_garg_ls_k20", float(per_task_key[("ols", 20)].mean()), prediction=0.0)
+    out.measure("prior_garg_ls_k20", float(per_task_key[("ols", 20)].mean()), prediction=0.0, lower=0.0,
+                upper=ls_bound)
     out.measure("prior_garg_gd_step_k10", gd10, prediction=float(icl.gd_optimal_risk(10, d)), se=gd10_se,
                 garg_tasks_key=n_key)
     return out
