@@ -133,6 +133,8 @@ def test_logit_variances_are_the_gaussian_quadratic_forms_and_bound_by_kappa():
     assert all(min(gaussian_tail_exponents(CausalTransformer(logit_scale=s, **kw), cov)) < 2 for s in bigger)
     with pytest.raises(ValueError, match="scales"):
         tail_safe_logit_scale(cov, [], **kw)
+    with pytest.raises(ValueError, match="no logit scale"):  # refused, not read at the smallest scale
+        tail_safe_logit_scale(cov, bigger[-1:], **kw)
     with pytest.raises(ValueError, match="positional"):
         mean_field_logit_variances(CausalTransformer(vocab_size=3, d_model=4, n_layers=1, pos="learned"),
                                    torch.arange(3), torch.ones(3), torch.arange(3))

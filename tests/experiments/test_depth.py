@@ -133,8 +133,43 @@ def test_measurements_are_the_rules_ids(run) -> None:
     ids = [k for name in ("recursion", "gauss", "tail", "models", "positions", "markov")
            for k in run[name].measurements]
     assert ids == rules  # every rule, once, in the rules file's order
-    assert list(run["gauss"].measurements) == [f"slope_gauss_L{l}" for l in range(1, 5)]
+    assert list(run["gauss"].measurements) == [f"slope_gauss_L{l}" for l in range(1, 5)] + ["mean_gap_slope_gauss"]
     assert not run["setting"].measurements
+
+
+def test_rules_declare_no_per_run_claims() -> None:
+    # every family draws a model per pair of streams: the pairs are replicates of model and context
+    assert "per_run" not in RULES.read_text(encoding="utf-8")
+
+
+def test_mean_gap_slope_is_the_slope_of_the_arithmetic_mean(run) -> None:
+    s = run["setting"]
+    for d in (run["gauss"], run["models"].dattn):
+        m = d.measurements[f"mean_gap_slope_{d.tag}"]
+        pairs = depth.pair_means(d.sq[-1])[:, s.fit]  # (R/2, n_fit)
+        assert m["value"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(pairs.mean(0)), 1)[0])
+        assert m["typical"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(pairs).mean(0), 1)[0])
+
+
+def test_attention_only_families_draw_a_model_per_pair(run) -> None:
+    s, g, d = run["setting"], run["gauss"], run["models"].dattn
+    want = [depth.tail_safe_logit_scale(s.cov, list(depth.SCALES), kappa_min=depth.KAPPA_MIN, **s.shape,
+                                        seed=s.streams.seed_for("gauss", k)) for k in range(s.n_streams // 2)]
+    assert g.scales == want and len(d.scales) == s.n_streams // 2
+    assert g.chi is not None and g.chi >= 1.0 - 1e-9
+    assert g.numbers["scale_g"] == depth._range_text(want)
+
+
+def test_recursion_refuses_no_scale_and_holds_for_the_model_of_seed_31337() -> None:
+    # the probe of seed 31337 (d_model 8, depth 4): every scale from 0.1 up has some κ_l < 2 and its mean field
+    # grows ~170-fold by depth 4 at 0.1, where the quadrature disagreed with the closed form by 38.65 (relative)
+    s = depth.setting(d_in=2, d_model=8, n_layers=4, vocab=5, t_max=64, n_streams=2, quad_nodes=48,
+                      n_boot=20, streams=Streams(31337, "08"))
+    with pytest.raises(ValueError, match="no logit scale"):
+        depth.tail_safe_logit_scale(s.cov, [0.1, 0.2, 0.5, 1.0], kappa_min=depth.KAPPA_MIN, **s.shape,
+                                    seed=s.streams.seed_for("probe"))
+    r = depth.recursion(s)
+    assert r.logit_scale < 0.1 and r.rel < 1e-8
 
 
 def test_deterministic_for_a_seed(run) -> None:

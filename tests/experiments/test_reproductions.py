@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pytest
+import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -74,7 +75,20 @@ def test_closed_forms() -> None:
     for cid in ("prior_garg_avg_k10", "prior_garg_gd_step_k10", "prior_garg_ls_k10"):
         m = garg.measurements[cid]
         assert abs(m["value"] - m["prediction"]) < 4 * m["se"], cid
-    assert garg.measurements["prior_garg_ls_k20"]["value"] < 1e-6  # least squares is exact at k = d
+    m = garg.measurements["prior_garg_ls_k20"]  # least squares is exact at k = d, to its rounding bound
+    assert 0.0 <= m["value"] <= m["upper"] < 1e-12 and m["lower"] == 0.0
+
+
+def test_square_least_squares_meets_the_rounding_bound_where_the_gram_route_does_not() -> None:
+    # an ill-conditioned 20 x 20 draw (cond ~ 1e7): through the Gram matrix the error grows like eps·cond²
+    g = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(20, 20, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(20, 20, generator=g, dtype=torch.float64))
+    x = (u * torch.logspace(0, -7, 20, dtype=torch.float64)) @ v.T  # (20, 20)
+    w = torch.randn(20, generator=g, dtype=torch.float64)
+    bound = 20 * torch.finfo(torch.float64).eps * torch.linalg.cond(x) * w.norm()
+    assert (torch.linalg.solve(x[None], (x @ w)[None])[0] - w).norm() <= bound
+    assert (rp.icl.ols(x[None], (x @ w)[None])[0] - w).norm() > bound
 
 
 def test_best_gd_head_gap_is_signed_with_its_paired_se(results) -> None:

@@ -67,11 +67,15 @@ __all__ = [
 
 CHAPTER = "08"
 
-#: The grid of logit scales from which the models' scales are selected.
-SCALES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+#: The grid of logit scales from which the models' scales are selected (the small ones serve the rare
+#: draws whose mean field grows fast with depth: no scale from 0.1 up keeps every κ_l ≥ 2 for them).
+SCALES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 
 #: The Markov constant is read on this many times n_streams chains of its own (its SE sets its power).
 CONSTANT_CHAINS = 4
+
+#: Pilot contexts on which each attention-only discrete model's early-attention ratio selects its scale.
+PILOT_CONTEXTS = 4
 
 #: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
 KAPPA_MIN = 2.0
@@ -287,8 +291,8 @@ class Depths(Result):
     hs: torch.Tensor = field(repr=False)  # (L+1, R, n_t, d)
     reach: list[float] = field(default_factory=list)  # (L,) allowances b
     slopes: list[float] = field(default_factory=list)  # (L,)
-    model: CausalTransformer | None = field(default=None, repr=False)
-    contexts: torch.Tensor | None = field(default=None, repr=False)  # (R, T, ...)
+    chi: float | None = None  # the largest early-attention ratio of the models on their pairs
+    scales: list[float] = field(default_factory=list)  # (R/2,) the logit scale of each pair's model, where chosen
 
     def plot(self, ax: plt.Axes) -> None:
         """Every checkpoint's geometric mean gap over the pairs per depth; the line fitted over the claims' range.
@@ -310,14 +314,15 @@ class Depths(Result):
 
 def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs: torch.Tensor,
             reach: list[float]) -> Depths:
-    """Measure ``slope_<tag>_L1`` ... ``slope_<tag>_L<n_layers>``: the log-log slope of the gap.
+    """Measure ``slope_<tag>_L1`` ... ``slope_<tag>_L<n_layers>`` and ``mean_gap_slope_<tag>``.
 
-    Pair k's gap is the mean (sq_{2k} + sq_{2k+1})/2 (a pair shares its checkpoint tokens); each
-    slope is the mean over the R/2 pairs of the pair's log-log slope over the fitted checkpoints,
-    with its Student-t SE (R/2 − 1 dof; :func:`covbook.stats.mean_loglog_slope`).  The slope of the
-    arithmetic mean gap, with a bootstrap SE over 16 pairs, failed 3× the book's level: the gap is
-    heavy-tailed, and a sample that misses the tail has a small SE too.  The prediction is −1 + b/2
-    with allowance b/2, b = ``reach[L − 1]``.
+    Pair k's gap is G = (sq_{2k} + sq_{2k+1})/2 (a pair shares its checkpoint tokens); each slope is
+    the mean over the R/2 pairs of the pair's log-log slope over the fitted checkpoints, the slope of
+    E log G against log t (theorem ``thm-08-typical-gap``), with its Student-t SE (R/2 − 1 dof;
+    :func:`covbook.stats.mean_loglog_slope`).  The prediction is −1 + b/2 with allowance b/2,
+    b = ``reach[L − 1]``.  ``mean_gap_slope_<tag>`` is the log-log slope of the arithmetic mean of
+    G over the pairs at depth L (the quantity of ``thm-08-depth-collapse``), a finding judged for
+    its direction only: the SE of a heavy-tailed mean is not reliable at these sizes.
     """
     d = Depths(tag=tag, title=title, checkpoints=s.checkpoints, fit=s.fit, sq=sq, hs=hs, reach=reach)
     for l in range(1, s.n_layers + 1):
@@ -327,34 +332,55 @@ def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs
         d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=pairs.shape[0] - 1,
                   allowance=b / 2, statement=statement, l=l, n_pairs=pairs.shape[0])
         d.slopes.append(slope)
+    pairs = pair_means(sq[-1])  # (R/2, n_t)
+    mean_slope, _ = loglog_slope(s.t_fit, pairs[:, s.fit].mean(0))
+    d.measure(f"mean_gap_slope_{tag}", mean_slope, statement=statement, l=s.n_layers,
+              typical=d.slopes[-1], n_pairs=pairs.shape[0])
     return d
 
 
-def gaussian(s: Setting) -> Depths:
-    """Experiment 1: Gaussian contexts through an attention-only model, F_L(x) = M_L x.
+def _range_text(values: list[float]) -> str:
+    """The range of the models' logit scales as text: "0.3" or "0.2–0.5"."""
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
 
-    The model has the largest logit scale of :data:`SCALES` with every tail exponent κ_l ≥ 2;
-    the contexts are paired draws from the ``"draws"`` stream.  Measures ``slope_gauss_L1`` ...
-    (see :func:`_depths`); glues ``n_layers_text``, ``scale_g`` and ``kappa_g`` (the smallest κ_l).
-    The result keeps the model and its contexts for the early-attention ratio of :func:`models`.
+
+def gaussian(s: Setting) -> Depths:
+    """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a model per pair.
+
+    Pair k of streams (2k, 2k+1) goes through a model of its own (the ``("gauss", k)`` weights) at
+    the largest logit scale of :data:`SCALES` with every tail exponent κ_l ≥ 2, so the pairs are
+    independent replicates of model and context and the SE over them includes the spread between
+    models; the contexts are paired draws from the ``"draws"`` stream.  Measures ``slope_gauss_L1`` ...
+    and ``mean_gap_slope_gauss`` (see :func:`_depths`); glues ``n_layers_text``, ``scale_g`` (the range
+    of the models' scales) and ``kappa_g`` (the smallest κ_l of any model).  The result keeps the
+    largest early-attention ratio of the models on their pairs (``chi``) for :func:`models`.
     """
     streams, dev, cp = s.streams, s.device, s.checkpoints
-    scale_g = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape,
-                                    seed=streams.seed_for("gauss"))
-    model = CausalTransformer(**s.shape, logit_scale=scale_g, seed=streams.seed_for("gauss")).to(dev)
-    kappa_g = float(min(gaussian_tail_exponents(model, s.cov)))
-    xg = s.gaussian_contexts()  # (R, T, d_in)
-    xt = xg[:, cp - 1]  # (R, n_t, d_in)
-    F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, s.cov)])  # (L+1, R, n_t, d)
-    sq, hs = squared_gaps(model, xg, F, cp)
     pts, wts = s.hermite
-    reach = reach_of(_logit_variances(model, pts, wts, xt.reshape(-1, s.d_in), dev), s.t_fit)
-    d = _depths(s, "gauss", "Gaussian context, attention only",
-                "Gaussian context, attention only, F_L(x) = M_L x.", sq, hs, reach)
-    d.model, d.contexts = model, xg
+    xg = s.gaussian_contexts()  # (R, T, d_in)
+    sqs, hss, svs, scales, kappas, chis = [], [], [], [], [], []
+    for k in range(s.n_streams // 2):
+        seed = streams.seed_for("gauss", k)
+        scale = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
+        model = CausalTransformer(**s.shape, logit_scale=scale, seed=seed).to(dev)
+        x = xg[2 * k: 2 * k + 2]  # (2, T, d_in): the pair
+        xt = x[:, cp - 1]  # (2, n_t, d_in)
+        F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, s.cov)])  # (L+1, 2, n_t, d)
+        sq, hs = squared_gaps(model, x, F, cp)
+        sqs.append(sq)
+        hss.append(hs)
+        svs.append(_logit_variances(model, pts, wts, xt.reshape(-1, s.d_in), dev))  # (L, 2 n_t)
+        scales.append(scale)
+        kappas.append(float(min(gaussian_tail_exponents(model, s.cov))))
+        chis.append(float(early_attention_ratio(model, x).max()))
+    d = _depths(s, "gauss", "Gaussian context, attention only (a model per pair)",
+                "Gaussian context, attention only, F_L(x) = M_L x, a model per pair of streams.",
+                np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
+    d.chi, d.scales = max(chis), scales
     d.glue("n_layers_text", s.n_layers)
-    d.glue("scale_g", scale_g)
-    d.glue("kappa_g", kappa_g)
+    d.glue("scale_g", _range_text(scales))
+    d.glue("kappa_g", min(kappas))
     return d
 
 
@@ -474,7 +500,7 @@ def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
     model's slope averaged over models.  Returns the depths and the polar rule's error
     max_l mean |F_l − F_l^fine|² against a rule with 1.5 times the nodes per coordinate, for the first pair's
     model (its cost grows as the square of its N nodes: twice the nodes per coordinate cost 16 times the rule
-    itself, 15 s of the chapter's 46 at quick; 1.5 times cost 5 times).
+    itself, 1.5 times cost 5 times).
     """
     dev, cp, n = s.device, s.checkpoints, s.quad_nodes
     polar = [p.to(dev) for p in gaussian_polar_rule(s.cov, n, n)]
@@ -533,36 +559,47 @@ def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor, *,
 def models(s: Setting, gauss: Depths) -> Models:
     """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
 
-    Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  The
-    attention-only discrete model gets the largest scale of :data:`SCALES` with early-attention
-    ratio χ_l ≤ 2 at every layer on min(R, 16) pilot contexts (the ``"pilot"`` stream); the MLP
-    models have two heads and layer norm, one per pair of streams (the ``("dmlp", k)`` weights),
-    as the Gaussian MLP models have (``("full-model", k)``).
-    Measures ``slope_gmlp_L*``, ``slope_dattn_L*`` and ``slope_dmlp_L*``; glues ``polar_err``,
-    ``n_pilot``, ``scale_d``, ``chi_pilot``, ``chi_verdict``, ``chi_gauss`` (the largest χ of
-    ``gauss``, Experiment 1's result), ``chi_run_start`` and ``chi_run_end``.
+    Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  Every family
+    reads a model per pair of streams: the attention-only discrete models (the ``("discrete", k)``
+    weights) each at the largest scale of :data:`SCALES` with early-attention ratio χ_l ≤ 2 at every
+    layer on min(R, :data:`PILOT_CONTEXTS`) pilot contexts (the ``"pilot"`` stream); the MLP models with two heads and
+    layer norm (the ``("dmlp", k)`` and, Gaussian, ``("full-model", k)`` weights).
+    Measures ``slope_gmlp_L*``, ``slope_dattn_L*``, ``slope_dmlp_L*`` and their ``mean_gap_slope_*``;
+    glues ``polar_err``, ``n_pilot``, ``scale_d`` (the range of the scales), ``chi_pilot``,
+    ``chi_verdict``, ``chi_gauss`` (the largest χ of ``gauss``, Experiment 1's result),
+    ``chi_run_start`` and ``chi_run_end`` (largest over the models, at the fit's start and at t_max).
     """
-    if not isinstance(gauss, Depths) or getattr(gauss, "model", None) is None:
+    if not isinstance(gauss, Depths) or gauss.chi is None:
         raise ValueError("gauss must be the result of depth.gaussian (Experiment 1)")
     streams, dev = s.streams, s.device
     xg = s.gaussian_contexts()  # (R, T, d_in)
     gmlp, polar_err = _gaussian_mlp(s, xg)
 
-    n_pilot = min(s.n_streams, 16)
-    d_shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers,
-                   seed=streams.seed_for("discrete"))
+    n_pilot = min(s.n_streams, PILOT_CONTEXTS)
     pilot = torch.multinomial(s.freqs, n_pilot * s.t_max, replacement=True,
-                              generator=streams.torch_generator("pilot")).view(n_pilot, s.t_max)
-    scale_d, chi_pilot = sink_free_logit_scale(list(SCALES), pilot.to(dev), **d_shape)
-    d_attn = CausalTransformer(**d_shape, logit_scale=scale_d).to(dev)
-    chi_gauss = float(early_attention_ratio(gauss.model, gauss.contexts).max())
+                              generator=streams.torch_generator("pilot")).view(n_pilot, s.t_max).to(dev)
     xd = s.discrete_contexts()  # (R, T)
-    _, sq, hs, reach = _discrete(s, d_attn, xd)
-    chi_start = float(early_attention_ratio(d_attn, xd[:, : s.t_fit[0]]).max())
-    chi_end = float(early_attention_ratio(d_attn, xd).max())
-    dattn = _depths(s, "dattn", "discrete, attention only",
-                    "Discrete context, attention only, exact F_L, logit scale without an "
-                    "early-position attention sink (χ ≤ 2 on pilot contexts).", sq, hs, reach)
+    sqs, hss, svs, scales, chis_pilot, chis_start, chis_end = [], [], [], [], [], [], []
+    for k in range(s.n_streams // 2):  # a model per pair, each at its own sink-free scale
+        d_shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers,
+                       seed=streams.seed_for("discrete", k))
+        scale, chi = sink_free_logit_scale(list(SCALES), pilot, **d_shape)
+        d_attn = CausalTransformer(**d_shape, logit_scale=scale).to(dev)
+        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
+        _, sq, hs, _ = _discrete(s, d_attn, x, reach=False)
+        sqs.append(sq)
+        hss.append(hs)
+        svs.append(_discrete_logit_variances(s, d_attn, x))  # (L, 2 n_t)
+        scales.append(scale)
+        chis_pilot.append(chi)
+        chis_start.append(float(early_attention_ratio(d_attn, x[:, : s.t_fit[0]]).max()))
+        chis_end.append(float(early_attention_ratio(d_attn, x).max()))
+    chi_pilot = max(chis_pilot)
+    dattn = _depths(s, "dattn", "discrete, attention only (a model per pair)",
+                    "Discrete context, attention only, exact F_L, a model per pair of streams, each at a logit "
+                    "scale without an early-position attention sink (χ ≤ 2 on pilot contexts).",
+                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
+    dattn.scales = scales
 
     sqs, hss, svs = [], [], []
     for k in range(s.n_streams // 2):  # a model per pair, as for the Gaussian MLP model
@@ -582,10 +619,10 @@ def models(s: Setting, gauss: Depths) -> Models:
     r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=xd)
     for d in (gmlp, dattn, dmlp):
         r.merge(d)
-    verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is"
-    for name, value in dict(polar_err=polar_err, n_pilot=n_pilot, scale_d=scale_d, chi_pilot=chi_pilot,
-                            chi_verdict=verdict, chi_gauss=chi_gauss, chi_run_start=chi_start,
-                            chi_run_end=chi_end).items():
+    verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is, for some model"
+    for name, value in dict(polar_err=polar_err, n_pilot=n_pilot, scale_d=_range_text(scales), chi_pilot=chi_pilot,
+                            chi_verdict=verdict, chi_gauss=gauss.chi, chi_run_start=max(chis_start),
+                            chi_run_end=max(chis_end)).items():
         r.glue(name, value)
     return r
 
@@ -656,11 +693,13 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
     The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
     E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on ``n_streams`` (an even number; default the
     setting's) paired discrete contexts of its own (the ``"positions"`` stream; Experiment 3's token law),
-    for one model with two heads, MLP and layer norm (the ``"positions"`` weights) read without
-    positions and with each kind of position, the other weights kept.  The bias part is gap − variance.
-    Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position model's depth-L reach),
+    for a model per pair with two heads, MLP and layer norm (the ``("positions", k)`` weights) read
+    without positions and with each kind of position, the other weights kept.  The bias part is gap −
+    variance.  The context-variance slopes without and with rotary positions are the mean of the pairs'
+    log-log slopes (Student-t SE over the pairs).
+    Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position models' depth-L reach),
     ``context_variance_learned`` (−1, checkpoints as replicates), ``context_variance_rotary``
-    (0), ``gap_plateau_learned`` (0) and ``gap_plateau_rotary`` (−1); glues ``gap_ratio_learned``,
+    (below 0), ``gap_plateau_learned`` (0) and ``gap_plateau_rotary`` (−1); glues ``gap_ratio_learned``,
     ``gap_ratio_rotary`` (the gap at t_max over the gap at the fit's start) and ``t_span_text``.
     """
     if not isinstance(m, Models):
@@ -670,26 +709,33 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
         raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
     streams, cp, fit, tf, n_pairs = s.streams, s.checkpoints, s.fit, s.t_fit, n // 2
     xd = s.discrete_contexts(n, streams.torch_generator("positions"))  # (n, T)
-    F, sq, hs, reach = _discrete(s, _discrete_mlp(s, "positions"), xd)  # one model, no positions
-    sq_hs = {"none": (sq, hs)}
-    for pos in ("learned", "rotary"):
-        model = _discrete_mlp(s, "positions", pos=pos, max_len=s.t_max)  # the same weights, with positions
-        sq_hs[pos] = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
+    parts: dict[str, list[tuple[np.ndarray, torch.Tensor]]] = {"none": [], "learned": [], "rotary": []}
+    svs = []
+    for k in range(n_pairs):  # a model per pair: the ("positions", k) weights without and with positions
+        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
+        base = _discrete_mlp(s, "positions", k)
+        F, sq, hs, _ = _discrete(s, base, x, reach=False)
+        parts["none"].append((sq, hs))
+        svs.append(_discrete_logit_variances(s, base, x))  # (L, 2 n_t)
+        for pos in ("learned", "rotary"):
+            model = _discrete_mlp(s, "positions", k, pos=pos, max_len=s.t_max)  # the same weights, with positions
+            parts[pos].append(squared_gaps(model, x, F[:, x[:, cp - 1]], cp))
+    reach = reach_of(torch.cat(svs, 1), tf)
     r = Positions(n_layers=s.n_layers, checkpoints=cp)
-    for pos, (sq, hs) in sq_hs.items():
-        r.variance[pos], r.gap[pos] = context_variance(hs), sq[-1]
+    for pos, ps in parts.items():
+        hs = torch.cat([h for _, h in ps], 1)  # (L+1, n, n_t, d)
+        r.variance[pos], r.gap[pos] = context_variance(hs), np.concatenate([sq for sq, _ in ps], 1)[-1]
 
-    cv = r.variance["none"]  # (R/2, n_t)
-    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-nope"))
+    # the typical context variance: the mean of the pairs' log-log slopes (as the depth slopes)
+    slope, se, _ = mean_loglog_slope(tf, r.variance["none"][:, fit])
     b = reach[-1]
-    r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=cv.shape[0] - 1,
+    r.measure("context_variance_none", slope, prediction=-1.0 + b / 2, se=se, dof=n_pairs - 1,
               allowance=b / 2, n_pairs=n_pairs)
     slope, se, dof = slope_with_checkpoint_se(tf, r.variance["learned"][:, fit], n_boot=s.n_boot,
                                               seed=streams.seed_for("bootstrap-learned"))
     r.measure("context_variance_learned", slope, prediction=-1.0, se=se, dof=dof, n_pairs=n_pairs)
-    cv = r.variance["rotary"]  # (R/2, n_t)
-    slope, se = slope_with_se(tf, cv[:, fit], n_boot=s.n_boot, seed=streams.seed_for("bootstrap-rotary"))
-    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=cv.shape[0] - 1, n_pairs=n_pairs)
+    slope, se, _ = mean_loglog_slope(tf, r.variance["rotary"][:, fit])
+    r.measure("context_variance_rotary", slope, prediction=0.0, se=se, dof=n_pairs - 1, n_pairs=n_pairs)
 
     reason = "the bias part is not positive at every checkpoint in a resample"
     for pos in ("learned", "rotary"):
@@ -745,7 +791,7 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     gives the alternative.  On :data:`CONSTANT_CHAINS` × R chains of its own (the
     ``"markov-constant"`` stream) C is read as the mean over chains of the intercept of
     t·gap = c + a/t at the checkpoints t ≥ t_max/8 (:func:`covbook.stats.inverse_t_intercept_weights`:
-    the delta method's remainder is O(1/t): 4 % of C at t = 256 for smoke seed 1420's chain), with the SD the
+    the delta method's remainder is O(1/t)), with the SD the
     delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
     ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.

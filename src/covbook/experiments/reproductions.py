@@ -399,13 +399,15 @@ the batch (at full, this computation's cell asked a GPU for one allocation of 12
 
 def _garg_estimates(x: torch.Tensor, y: torch.Tensor, eta_opt: float,
                     chunk: int | None = None) -> dict[str, torch.Tensor]:
-    r"""Least squares ŵ = (XᵀX)⁺Xᵀy, averaging ŵ = (1/k)Xᵀy and one GD step (η/k)Xᵀy per task, ``chunk``
-    tasks at a time (x (B, k, d), y (B, k) -> (B, d) each; the same numbers as one call: each task's own)."""
+    r"""Least squares ŵ = (XᵀX)⁺Xᵀy (an LU solve where X is square), averaging ŵ = (1/k)Xᵀy and one GD
+    step (η/k)Xᵀy per task, ``chunk`` tasks at a time (x (B, k, d), y (B, k) -> (B, d) each; the same
+    numbers as one call: each task's own)."""
     chunk = GARG_CHUNK if chunk is None else check_positive_int(chunk, "chunk")
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in GARG_LABELS}
     for s in range(0, x.shape[0], chunk):
         xs, ys = x[s:s + chunk], y[s:s + chunk]  # (c, k, d), (c, k)
-        parts["ols"].append(icl.ols(xs, ys))
+        # a square system (k = d): an LU solve has forward error ∝ eps·cond(X), the Gram route's ∝ eps·cond(X)²
+        parts["ols"].append(torch.linalg.solve(xs, ys) if xs.shape[-2] == xs.shape[-1] else icl.ols(xs, ys))
         parts["averaging"].append(icl.empirical_gd(xs, ys, 1.0)[-1])
         parts["gd_opt"].append(icl.empirical_gd(xs, ys, eta_opt)[-1])
     return {name: torch.cat(p) for name, p in parts.items()}
@@ -431,6 +433,10 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
         t = icl.make_regression_tasks(n_key if k in GARG_KEY_KS else n_t, int(k), d,
                                       seed=streams.seed_for("garg", replicate=i), device=dev)
         est = _garg_estimates(t.x, t.y, float(icl.gd_optimal_step(k, d)))  # (tasks, d) each
+        if k == d:  # the rounding bound of a backward-stable solve, |ŵ − w| ≤ d·eps·cond(X)·|w|, per task
+            eps = torch.finfo(t.x.dtype).eps
+            cond = torch.cat([torch.linalg.cond(t.x[s:s + GARG_CHUNK]) for s in range(0, t.x.shape[0], GARG_CHUNK)])
+            ls_bound = float(((d * eps * cond * t.w.norm(dim=-1)) ** 2 / d).mean())
         for name, v in est.items():
             err = (((v - t.w) ** 2).sum(-1) / d).cpu().numpy()  # (tasks,)
             meas[name].append(mean_with_se(err))
@@ -445,7 +451,8 @@ def garg_curves(*, garg_tasks: int, garg_tasks_key: int, streams: RandomStreams,
     gd10, gd10_se = mean_with_se(per_task_key[("gd_opt", 10)])
     out.measure("prior_garg_ls_k10", ls10, prediction=0.5, se=ls10_se, garg_tasks_key=n_key)
     out.measure("prior_garg_avg_k10", avg10, prediction=2.1, se=avg10_se, garg_tasks_key=n_key)
-    out.measure("prior_garg_ls_k20", float(per_task_key[("ols", 20)].mean()), prediction=0.0)
+    out.measure("prior_garg_ls_k20", float(per_task_key[("ols", 20)].mean()), prediction=0.0, lower=0.0,
+                upper=ls_bound)
     out.measure("prior_garg_gd_step_k10", gd10, prediction=float(icl.gd_optimal_risk(10, d)), se=gd10_se,
                 garg_tasks_key=n_key)
     return out

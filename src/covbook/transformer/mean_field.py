@@ -301,10 +301,14 @@ def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float
 
     Builds ``CausalTransformer(logit_scale=s, **model_kwargs)`` (attention only, continuous
     tokens) for each s and keeps those with min_l κ_l ≥ ``kappa_min``
-    (:func:`gaussian_tail_exponents`); the smallest scale if none qualifies.  With κ_l ≥ 2 a
-    whitened Gaussian query z has logit variance s_l(x) ≤ |z|²/4 at every layer, so the tilted
-    laws of the mean field stay within a few standard deviations of the context law (book
-    chapter 08).
+    (:func:`gaussian_tail_exponents`).  With κ_l ≥ 2 a whitened Gaussian query z has logit
+    variance s_l(x) ≤ |z|²/4 at every layer, so the tilted laws of the mean field stay within a
+    few standard deviations of the context law (book chapter 08).  Without that bound the mean
+    field of a deep random model can grow by orders of magnitude with depth and its tilted laws
+    leave the nodes of any affordable quadrature.
+
+    Raises ``ValueError`` naming the best scale's min_l κ_l when no scale of ``scales`` qualifies:
+    such a model is refused, never read at a scale that breaks the bound.
 
     Examples
     --------
@@ -313,9 +317,14 @@ def tail_safe_logit_scale(cov: object, scales: Sequence[float], kappa_min: float
     """
     grid = _logit_scale_grid(scales)
     kappa_min = check_positive_float(kappa_min, "kappa_min")
-    ok = [s for s in grid
-          if min(gaussian_tail_exponents(CausalTransformer(logit_scale=float(s), **model_kwargs), cov)) >= kappa_min]
-    return max(ok) if ok else min(grid)
+    kappas = {s: min(gaussian_tail_exponents(CausalTransformer(logit_scale=float(s), **model_kwargs), cov))
+              for s in grid}
+    ok = [s for s, k in kappas.items() if k >= kappa_min]
+    if not ok:
+        best = max(kappas, key=kappas.get)
+        raise ValueError(f"scales: no logit scale of {grid} gives every tail exponent kappa_l >= {kappa_min} for "
+                         f"this model (the best, {best}, gives min kappa_l = {kappas[best]:.3g}); give smaller scales")
+    return max(ok)
 
 
 def mean_field_jacobian(model: CausalTransformer, freqs: object) -> torch.Tensor:
