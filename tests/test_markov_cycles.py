@@ -279,3 +279,49 @@ def test_cycle_records_margin_and_gap_match_their_functions(two_layer):
                                                          mean_field=tiny_mean_field))
         assert r.gap == pytest.approx(mk.detection_gap(two_layer, s[:36], p, mean_field=tiny_mean_field))
         assert (r.gap_after is None) == (r.margin <= 0)
+
+
+class MapModel(torch.nn.Module):
+    """A stand-in whose greedy next token is f(x_t) whatever the context: greedy decoding iterates f."""
+
+    def __init__(self, f: list[int]) -> None:
+        super().__init__()
+        self.vocab_size, self.f = len(f), torch.tensor(f)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(self.f[x], self.vocab_size).double()  # (B, T, V)
+
+
+def test_least_rotation():
+    assert mk.least_rotation([3, 1, 2]) == mk.least_rotation([2, 3, 1]) == (1, 2, 3)
+    assert mk.least_rotation([2, 1, 3]) == (1, 3, 2)  # the other orientation is another orbit
+    assert mk.least_rotation(np.array([5])) == (5,)
+    with pytest.raises(ValueError, match="cycle"):
+        mk.least_rotation([])
+
+
+def test_perturbed_returns_to_the_only_cycle_of_a_map():
+    # f = x + 1 mod 5 has one cycle, which every start reaches: every kick returns
+    m, g = MapModel([1, 2, 3, 4, 0]), torch.Generator().manual_seed(0)
+    got = mk.perturbed_returns(m, [2, 3, 4, 0, 1], context_len=10, kick_len=3, n_steps=40, n_kicks=6, generator=g)
+    assert got.shape == (6,) and got.all()
+
+
+def test_perturbed_returns_only_from_its_basin():
+    # f(x) = x: every token is its own fixed point, so a kick returns exactly when its last token is the cycle's
+    m, g = MapModel([0, 1, 2, 3]), torch.Generator().manual_seed(1)
+    got = mk.perturbed_returns(m, [2], context_len=8, kick_len=2, n_steps=16, n_kicks=64, generator=g)
+    last = torch.randint(0, 4, (64, 2), generator=torch.Generator().manual_seed(1))[:, -1].numpy()
+    assert np.array_equal(got, last == 2) and 0 < got.sum() < 64
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    (dict(context_len=1), "context_len"), (dict(kick_len=0), "kick_len"), (dict(n_steps=3), "n_steps"),
+    (dict(n_kicks=0), "n_kicks"), (dict(cycle=[7]), "cycle"), (dict(cycle=[]), "cycle"),
+])
+def test_perturbed_returns_bad_input(kw, match):
+    args = dict(cycle=[0, 1], context_len=4, kick_len=2, n_steps=8, n_kicks=2, generator=torch.Generator())
+    args.update(kw)
+    cycle = args.pop("cycle")
+    with pytest.raises(ValueError, match=match):
+        mk.perturbed_returns(MapModel([1, 0, 2]), cycle, **args)
