@@ -144,6 +144,7 @@ def test_cycle_records_on_constructed_runs(one_layer):
     runs = np.array([prompt + [2, 3] * 10, prompt + [0, 1, 2, 3, 0, 2, 1, 3, 0, 3, 2, 1, 1, 2, 0, 3, 3, 0, 2, 1]])
     recs = mk.cycle_records(None, runs, 2, self_consistency=False)
     assert recs[0].final == (2, 2) and recs[0].entry == 0 and recs[0].period == 2 and recs[0].simple
+    assert recs[0].orbit == (2, 3) and recs[1].orbit is None and recs[0].early_orbit is None
     assert recs[1].final is None
     summ = mk.cycle_summary(recs)
     assert summ["n_runs"] == 2 and summ["n_cycled"] == 1 and summ["frac_cycled"] == 0.5
@@ -165,6 +166,11 @@ def test_cycle_records_detects_breaks(two_layer):
             e, p = r.early
             assert s[r.observed_break] != s[r.observed_break - p]
             assert np.all(s[e + p:r.observed_break] == s[e:r.observed_break - p])
+        if r.early is not None:
+            assert r.early_orbit == mk.least_rotation(s[r.early[0]:r.early[0] + r.early[1]])
+        # the total-variation bound: a margin above twice the gap measured along the run keeps the cycle
+        if r.gap_after is not None and r.margin > 2 * r.gap_after:
+            assert r.observed_break is None
 
 
 def test_cycle_margin_closed_forms():
@@ -241,6 +247,8 @@ def test_cycle_summary_splits_predictions_by_margin_and_gap():
     assert s["n_undecided"] == 2 and s["n_undecided_held"] == 1
     # the gap grew after detection in two predictions; in one of them (0.3 vs 2 x 0.2) it reached half the margin
     assert s["n_gap_grew"] == 2 and s["n_gap_reached_margin"] == 1
+    # the bound with the gap measured along the run: 0.5 > 2 x 0.05, 0.4 > 0 and 0.5 > 2 x 0.22 (0.3 < 2 x 0.2 is not)
+    assert s["n_bound"] == 3 and s["n_bound_held"] == 3
     broken = mk.cycle_summary([rec(0.5, 0.1, 11)])
     assert broken["n_pred_hold"] == 1 and broken["hold_precision"] == 0.0
     nothing = mk.cycle_summary([rec(0.1, 0.1, None)])
