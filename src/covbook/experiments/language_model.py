@@ -11,7 +11,8 @@ and one with rotary positions, are trained on the Python Language Reference
 * :func:`order_dependence`: the shuffle test :math:`\mathrm{TV}(p(\cdot\mid x_{1:t}), p(\cdot\mid
   \sigma(x_{1:t-1}), x_t))` and the Markov gap :math:`\mathrm{TV}(p, K_{\hat\pi_t}(x_t,\cdot))`, both
   predicted :math:`O_P(t^{-1/2})` for NoPE on a stationary context;
-* :func:`greedy_cycles`: greedy runs end in cycles, which are orbits of the mean-field greedy map;
+* :func:`greedy_cycles`: greedy runs end in cycles, more often without positions than with them
+  (McNemar's exact test on the same prompts);
 * :func:`temperature_sweep`: repetition, diversity and attractors against the temperature;
 * :func:`rep_excess`: rep/ℓ of the models' predictions against the text's own.
 """
