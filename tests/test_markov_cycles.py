@@ -144,6 +144,7 @@ def test_cycle_records_on_constructed_runs(one_layer):
     runs = np.array([prompt + [2, 3] * 10, prompt + [0, 1, 2, 3, 0, 2, 1, 3, 0, 3, 2, 1, 1, 2, 0, 3, 3, 0, 2, 1]])
     recs = mk.cycle_records(None, runs, 2, self_consistency=False)
     assert recs[0].final == (2, 2) and recs[0].entry == 0 and recs[0].period == 2 and recs[0].simple
+    assert recs[0].orbit == (2, 3) and recs[1].orbit is None and recs[0].early_orbit is None
     assert recs[1].final is None
     summ = mk.cycle_summary(recs)
     assert summ["n_runs"] == 2 and summ["n_cycled"] == 1 and summ["frac_cycled"] == 0.5
@@ -165,6 +166,11 @@ def test_cycle_records_detects_breaks(two_layer):
             e, p = r.early
             assert s[r.observed_break] != s[r.observed_break - p]
             assert np.all(s[e + p:r.observed_break] == s[e:r.observed_break - p])
+        if r.early is not None:
+            assert r.early_orbit == mk.least_rotation(s[r.early[0]:r.early[0] + r.early[1]])
+        # the total-variation bound: a margin above twice the gap measured along the run keeps the cycle
+        if r.gap_after is not None and r.margin > 2 * r.gap_after:
+            assert r.observed_break is None
 
 
 def test_cycle_margin_closed_forms():
@@ -241,6 +247,8 @@ def test_cycle_summary_splits_predictions_by_margin_and_gap():
     assert s["n_undecided"] == 2 and s["n_undecided_held"] == 1
     # the gap grew after detection in two predictions; in one of them (0.3 vs 2 x 0.2) it reached half the margin
     assert s["n_gap_grew"] == 2 and s["n_gap_reached_margin"] == 1
+    # the bound with the gap measured along the run: 0.5 > 2 x 0.05, 0.4 > 0 and 0.5 > 2 x 0.22 (0.3 < 2 x 0.2 is not)
+    assert s["n_bound"] == 3 and s["n_bound_held"] == 3
     broken = mk.cycle_summary([rec(0.5, 0.1, 11)])
     assert broken["n_pred_hold"] == 1 and broken["hold_precision"] == 0.0
     nothing = mk.cycle_summary([rec(0.1, 0.1, None)])
@@ -279,3 +287,49 @@ def test_cycle_records_margin_and_gap_match_their_functions(two_layer):
                                                          mean_field=tiny_mean_field))
         assert r.gap == pytest.approx(mk.detection_gap(two_layer, s[:36], p, mean_field=tiny_mean_field))
         assert (r.gap_after is None) == (r.margin <= 0)
+
+
+class MapModel(torch.nn.Module):
+    """A stand-in whose greedy next token is f(x_t) whatever the context: greedy decoding iterates f."""
+
+    def __init__(self, f: list[int]) -> None:
+        super().__init__()
+        self.vocab_size, self.f = len(f), torch.tensor(f)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(self.f[x], self.vocab_size).double()  # (B, T, V)
+
+
+def test_least_rotation():
+    assert mk.least_rotation([3, 1, 2]) == mk.least_rotation([2, 3, 1]) == (1, 2, 3)
+    assert mk.least_rotation([2, 1, 3]) == (1, 3, 2)  # the other orientation is another orbit
+    assert mk.least_rotation(np.array([5])) == (5,)
+    with pytest.raises(ValueError, match="cycle"):
+        mk.least_rotation([])
+
+
+def test_perturbed_returns_to_the_only_cycle_of_a_map():
+    # f = x + 1 mod 5 has one cycle, which every start reaches: every kick returns
+    m, g = MapModel([1, 2, 3, 4, 0]), torch.Generator().manual_seed(0)
+    got = mk.perturbed_returns(m, [2, 3, 4, 0, 1], context_len=10, kick_len=3, n_steps=40, n_kicks=6, generator=g)
+    assert got.shape == (6,) and got.all()
+
+
+def test_perturbed_returns_only_from_its_basin():
+    # f(x) = x: every token is its own fixed point, so a kick returns exactly when its last token is the cycle's
+    m, g = MapModel([0, 1, 2, 3]), torch.Generator().manual_seed(1)
+    got = mk.perturbed_returns(m, [2], context_len=8, kick_len=2, n_steps=16, n_kicks=64, generator=g)
+    last = torch.randint(0, 4, (64, 2), generator=torch.Generator().manual_seed(1))[:, -1].numpy()
+    assert np.array_equal(got, last == 2) and 0 < got.sum() < 64
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    (dict(context_len=1), "context_len"), (dict(kick_len=0), "kick_len"), (dict(n_steps=3), "n_steps"),
+    (dict(n_kicks=0), "n_kicks"), (dict(cycle=[7]), "cycle"), (dict(cycle=[]), "cycle"),
+])
+def test_perturbed_returns_bad_input(kw, match):
+    args = dict(cycle=[0, 1], context_len=4, kick_len=2, n_steps=8, n_kicks=2, generator=torch.Generator())
+    args.update(kw)
+    cycle = args.pop("cycle")
+    with pytest.raises(ValueError, match=match):
+        mk.perturbed_returns(MapModel([1, 0, 2]), cycle, **args)

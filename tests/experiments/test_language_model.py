@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from covbook.experiments import language_model as lm  # noqa: E402
+from covbook.markov import CycleRecord  # noqa: E402
 from covbook.rules import load_rules, rules_path  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
 from helpers import ROOT  # noqa: E402
@@ -66,7 +67,8 @@ def test_the_measurements_are_the_chapters_claims(results) -> None:
                                            "loss_nope_minus_rotary"]
     assert {"t_eval", "n_win", "gen_len"} <= set(ctx.numbers)
     assert {"order_z", "t_quantile_text", "gap_last_samples", "shuffle_rate_text_se"} <= set(order.numbers)
-    assert {"cycle_frac_rotary", "cycle_lowest_share", "n_period1_nope", "n_runs_longer_nope"} <= set(cycles.numbers)
+    assert {"cycle_frac_rotary", "cycling_b", "cycling_p", "n_period1_nope", "n_runs_longer_nope"} <= set(
+        cycles.numbers)
     assert {"tau_low", "text_between", "seqrep_one_rotary"} <= set(sweep.numbers)
     assert {"ell", "rep_text", "rep_nope"} <= set(rep.numbers)
 
@@ -95,12 +97,39 @@ def test_rep_windows_change_no_other_draw(results, text: lm.Corpus) -> None:
     assert plain.rep_windows is plain.val_windows and more.n_rep == 5
 
 
-def test_cycles_are_counted_once_per_orbit(results) -> None:
+def test_cycling_contrast_is_mcnemars_exact_test(results) -> None:
     cycles = results[3]
-    m = cycles.measurements["cycles_self_consistent_nope"]
-    # a count of distinct cycles, defined (0 of 0) when no run ends in a cycle of period >= 2
-    assert 0 <= m["value"] <= m["upper"] == m["n_cycles"] <= m["n_runs"] and m["lower"] <= m["upper"]
-    assert m["tenth"] == 0.1 * m["n_cycles"] and m.get("reason") is None
+    m = cycles.measurements["cycling_contrast"]
+    nope = [r.final is not None for r in cycles.records["nope"]]
+    rotary = [r.final is not None for r in cycles.records["rotary"]]
+    assert m["value"] == sum(a and not b for a, b in zip(nope, rotary)) and m["n_prompts"] == len(nope)
+    assert m["upper"] == m["n_discordant"] == 2 * m["no_difference"]
+
+
+@pytest.mark.parametrize(("b", "c", "lower"), [(10, 0, 0.0), (12, 0, 12.0), (22, 0, 20.0), (3, 4, 0.0)])
+def test_cycling_contrast_window(b: int, c: int, lower: float) -> None:
+    # under no difference b ~ Binomial(b + c, 1/2): 12 of 12 has probability 2^-12 = 2.4e-4 <= LEVEL/2 and
+    # P(>= 20 of 22) = 6.1e-5 (19 of 22: 4.3e-4),
+    # 10 of 10 (9.8e-4) does not, so with 10 discordant prompts no count rejects and the window starts at 0
+    cycled, open_ = CycleRecord(final=(0, 1)), CycleRecord(final=None)
+    out = lm.GreedyCycles({}, {}, 4, None)
+    lm._measure_cycling_contrast(out, {"nope": [cycled] * b + [open_] * c, "rotary": [open_] * b + [cycled] * c})
+    m = out.measurements["cycling_contrast"]
+    assert m["lower"] == lower and m["value"] == b and m["no_difference"] == (b + c) / 2 and m["upper"] == b + c
+
+
+def test_significance_windows(results) -> None:
+    training, order = results[0], results[2]
+    m = training.measurements["loss_nope_minus_rotary"]
+    k = lm.quantile(m["dof"])
+    assert m["dof"] == lm.LOSS_BLOCKS - 1 and m["lower"] == pytest.approx(k * m["se"])
+    assert m["test"] == "a significance test"
+    s = order.measurements["gap_rate_text"]
+    assert s["lower"] == pytest.approx(-0.5 + lm.quantile(s["dof"]) * s["se"])
+    again = lm.order_dependence(training.models, results[1], seq_len=TRAIN["seq_len"], streams=Streams(0, "10"),
+                                significance=False)
+    d = again.measurements["order_contrast"]
+    assert d["lower"] == pytest.approx(-lm.quantile(d["dof"]) * d["se"]) and d["test"] == "its direction only"
 
 
 def test_distinct_cycles() -> None:

@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from covbook.experiments import repetition  # noqa: E402
+from covbook.markov import CycleRecord  # noqa: E402
 from covbook.rules import load_rules, rules_path  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
 from helpers import ROOT  # noqa: E402
@@ -48,7 +49,8 @@ def test_the_measurements_are_the_chapters_claims(results) -> None:
                                      "gap_slope_L3", "shuffle_slope_L3"}
     ids = [k for r in results for k in r.measurements]
     assert len(ids) == len(set(ids)) and set(ids) == RULES
-    assert {"hold_base_rate", "hold_chance_at_base", "n_runs", "median_entry"} <= set(cycles.numbers)
+    assert {"hold_base_rate", "hold_chance_at_base", "n_runs", "median_entry", "n_orbits", "attract_z"} <= set(
+        cycles.numbers)
     assert {"taus_text", "rep_window", "fp_first", "t_models", "distinct_hi"} <= set(sweep.numbers)
 
 
@@ -88,20 +90,40 @@ def test_deterministic_given_the_streams(results) -> None:
         assert np.isclose(m["value"], results[2].measurements[k]["value"], rtol=1e-12, atol=0, equal_nan=True), k
 
 
-def test_established_cycles_simple_counts_the_cycles_the_kernel_decides(results) -> None:
+def test_cycles_are_counted_once_per_orbit(results) -> None:
     cycles = results[1]
-    held = [r for r in cycles.records if r.early is not None and r.observed_break is None]
-    followed = [r for r in held if r.margin > 2 * r.gap]
+    orbits = {(j // CYCLES["n_prompts"], r.orbit) for j, r in enumerate(cycles.records) if r.orbit is not None}
     n = cycles.numbers
-    assert n["n_simple_cycles"] == len(followed) and n["n_simple_other"] == len(held) - len(followed)
-    assert n["n_simple_long"] == sum(r.early[1] >= 3 for r in followed)
-    assert n["simple_chance_at_alt"] == repetition.SIMPLE_ALTERNATIVE ** n["n_simple_long"]
-    m = cycles.measurements["established_cycles_simple"]
-    assert m["n_cycles"] == len(followed)
-    if followed:
-        assert m["value"] == np.mean([r.early_simple for r in followed])
-    else:
-        assert np.isnan(m["value"]) and m["reason"]
+    assert n["n_orbits"] == len(orbits) <= n["n_cycled"]
+    m = cycles.measurements["cycles_attract"]
+    assert m["n_orbits"] == n["attract_orbits"] == n["n_orbits_consistent"] and m["kicks"] == repetition.KICKS
+    assert m["prediction"] == 0.0 and (m.get("reason") is not None) == (m["n_models"] < 2)
+
+
+def test_hold_claims(results) -> None:
+    cycles = results[1]
+    recs = cycles.records
+    bound = [r for r in recs if r.early is not None and r.gap_after is not None and r.margin > 2 * r.gap_after]
+    m = cycles.measurements["hold_bound_holds"]
+    assert m["n_cycles"] == len(bound) == cycles.numbers["n_bound"]
+    h = cycles.measurements["hold_predictions_hold"]
+    assert h["upper"] == 1.0 and 0.0 <= h["lower"] <= 1.0 and h["n_orbits"] == cycles.numbers["hold_pred_orbits"]
+
+
+def test_hold_window_is_the_exact_binomial_test() -> None:
+    # 8 early orbits, 4 of them hold (base rate 1/2), and exactly those 4 are predicted to hold
+    recs = []
+    for i in range(8):
+        held, pred = i < 4, i < 4
+        recs.append(CycleRecord(final=None, early=(0, 1), early_orbit=(i,), t_check=4,
+                                           observed_break=None if held else 9, margin=0.5 if pred else -0.1,
+                                           gap=0.1, gap_after=0.1 if pred else None))
+    out = repetition.GreedyCycles(recs, {}, 8, 4, 4, 12)
+    repetition._measure_hold(out, recs, n_prompts=1, t_detect=4)
+    h = out.measurements["hold_predictions_hold"]
+    # 4 of 4 under Binomial(4, 1/2) has probability 1/16 > LEVEL/2: no count rejects, the window is [0, 1]
+    assert h["value"] == 1.0 and h["base_rate"] == 0.5 and h["lower"] == 0.0
+    assert out.measurements["hold_bound_holds"]["value"] == 1.0
 
 
 def test_plots(results) -> None:

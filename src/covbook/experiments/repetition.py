@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.stats import binom
 
 from covbook._validate import check_positive_float, check_positive_int
 from covbook.experiments.result import RandomStreams, Result
@@ -43,24 +44,25 @@ from covbook.markov import (
     markov_gap,
     markov_kernel,
     next_token_probs,
+    perturbed_returns,
     rep_l,
     repetition_metrics,
     sample,
     shuffle_test,
 )
-from covbook.rules import quantile
+from covbook.rules import LEVEL, quantile
 from covbook.stats import mean_with_se, slope_with_group_se
 from covbook.transformer import CausalTransformer
 
 __all__ = ["CHAPTER", "random_model", "random_law", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
-           "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS"]
+           "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS", "measure_above", "counted"]
 
 CHAPTER = "09"
 
 #: The shortest context length of the slope fits in :func:`markov_gap_rates`.
 FIT_FROM = 32
-#: The share of simple cycles that ``established_cycles_simple`` must exclude (one cycle in ten revisiting a token).
-SIMPLE_ALTERNATIVE = 0.9
+#: Random kicks per self-consistent orbit in ``cycles_attract``.
+KICKS = 4
 #: What :func:`temperature_sweep` records per temperature and model (greedy: no H, h_kernel, h_model).
 SWEEP_KEYS = ("H", "h_kernel", "h_pred", "h_model", "within", "between", "seq_rep", "rep_l", "distinct")
 
@@ -81,6 +83,33 @@ def random_law(vocab: int, draws: torch.Generator) -> torch.Tensor:
 def _check_sizes(**sizes: object) -> None:
     for name, n in sizes.items():
         check_positive_int(n, name)
+
+
+def measure_above(out: Result, cid: str, value: float, *, prediction: float, se: float, dof: int,
+                   significance: bool, **extra: object) -> None:
+    r"""Measure an effect claimed to lie above ``prediction``: as a significance, or its direction only.
+
+    With ``significance`` (the profiles whose sizes give the test power) the window is
+    :math:`[p + k\,\mathrm{SE}, \infty)`, which excludes p: the effect is established at the book's
+    level.  Without it (smoke) the window is :math:`[p - k\,\mathrm{SE}, \infty)`: the direction only,
+    a window that contains p.  k is the Student-t quantile at ``dof`` (:func:`covbook.rules.quantile`).
+    """
+    k = quantile(dof)
+    lower = prediction + k * se if significance else prediction - k * se
+    out.measure(cid, value, prediction=prediction, se=se, dof=dof, lower=lower,
+                test="a significance test" if significance else "its direction only", **extra)
+
+
+def counted(n: float, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in agreement, for the prose: "1 step", "3 steps".
+
+    Examples
+    --------
+    >>> counted(1, "orbit"), counted(0, "orbit"), counted(2.0, "step"), counted(5, "copy", "copies")
+    ('1 orbit', '0 orbits', '2 steps', '5 copies')
+    """
+    n = int(n) if float(n).is_integer() else n
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def _draws(streams: RandomStreams, draws: torch.Generator | None) -> torch.Generator:
@@ -209,16 +238,21 @@ class GreedyCycles(Result):
 
 def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int, n_prompts: int,
                   prompt_len: int, t_detect: int, t_greedy: int, streams: RandomStreams,
-                  device: str | torch.device = "cpu", draws: torch.Generator | None = None) -> GreedyCycles:
+                  device: str | torch.device = "cpu", draws: torch.Generator | None = None,
+                  significance: bool = True) -> GreedyCycles:
     r"""Greedy runs of random two-layer models: the cycles they end in, and the mean field's hold predictions.
 
-    ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps; a cycle
-    present after ``t_detect`` steps is *predicted to hold* when the kernel's greedy margin m beats
-    twice the Markov gap δ at detection (:func:`covbook.markov.cycle_summary`).  Measures
-    ``established_cycles_simple`` (the share of the held cycles with m > 2δ that visit distinct
-    tokens: on these the model's greedy choice is the kernel's, so the run iterates the kernel's
-    greedy map, and a map's cycles are simple) and ``hold_predictions_hold`` (the share of
-    predicted-to-hold cycles that held), with the base rate of holding among all early cycles.
+    ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps.  A
+    cycle is counted once per orbit (one model, one cycle up to rotation: runs that end in it share
+    its verdicts).  Measures
+
+    * ``cycles_attract``: each self-consistent final orbit is kicked (:func:`_measure_attraction`)
+      and generation returns to it more often than a random prompt of its model lands on it;
+    * ``hold_bound_holds``: every early cycle whose kernel margin m beats twice the largest Markov
+      gap measured along its own run after detection holds (the total-variation bound, exact);
+    * ``hold_predictions_hold``: the share of the orbits predicted to hold at detection (m > 2δ,
+      δ the gap at detection, :func:`covbook.markov.cycle_summary`) that held, with the window of
+      an exact one-sided binomial test against the base rate of holding (:func:`_measure_hold`).
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
@@ -239,41 +273,117 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
     for name, value in dict(n_models=n_models, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy,
                             **cyc).items():
         out.glue(name, value)
-    _measure_simple(out, records, t_detect=t_detect)
-    # the base rate: the share of all cycles established at the detection step that held
-    base_rate = cyc["n_held"] / max(cyc["n_early"], 1)
-    out.glue("hold_base_rate", base_rate)
-    # chance that every predicted cycle holds if the predictions were no better than the base rate
-    out.glue("hold_chance_at_base", base_rate ** cyc["n_pred_hold"])
-    out.measure("hold_predictions_hold", cyc["hold_precision"],
-                reason=None if cyc["n_pred_hold"] else "the mean field predicted no cycle to hold",
-                base_rate=base_rate)
+    for name, noun in (("n_early", "cycle"), ("n_undecided", "cycle"), ("n_broke", "cycle"), ("n_at_check", "cycle"),
+                       ("n_bound", "cycle")):
+        out.glue(f"{name}_text", counted(cyc[name], noun))
+    med = cyc["median_entry"]
+    out.glue("median_entry_text", counted(med, "step") if med == med else "undefined (no run cycled)")
+    _measure_orbits(out, records, n_prompts=n_prompts)
+    _measure_attraction(out, records, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy, vocab=vocab,
+                        d_model=d_model, logit_scale=logit_scale, streams=streams, device=device,
+                        significance=significance)
+    _measure_hold(out, records, n_prompts=n_prompts, t_detect=t_detect)
     return out
 
 
-def _measure_simple(out: GreedyCycles, records: list[CycleRecord], *, t_detect: int) -> None:
-    r"""``established_cycles_simple`` over the held cycles that the kernel's greedy map follows with m > 2δ.
+def _orbits(records: list[CycleRecord], n_prompts: int, attr: str = "orbit") -> dict[tuple, list[CycleRecord]]:
+    """The runs grouped by (model, orbit): ``records`` holds ``n_prompts`` consecutive runs per model."""
+    groups: dict[tuple, list[CycleRecord]] = {}
+    for j, r in enumerate(records):
+        key = getattr(r, attr)
+        if key is not None:
+            groups.setdefault((j // n_prompts, key), []).append(r)
+    return groups
 
-    A cycle of one map on the vocabulary visits distinct tokens.  The model is only within the
-    Markov gap δ of the kernel, so where the kernel's lead m is at most 2δ its greedy choice need
-    not be the model's, and a cycle the model follows there (a period above V, say) is not a cycle
-    of the kernel's map: those cycles are not counted (``n_simple_other``, ``n_simple_other_simple``).
-    Glues the count, how many of them have period at least 3 (periods 1 and 2 are simple by
-    minimality) and the chance that all of those would be simple if one cycle in ten revisited a
-    token (:data:`SIMPLE_ALTERNATIVE`).
-    """
-    held = [r for r in records if r.early is not None and r.observed_break is None]
-    followed = [r for r in held if r.margin > 2 * r.gap]  # the model's choices are the kernel's (TV bound)
-    other = [r for r in held if not r.margin > 2 * r.gap]
-    n_long = sum(r.early[1] >= 3 for r in followed)
-    share = float(np.mean([bool(r.early_simple) for r in followed])) if followed else float("nan")
-    for name, value in dict(n_simple_cycles=len(followed), n_simple_long=n_long,
-                            simple_chance_at_alt=SIMPLE_ALTERNATIVE ** n_long, n_simple_other=len(other),
-                            n_simple_other_simple=sum(bool(r.early_simple) for r in other)).items():
+
+def _measure_orbits(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int) -> None:
+    """Glue the counts of distinct final orbits: all, of period 3 or more, simple, self-consistent."""
+    orbits = _orbits(records, n_prompts)
+    firsts = [rs[0] for rs in orbits.values()]  # one run per orbit: its verdicts are the orbit's
+    for name, value in dict(
+        n_orbits=len(orbits), n_models_cycled=len({m for m, _ in orbits}),
+        n_orbits_long=sum(r.period >= 3 for r in firsts), n_orbits_simple=sum(bool(r.simple) for r in firsts),
+        n_orbits_consistent=sum(bool(r.self_consistent) for r in firsts),
+        frac_orbits_consistent=float(np.mean([bool(r.self_consistent) for r in firsts])) if firsts else float("nan"),
+    ).items():
         out.glue(name, value)
-    out.measure("established_cycles_simple", share,
-                reason=None if followed else "no held cycle was followed by the kernel's greedy map with a "
-                "margin above twice the Markov gap", t_detect=t_detect, n_cycles=len(followed), n_long=n_long)
+    out.glue("n_orbits_text", counted(len(orbits), "orbit"))
+
+
+def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int,
+                        t_greedy: int, vocab: int, d_model: int, logit_scale: float, streams: RandomStreams,
+                        device: str | torch.device, significance: bool = True, kick_len: int | None = None) -> None:
+    r"""``cycles_attract``: kicked off a self-consistent orbit, greedy decoding returns more often than chance.
+
+    For each distinct self-consistent final orbit o (one model, one cycle up to rotation), :data:`KICKS`
+    contexts of ``t_detect`` tokens on the orbit are kicked by ``kick_len`` (default ``t_detect // 4``)
+    uniform random tokens (stream ``kicks``) and continued greedily for ``t_greedy - t_detect`` steps
+    (:func:`covbook.markov.perturbed_returns`): r_o is the share that return.  The base rate b_o is the
+    share of its model's random prompts whose runs end in o, the chance of landing on o from a random
+    start.  The measurement is the mean of r_o − b_o over the orbits, with the SE over orbits (Student t;
+    :func:`measure_above`: a significance with ``significance``, else its direction).
+    """
+    orbits = _orbits(records, n_prompts)
+    kick_len = max(1, t_detect // 4) if kick_len is None else kick_len
+    gen = streams.torch_generator("kicks")
+    returns, bases = [], []
+    models: dict[int, torch.nn.Module] = {}
+    for (i, key), runs in orbits.items():
+        if not runs[0].self_consistent:
+            continue
+        if i not in models:
+            models[i] = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                                     logit_scale=logit_scale, device=device)
+        returns.append(float(perturbed_returns(models[i], np.array(key), context_len=t_detect, kick_len=kick_len,
+                                               n_steps=t_greedy - t_detect, n_kicks=KICKS, generator=gen).mean()))
+        bases.append(len(runs) / n_prompts)
+    d = np.array(returns) - np.array(bases)  # (orbits,)
+    n = d.size
+    mean, se = mean_with_se(d) if n >= 2 else (float("nan"), float("nan"))
+    for name, value in dict(attract_return=float(np.mean(returns)) if n else float("nan"),
+                            attract_base=float(np.mean(bases)) if n else float("nan"), attract_orbits=n,
+                            attract_models=len(models), attract_kicks=KICKS, attract_kick_len=kick_len,
+                            attract_z=mean / se if n >= 2 and se > 0 else float("nan"),
+                            attract_orbits_text=counted(n, "orbit")).items():
+        out.glue(name, value)
+    if n < 2:
+        out.measure("cycles_attract", float("nan"), reason=f"{n} self-consistent orbit(s): the SE needs two",
+                    n_orbits=n, n_models=len(models), kicks=KICKS)
+        return
+    measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=n - 1, significance=significance,
+                  n_orbits=n, n_models=len(models), kicks=KICKS)
+
+
+def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int) -> None:
+    r"""``hold_bound_holds`` (runs) and ``hold_predictions_hold`` (distinct early orbits, exact binomial test).
+
+    An early orbit (model, early cycle up to rotation) *holds* when every run in it holds to the end.
+    The base rate b is the share of all early orbits that hold; the predicted orbits are those with a
+    run predicted to hold (m > 2δ), counted once, and the measurement is the share of them that hold.
+    If the predictions did no better than b, the number that hold would be Binomial(n, b): the window's
+    lower end is the smallest share whose count has probability at most LEVEL/2 under it (the one-sided
+    exact test at the book's level); when not even n of n does, it is 0 (no count rejects b: the
+    window contains the base rate and the claim is compatible only).
+    """
+    bound = [r for r in records if r.early is not None and r.gap_after is not None and r.margin > 2 * r.gap_after]
+    share = float(np.mean([r.observed_break is None for r in bound])) if bound else float("nan")
+    out.measure("hold_bound_holds", share,
+                reason=None if bound else "no early cycle had a margin above twice the gap along its run",
+                n_cycles=len(bound), t_detect=t_detect)
+    early = _orbits(records, n_prompts, "early_orbit")
+    held = {k: all(r.observed_break is None for r in rs) for k, rs in early.items()}
+    pred = [k for k, rs in early.items() if any(r.margin > 2 * r.gap for r in rs)]
+    n, k_held = len(pred), sum(held[k] for k in pred)
+    base = float(np.mean(list(held.values()))) if held else float("nan")
+    # smallest count c with P(Binomial(n, base) >= c) <= LEVEL/2; n + 1 when none
+    crit = next((c for c in range(n + 1) if binom.sf(c - 1, n, base) <= LEVEL / 2), n + 1) if n else 1
+    lower = crit / n if n and crit <= n else 0.0
+    for name, value in dict(hold_base_rate=base, hold_orbits=len(early), hold_pred_orbits=n,
+                            hold_pred_held=k_held, hold_chance_at_base=base ** n if n else float("nan"),
+                            hold_lower=lower, hold_pred_orbits_text=counted(n, "orbit")).items():
+        out.glue(name, value)
+    out.measure("hold_predictions_hold", k_held / n if n else float("nan"), lower=lower, upper=1.0,
+                reason=None if n else "the mean field predicted no orbit to hold", base_rate=base, n_orbits=n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,8 +479,8 @@ def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, g
 
 def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: list[float], tau_models: int,
                       tau_prompts: int, prompt_len: int, t_sample: int, streams: RandomStreams,
-                      device: str | torch.device = "cpu",
-                      draws: torch.Generator | None = None) -> TemperatureSweep:
+                      device: str | torch.device = "cpu", draws: torch.Generator | None = None,
+                      significance: bool = True) -> TemperatureSweep:
     r"""Sample random two-layer models at each temperature in ``taus`` (and greedily) and test the reduction.
 
     Per model (the models of :func:`greedy_cycles`), ``tau_prompts`` random prompts, ``t_sample``
@@ -425,11 +535,13 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     for name, value in dict(tau_models=tau_models, tau_prompts=tau_prompts, t_sample=t_sample,
                             taus_text=f"{min(taus)} to {max(taus)}", rep_window=rep_window).items():
         out.glue(name, value)
-    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts)
+    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts,
+                   significance=significance)
     return out
 
 
-def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int) -> None:
+def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int,
+                   significance: bool = True) -> None:
     """The sweep's claims and glued numbers, in the chapter's order."""
     summary, tau_ref, gen_pos = out.summary, out.tau_ref, out.gen_pos
     lo, hi = min(out.taus), max(out.taus)
@@ -457,8 +569,8 @@ def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, t
     lr_mean, lr_se = mean_with_se(contrast[lo] - contrast[hi])
     out.glue("attractors_z", lr_mean / lr_se if lr_se > 0 else float("nan"))
     out.glue("t_models", quantile(tau_models - 1))
-    out.measure("attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1, lo=lo, hi=hi,
-                tau_models=tau_models)
+    measure_above(out, "attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1,
+                  significance=significance, lo=lo, hi=hi, tau_models=tau_models)
     sr_mean, _ = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
     out.measure("seq_rep_falls_with_tau", sr_mean, lo=lo, hi=hi)
 

@@ -15,7 +15,7 @@ frequencies π = π̂_t.  One concept per module:
 * :mod:`~covbook.markov.reduction`: the kernel K_π, the Markov gap, the fixed-point
   residual, the shuffle test;
 * :mod:`~covbook.markov.cycles`: cycle detection, the mean-field greedy map, cycle
-  break times, greedy margins, the gap at detection and bookkeeping;
+  break times, greedy margins, the gap at detection, orbits, kicks and bookkeeping;
 * :mod:`~covbook.markov.decoding`: greedy decoding and temperature sampling.
 
 Every public name is re-exported here, so ``from covbook.markov import find_cycle``
@@ -40,6 +40,8 @@ from covbook.markov.cycles import (
     detection_gap,
     find_cycle,
     greedy_map,
+    least_rotation,
+    perturbed_returns,
 )
 from covbook.markov.decoding import greedy_decode, sample
 from covbook.markov.frequencies import (
@@ -68,6 +70,8 @@ __all__ = [
     "stationary_distribution",
     "entropy_rate",
     "find_cycle",
+    "least_rotation",
+    "perturbed_returns",
     "seq_rep_n",
     "rep_l",
     "distinct_n",

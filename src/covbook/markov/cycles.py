@@ -10,6 +10,8 @@ at the prompt's statistics breaks (:func:`cycle_break_time`), measures by how mu
 kernel's greedy choice leads along a continued cycle (:func:`cycle_margin`) and how far
 the model is from the kernel when the cycle is detected (:func:`detection_gap`), and keeps
 the per-run bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cycle_summary`).
+An orbit is one cycle up to rotation (:func:`least_rotation`); :func:`perturbed_returns` kicks
+a context that sits on an orbit with random tokens and asks whether greedy decoding returns.
 
 A greedy prediction from the kernel is trusted only where its margin beats the model's
 distance from the kernel: if TV(p, k) <= δ then |(p_y - p_z) - (k_y - k_z)| <= ||p - k||_1 <= 2δ
@@ -26,12 +28,15 @@ import numpy as np
 import torch
 
 from covbook._validate import check_nonnegative_int, check_positive_int
-from covbook.markov._checks import MeanField, _tokens_np, _vocab_size
+from covbook.markov._checks import MeanField, _model_device_dtype, _tokens_np, _vocab_size
+from covbook.markov.decoding import greedy_decode
 from covbook.markov.frequencies import empirical_frequencies, running_frequencies
 from covbook.markov.reduction import cached_mean_field, markov_gap, markov_kernel
 
 __all__ = [
     "find_cycle",
+    "least_rotation",
+    "perturbed_returns",
     "greedy_map",
     "cycle_self_consistent",
     "cycle_break_time",
@@ -92,6 +97,71 @@ def find_cycle(tokens: object, min_repeats: int = 2, min_length: int = 1) -> tup
         if n - entry >= max(reps * p, need):
             return entry, p
     return None
+
+
+def least_rotation(cycle: object) -> tuple[int, ...]:
+    r"""The orbit of a cycle: its lexicographically least rotation, a key shared by every rotation.
+
+    Two runs that end in one orbit show it from different starting tokens; they are one orbit.
+
+    Examples
+    --------
+    >>> least_rotation([3, 1, 2]), least_rotation([1, 2, 3]), least_rotation([2, 1])
+    ((1, 2, 3), (1, 2, 3), (1, 2))
+    """
+    c = [int(v) for v in _tokens_np(cycle, "cycle")]
+    if not c:
+        raise ValueError("cycle must contain at least one token")
+    return min(tuple(c[i:] + c[:i]) for i in range(len(c)))
+
+
+def perturbed_returns(model: torch.nn.Module, cycle: object, *, context_len: int, kick_len: int, n_steps: int,
+                      n_kicks: int, generator: torch.Generator) -> np.ndarray:
+    r"""Kick a context that sits on an orbit and ask whether greedy decoding returns to it.
+
+    The context is one period c of the cycle repeated to ``context_len`` tokens (the orbit's own
+    statistics π_c and a current token on it), followed by ``kick_len`` tokens drawn uniformly
+    from the vocabulary (``generator``, on the CPU): the kick moves the current token off the
+    orbit and the token frequencies by up to kick_len / (context_len + kick_len) in total
+    variation.  Greedy decoding then continues ``n_steps`` tokens; the kick *returns* when the
+    continuation ends in the same orbit (:func:`find_cycle` with three periods covering the last
+    quarter, the same rule as :func:`cycle_records`, compared by :func:`least_rotation`).
+
+    Parameters
+    ----------
+    cycle : int array (p,), one period
+    context_len : int >= p, tokens of the cycle before the kick
+    kick_len, n_steps, n_kicks : int >= 1
+
+    Returns
+    -------
+    bool array (n_kicks,): which kicks returned
+    """
+    c = _tokens_np(cycle, "cycle")
+    if c.size == 0:
+        raise ValueError("cycle must contain at least one token")
+    v = _vocab_size(model)
+    if c.max() >= v:
+        raise ValueError(f"cycle must be ids in 0..{v - 1}")
+    context_len = check_positive_int(context_len, "context_len")
+    if context_len < c.size:
+        raise ValueError(f"context_len must hold one period ({c.size} tokens), got {context_len}")
+    kick_len = check_positive_int(kick_len, "kick_len")
+    n_steps = check_positive_int(n_steps, "n_steps")
+    n_kicks = check_positive_int(n_kicks, "n_kicks")
+    if n_steps < 4:
+        raise ValueError(f"n_steps must be at least 4 (a cycle covers the last quarter), got {n_steps}")
+    base = torch.as_tensor(_continued(np.empty(0, np.int64), c, context_len))  # (context_len,)
+    kicks = torch.randint(0, v, (n_kicks, kick_len), generator=generator)  # (n_kicks, kick_len)
+    prompts = torch.cat([base.expand(n_kicks, -1), kicks], 1)  # (n_kicks, context_len + kick_len)
+    device = _model_device_dtype(model)[0]
+    runs = greedy_decode(model, prompts.to(device), n_steps).cpu().numpy()[:, prompts.shape[1]:]  # (n_kicks, n_steps)
+    key = least_rotation(c)
+    out = np.zeros(n_kicks, dtype=bool)
+    for i, run in enumerate(runs):
+        found = find_cycle(run, min_repeats=3, min_length=max(1, n_steps // 4))
+        out[i] = found is not None and least_rotation(run[found[0]:found[0] + found[1]]) == key
+    return out
 
 
 def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField | None = None) -> torch.Tensor:
@@ -329,6 +399,8 @@ class CycleRecord:
     margin must beat twice over, read from the prefix only); ``gap_after``: the largest
     :func:`markov_gap` along the run itself from t_check up to its break or its end (a
     check of that bound after the fact, computed when margin > 0; never used to predict).
+    ``orbit`` and ``early_orbit``: :func:`least_rotation` of the final and of the early cycle
+    (runs that end in one orbit share the key).
     """
 
     final: tuple[int, int] | None
@@ -344,6 +416,8 @@ class CycleRecord:
     margin: float | None = None
     gap: float | None = None
     gap_after: float | None = None
+    orbit: tuple[int, ...] | None = None
+    early_orbit: tuple[int, ...] | None = None
 
 
 def _observed_break(seq: np.ndarray, entry: int, period: int) -> int | None:
@@ -399,6 +473,7 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
             cyc = s[e:e + p]
             rec.entry, rec.period = max(0, e - int(prompt_len)), p
             rec.simple = len(set(cyc.tolist())) == p
+            rec.orbit = least_rotation(cyc)
             if self_consistency:
                 rec.self_consistent = cycle_self_consistent(model, cyc, mean_field=mean_field)
         if t_detect is not None:
@@ -408,6 +483,7 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
             if rec.early is not None:
                 e, p = rec.early
                 rec.early_simple = len(set(s[e:e + p].tolist())) == p
+                rec.early_orbit = least_rotation(s[e:e + p])
                 rec.observed_break = _observed_break(s, e, p)
                 rec.predicted_break = cycle_break_time(model, s[:e], s[e:e + p], s.size, t_min=t_check,
                                                        mean_field=mean_field)
@@ -431,7 +507,9 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
     n_undecided (0 < margin <= 2 gap: the greedy map follows the cycle, by too little to
     tell), n_undecided_held (of those, held), n_gap_grew (predicted to hold, and the gap
     along the run after detection exceeded the gap at detection), n_gap_reached_margin (of
-    those, the gap after detection reached half the margin), n_broke, n_later
+    those, the gap after detection reached half the margin), n_bound (margin > 2 gap_after:
+    the gap measured along the run itself covers the margin) and n_bound_held (of those,
+    held; by the total-variation bound every one of them holds), n_broke, n_later
     (broke, predicted break after t_check), n_not_early (of those, broke no earlier than
     predicted), n_at_check (predicted break at t_check) and n_at_check_held.
 
@@ -457,6 +535,7 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
     undecided = [r for r in early if 0 < r.margin <= 2 * r.gap]
     grew = [r for r in pred_hold if r.gap_after is not None and r.gap_after > r.gap]
     reached = [r for r in grew if 2 * r.gap_after >= r.margin]
+    bound = [r for r in early if r.gap_after is not None and r.margin > 2 * r.gap_after]
     broke = [r for r in early if r.observed_break is not None]
     later = [r for r in broke if r.predicted_break is not None and r.predicted_break > r.t_check]
     at_check = [r for r in early if r.predicted_break == r.t_check]
@@ -470,6 +549,7 @@ def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:
         "n_pred_hold": len(pred_hold), "hold_precision": share([r.observed_break is None for r in pred_hold]),
         "n_undecided": len(undecided), "n_undecided_held": sum(r.observed_break is None for r in undecided),
         "n_gap_grew": len(grew), "n_gap_reached_margin": len(reached),
+        "n_bound": len(bound), "n_bound_held": sum(r.observed_break is None for r in bound),
         "n_broke": len(broke), "n_later": len(later),
         "n_not_early": sum(r.observed_break >= r.predicted_break for r in later),
         "n_at_check": len(at_check), "n_at_check_held": sum(r.observed_break is None for r in at_check),
