@@ -19,13 +19,6 @@ from covbook.rules import parse_rules
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Files other branches are still clearing of their diary; the lead empties this list when merging.
-XFAIL_UNTIL_MERGED: frozenset[str] = frozenset({
-    "notebooks/rules/06_icl_multi_step.yml",
-    "notebooks/rules/08_depth_collapse.yml",
-    "notebooks/rules/09_repetition_markov.yml",
-    "notebooks/rules/10_trained_language_model.yml",
-})
-
 # a word of 7-40 hex digits with at least one letter (what `git log --oneline` prints), except English words
 _HASH = re.compile(r"(?<![0-9A-Za-z_#./-])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
 _WORDS = frozenset({"acceded", "defaced", "effaced", "deadbeef"})
@@ -62,8 +55,6 @@ def test_no_diary(name: str) -> None:
     if name == "Makefile":  # its comments only: a recipe may name what it needs
         text = "\n".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
     found = diary_lines(text)
-    if name in XFAIL_UNTIL_MERGED and found:
-        pytest.xfail(f"{name}: cleared on another branch ({len(found)} diary lines here)")
     assert not found, f"{name}: history belongs in git, measured numbers in run records:\n" + "\n".join(found)
 
 
@@ -71,7 +62,6 @@ def test_the_documents_are_found() -> None:
     names = _documents()
     assert {"README.md", "Makefile", "notebooks/01_covariance_readout.md",
             "notebooks/rules/01_covariance_readout.yml", "book/intro.md"} <= set(names)
-    assert XFAIL_UNTIL_MERGED <= set(names)  # a stale entry would hide nothing
 
 
 @pytest.mark.parametrize(("line", "what"), [
