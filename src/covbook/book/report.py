@@ -52,8 +52,12 @@ def error_rate_text(n_evidence: int) -> str:
     )
 
 
+_CODE_NAME = re.compile(r"(?<![`\w.])(covbook(?:\.\w+)+)")
+
+
 def _cell(x: str) -> str:
-    return x.replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell; a library name it gives (``covbook.theory.reach_allowance``) shown as code."""
+    return _CODE_NAME.sub(r"`\1`", x.replace("|", "\\|").replace("\n", " "))
 
 
 _ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
