@@ -116,6 +116,10 @@ def test_cycling_contrast_window(b: int, c: int, lower: float) -> None:
     lm._measure_cycling_contrast(out, {"nope": [cycled] * b + [open_] * c, "rotary": [open_] * b + [cycled] * c})
     m = out.measurements["cycling_contrast"]
     assert m["lower"] == lower and m["value"] == b and m["no_difference"] == (b + c) / 2 and m["upper"] == b + c
+    direction = lm.GreedyCycles({}, {}, 4, None)  # where the profile gives the test no power: the direction only
+    lm._measure_cycling_contrast(direction, {"nope": [cycled] * b + [open_] * c,
+                                             "rotary": [open_] * b + [cycled] * c}, significance=False)
+    assert direction.measurements["cycling_contrast"]["lower"] == 0.0
 
 
 def test_significance_windows(results) -> None:

@@ -399,12 +399,14 @@ class GreedyCycles(Result):
         return "\n".join(lines)
 
 
-def greedy_cycles(models: dict[str, CausalTransformer], ctx: Contexts, tokenizer: CharTokenizer) -> GreedyCycles:
+def greedy_cycles(models: dict[str, CausalTransformer], ctx: Contexts, tokenizer: CharTokenizer, *,
+                  significance: bool = True) -> GreedyCycles:
     r"""Greedy continuations of the greedy prompts and the cycles they end in.
 
     A run ends in a cycle when :func:`covbook.markov.find_cycle` finds three periods covering the
     last quarter.  Measures ``greedy_cycles_nope`` (share of runs in a cycle) and ``cycling_contrast``
-    (NoPE against rotary on the same prompts, McNemar's exact test: :func:`_measure_cycling_contrast`).
+    (NoPE against rotary on the same prompts, McNemar's exact test: :func:`_measure_cycling_contrast`;
+    with ``significance`` false, where the profile's prompts give the test no power, only its direction).
     For NoPE each cycle of period ≥ 2 is also checked for self-consistency (an orbit of the
     mean-field greedy map at its own frequencies) and counted once per orbit (:func:`distinct_cycles`):
     runs that end in one orbit share its verdict, and one trained model has only a handful of such
@@ -422,7 +424,7 @@ def greedy_cycles(models: dict[str, CausalTransformer], ctx: Contexts, tokenizer
         out.glue(f"cycle_periods_{name}", ", ".join(map(str, sorted(r.period for r in found))) or "none")
         out.glue(f"cycle_entries_{name}", ", ".join(map(str, sorted(r.entry for r in found))) or "none")
     out.measure("greedy_cycles_nope", float(np.mean([r.final is not None for r in records["nope"]])))
-    _measure_cycling_contrast(out, records)
+    _measure_cycling_contrast(out, records, significance=significance)
     ended = [r for r in records["nope"] if r.final is not None]
     # a period-1 cycle (one token repeated) is self-consistent almost by construction: count the others
     n_period1 = sum(r.period == 1 for r in ended)
@@ -442,7 +444,8 @@ def greedy_cycles(models: dict[str, CausalTransformer], ctx: Contexts, tokenizer
     return out
 
 
-def _measure_cycling_contrast(out: GreedyCycles, records: dict[str, list[CycleRecord]]) -> None:
+def _measure_cycling_contrast(out: GreedyCycles, records: dict[str, list[CycleRecord]], *,
+                              significance: bool = True) -> None:
     r"""``cycling_contrast``: more greedy runs end in a cycle without positions than with rotary positions.
 
     Both models continue the same greedy prompts (distinct windows of the held-out text), so the
@@ -450,14 +453,16 @@ def _measure_cycling_contrast(out: GreedyCycles, records: dict[str, list[CycleRe
     c rotary's.  Under no difference b ~ Binomial(b + c, 1/2) (McNemar's exact test); the window's
     lower end is the smallest count with probability at most LEVEL/2 of being reached under it (the
     one-sided exact test at the book's level), or, when not even b = b + c reaches it, 0 (the window
-    then contains the count of no difference, (b + c)/2, and the claim is compatible only).
+    then contains the count of no difference, (b + c)/2, and the claim is compatible only).  Without
+    ``significance`` the lower end is 0 at any count: the direction alone, a compatible claim (a test
+    below its power would fail at the rate its power leaves, not at the book's level).
     """
     nope = [r.final is not None for r in records["nope"]]
     rotary = [r.final is not None for r in records["rotary"]]
     b = sum(x and not y for x, y in zip(nope, rotary))
     c = sum(y and not x for x, y in zip(nope, rotary))
     n = b + c
-    crit = next((k for k in range(n + 1) if binom.sf(k - 1, n, 0.5) <= LEVEL / 2), None)
+    crit = next((k for k in range(n + 1) if binom.sf(k - 1, n, 0.5) <= LEVEL / 2), None) if significance else None
     p_value = float(binomtest(b, n, 0.5, alternative="greater").pvalue) if n else 1.0
     for name, value in dict(n_cycled_nope=sum(nope), n_cycled_rotary=sum(rotary), cycling_b=b, cycling_c=c,
                             cycling_p=p_value, cycling_b_text=counted(b, "prompt"),
