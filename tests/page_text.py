@@ -60,6 +60,15 @@ def _in_slashes(text: str, m: re.Match) -> bool:
     return text[m.start() - 1:m.start()] == "/" or text[m.end():m.end() + 1] == "/"
 
 
+_LIBRARY_PREFIX = re.compile(r"(?<![\w.])covbook(?:\.\w+)*\.$")
+
+
+def _library_name_at(text: str, m: re.Match) -> bool:
+    """The identifier ends a dotted name of the library (``covbook.theory.reach_allowance``): a citation of
+    the code that computes a number, as a basis gives it, not a registry key standing in for words."""
+    return _LIBRARY_PREFIX.search(text[max(0, m.start() - 80):m.start()]) is not None
+
+
 def _snake(token: str) -> bool:
     """An identifier a program wrote: two or more underscores, or two letters before the first."""
     return token.count("_") >= 2 or len(token.split("_", 1)[0]) >= 2
@@ -109,7 +118,7 @@ def text_problems(text: str, keys: Iterable[str] = ()) -> list[str]:
         if any(p in keys or "_" in p or p in _PROPER for p in parts):
             out.append(f"raw registry keys joined by slashes: {m.group()!r}")
     out += [f"raw registry key: {m.group()!r}" for m in _IDENT.finditer(text)
-            if _snake(m.group()) and not _in_slashes(text, m)]
+            if _snake(m.group()) and not _in_slashes(text, m) and not _library_name_at(text, m)]
     for word, proper in _PROPER.items():
         out += [f"raw registry key: {word!r} (the name is {proper})"
                 for m in re.finditer(rf"(?<![\w-]){word}(?![\w-])", text) if not _in_slashes(text, m)]

@@ -46,3 +46,8 @@ def test_each_problem_is_found_and_named(text: str, found: str) -> None:
 def test_every_problem_is_listed() -> None:
     problems = text_problems("After 1 steps $x$ (thm-01-a) with n_max_value.")
     assert len(problems) == 4, problems  # the formula, the label, the key, the number
+
+
+def test_a_dotted_library_name_is_a_citation_not_a_registry_key() -> None:
+    assert text_problems("the SD of the limit (covbook.theory.normalised_error_sd, its t → ∞ value)") == []
+    assert text_problems("the SD (normalised_error_sd)") == ["raw registry key: 'normalised_error_sd'"]

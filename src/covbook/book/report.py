@@ -52,12 +52,8 @@ def error_rate_text(n_evidence: int) -> str:
     )
 
 
-_CODE_NAME = re.compile(r"(?<![`\w.])(covbook(?:\.\w+)+)")
-
-
 def _cell(x: str) -> str:
-    """Text for a table cell; a library name it gives (``covbook.theory.reach_allowance``) shown as code."""
-    return _CODE_NAME.sub(r"`\1`", x.replace("|", "\\|").replace("\n", " "))
+    return x.replace("|", "\\|").replace("\n", " ")
 
 
 _ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
@@ -229,7 +225,7 @@ def write_report(paths: Paths) -> Path:
                      f"{meta.get('seconds', float('nan')):.1f} | {meta.get('status')} | {meta.get('finished', '')} |")
     lines += ["", "## What the runs cost", "", run_costs_markdown(paths).rstrip()]
     lines += ["", "## Environment", "", "| | |", "| --- | --- |",
-              f"| git commit | {git_commit(paths.root)} |", f"| platform | {_cell(platform.platform())} |"]
+              f"| git commit | {git_commit(paths.root)} |", f"| platform | `{platform.platform()}` |"]
     lines += [f"| {k} | {val} |" for k, val in versions().items()]
     out = paths.generated / "reproduction.md"
     out.parent.mkdir(parents=True, exist_ok=True)
