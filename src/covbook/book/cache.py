@@ -57,6 +57,17 @@ def _code_of(f: Path) -> bytes:
 
 
 @lru_cache(maxsize=1024)
+def without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` with the docstring of every module, class and function removed (in place): what keys code."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
 def _code_of_version(f: Path, text: bytes) -> bytes:
     """:func:`_code_of` of ``f`` holding ``text``: each version of a file parsed once per process."""
     try:
@@ -65,12 +76,7 @@ def _code_of_version(f: Path, text: bytes) -> bytes:
             tree = ast.parse(text, filename=str(f))
     except (SyntaxError, ValueError):
         return text  # not Python this interpreter reads: key on its bytes
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
+    without_docstrings(tree)
     return ast.dump(tree).encode()
 
 

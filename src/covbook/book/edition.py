@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook.book.cache import without_docstrings
 from covbook.book.checks import claim_problems, id_problems, judged, read_rules
 from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters,
                                  resolve_parameters)
@@ -64,13 +65,7 @@ def _portable(text: str) -> str:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return text
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.unparse(tree)
+    return ast.unparse(without_docstrings(tree))
 
 
 def science_key(paths: Paths, name: str, profile: str) -> str:

@@ -1102,6 +1102,16 @@ class LocalPool:
 # ----------------------------------------------------------------------------- the run
 
 
+def _close(executor: object, bar: object, rundirs: list[Path], *, wait: bool) -> None:
+    """Shut the executor down (waiting for its workers, or not after a stop), close the bar, remove run folders."""
+    if executor is not None:
+        executor.shutdown(wait=wait)
+    if bar is not None:
+        bar.close()
+    for d in rundirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_trees(
     engine,
     trees: list[tuple[Paths, int]],
@@ -1190,12 +1200,7 @@ def run_trees(
         try:
             _stop_jobs(stop, pending, trees, rundirs, results)
         finally:
-            if executor is not None:
-                executor.shutdown(wait=False)
-            if bar is not None:
-                bar.close()
-            for d in rundirs:
-                shutil.rmtree(d, ignore_errors=True)
+            _close(executor, bar, rundirs, wait=False)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
         order = [(i, j.name) for i, plan in enumerate(plans) for j in plan]
@@ -1204,12 +1209,7 @@ def run_trees(
         raise Interrupted([r for i, n, r in sorted(finished, key=lambda x: order.index(x[:2]))],
                           [label(i, n) for i, n in sorted(unfinished, key=order.index)],
                           143 if term else 130, "stopped by SIGTERM" if term else "interrupted") from None
-    if executor is not None:
-        executor.shutdown(wait=True)
-    if bar is not None:
-        bar.close()
-    for d in rundirs:
-        shutil.rmtree(d, ignore_errors=True)
+    _close(executor, bar, rundirs, wait=True)
     return [sorted(rs, key=lambda r, i=i: [j.name for j in plans[i]].index(r.name)) for i, rs in enumerate(results)]
 
 
