@@ -365,3 +365,28 @@ def test_file_digest_is_sha256(tmp_path):
 
 
 assert ROOT.is_dir()
+
+
+def test_a_killed_holders_leftover_processes_are_waited_for_briefly(project, monkeypatch):
+    """kill -9 of a covbook command leaves its pool and notebook processes holding the lock until they notice and
+    stop (within about a second): the next command waits for them up to ORPHAN_GRACE, not longer."""
+    from covbook.book import lock as lock_mod
+
+    paths = Paths(project)
+    holder = subprocess.Popen([sys.executable, "-c", "pass"])
+    holder.wait()  # a pid that has exited: the record's holder is gone
+    for hold, gone in [(1.0, True), (30.0, False)]:
+        monkeypatch.setattr(lock_mod, "ORPHAN_GRACE", 3.0)
+        with tree_lock(paths.lock, "covbook run") as held:
+            child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({hold})"], pass_fds=(held.fd,))
+        info = paths.lock.with_name(paths.lock.name + ".json")
+        info.write_text(json.dumps({"pid": holder.pid, "command": "covbook run", "since": "then"}))
+        if gone:
+            with tree_lock(paths.lock, "covbook run"):  # the leftover stops within the grace: no Busy
+                pass
+        else:
+            with pytest.raises(Busy):
+                with tree_lock(paths.lock, "covbook run"):
+                    pass
+        child.kill()
+        child.wait()

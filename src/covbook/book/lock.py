@@ -44,6 +44,48 @@ class TreeLock:
     fd: int
 
 
+ORPHAN_GRACE = 10.0
+"""Seconds a command waits for a lock whose recorded holder is gone (``kill -9``): its pool and notebook
+processes hold the file until they notice, within about a second, and stop themselves."""
+
+
+def _holder_gone(info: Path) -> bool:
+    """Whether the process the lock's record names has exited (its children may still hold the lock)."""
+    try:
+        pid = read_json(info, dict).get("pid")
+    except (OSError, DamagedFile):
+        return False
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _wait_for_orphans(fd: int, info: Path) -> bool:
+    """Take the lock once the processes a killed holder left behind are gone (at most :data:`ORPHAN_GRACE` s)."""
+    deadline = time.monotonic() + ORPHAN_GRACE
+    while _holder_gone(info) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if _try_lock(fd):
+            return True
+    return False
+
+
 def _holder(info: Path) -> str:
     try:
         who = read_json(info, dict)
@@ -62,7 +104,8 @@ def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[
     """Hold the tree's lock for the duration of the block.
 
     Raises :class:`Busy`, naming the holder, when another process holds it and
-    ``wait`` is false; with ``wait``, blocks until it is free (saying so once).
+    ``wait`` is false (a holder killed with ``kill -9`` leaves processes that hold the lock until they
+    stop themselves: for those it waits up to :data:`ORPHAN_GRACE` seconds); with ``wait``, blocks until it is free (saying so once).
     Raises :class:`Unwritable` when ``.covbook/`` cannot be written.
     """
     info = lock_path.with_name(lock_path.name + ".json")
@@ -72,13 +115,9 @@ def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[
     except OSError as err:
         raise _unwritable(lock_path, err) from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+        if not _try_lock(fd) and not _wait_for_orphans(fd, info):
             if not wait:
-                raise Busy(f"this tree is locked by {_holder(info)}; wait for it to finish, or pass --wait") from None
+                raise Busy(f"this tree is locked by {_holder(info)}; wait for it to finish, or pass --wait")
             print(f"covbook: waiting for {_holder(info)} to release {lock_path} ...", file=sys.stderr, flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
