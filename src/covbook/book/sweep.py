@@ -491,13 +491,18 @@ def _seeds_sentence(groups: dict[tuple[int, ...], list[str]]) -> str:
     if len(groups) == 1:
         (seeds,) = groups
         return f"Seeds {_seed_text(list(seeds))} ({len(seeds)})"
-    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for {'notebook' if len(v) == 1 else 'notebooks'} {', '.join(v)}"
+    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for {_noun(len(v), 'notebook')} {', '.join(v)}"
                                 for k, v in groups.items())
 
 
-def _count(n: int, noun: str, plural: str | None = None) -> str:
-    """``1 notebook``, ``2 notebooks``: a count with its noun in the right number, for pages readers see."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+def _noun(n: int, noun: str) -> str:
+    """``noun`` in the number a count of ``n`` takes (``seed``, ``seeds``), for pages readers see."""
+    return noun if n == 1 else noun + "s"
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 notebook``, ``2 notebooks``: a count with its noun in the right number."""
+    return f"{n} {_noun(n, noun)}"
 
 
 def _seed_text(seeds: list[int]) -> str:
@@ -584,16 +589,16 @@ def _notebook_table(name: str, e: dict) -> list[str]:
     lines = [f"### {name}", "",
              f"Profile `{e['profile']}`, seeds {_seed_text(e['seeds'])} ({len(e['seeds'])}), commit {e['commit']}, "
              f"{e['date']}."
-             + (f" The notebook failed at {'seed' if len(e['failed_seeds']) == 1 else 'seeds'} {', '.join(map(str, e['failed_seeds']))}."
+             + (f" The notebook failed at {_noun(len(e['failed_seeds']), 'seed')} {', '.join(map(str, e['failed_seeds']))}."
                 if e.get("failed_seeds") else ""), "",
              "| | claim | kind | passed | mean | SD | SD/SE | expected (first seed) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in e["claims"]:
         flag = "**⚑ flagged**" if r["flagged"] else ""
         if r.get("fail_seeds"):
-            flag += f" failed at {'seed' if len(r['fail_seeds']) == 1 else 'seeds'} {', '.join(map(str, r['fail_seeds']))}"
+            flag += f" failed at {_noun(len(r['fail_seeds']), 'seed')} {', '.join(map(str, r['fail_seeds']))}"
         if r["missing_seeds"]:
-            flag += f" not recorded at {'seed' if len(r['missing_seeds']) == 1 else 'seeds'} {', '.join(map(str, r['missing_seeds']))}"
+            flag += f" not recorded at {_noun(len(r['missing_seeds']), 'seed')} {', '.join(map(str, r['missing_seeds']))}"
         spread = _num(r.get("sd_over_se")) + (" (per run)" if r.get("per_run") else "")
         lines.append(f"| {flag} | `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
                      f"{_num(r['sd'])} | {spread} | {r['expected'].replace('|', '/')} |")
