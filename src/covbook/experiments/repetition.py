@@ -326,32 +326,34 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prom
     orbits = _orbits(records, n_prompts)
     kick_len = max(1, t_detect // 4) if kick_len is None else kick_len
     gen = streams.torch_generator("kicks")
-    returns, bases = [], []
-    models: dict[int, torch.nn.Module] = {}
+    by_model: dict[int, list[tuple]] = {}  # model: its self-consistent orbits, in the order of ``orbits``
     for (i, key), runs in orbits.items():
-        if not runs[0].self_consistent:
-            continue
-        if i not in models:
-            models[i] = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                                     logit_scale=logit_scale, device=device)
-        returns.append(float(perturbed_returns(models[i], np.array(key), context_len=t_detect, kick_len=kick_len,
-                                               n_steps=t_greedy - t_detect, n_kicks=KICKS, generator=gen).mean()))
-        bases.append(len(runs) / n_prompts)
+        if runs[0].self_consistent:
+            by_model.setdefault(i, []).append((key, len(runs) / n_prompts))
+    returns, bases = [], []
+    for i, found in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
+        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                             logit_scale=logit_scale, device=device)
+        back = perturbed_returns(model, [np.array(key) for key, _ in found], context_len=t_detect,
+                                 kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS,
+                                 generator=gen)  # (orbits of model i, KICKS)
+        returns += [float(b.mean()) for b in back]
+        bases += [base for _, base in found]
     d = np.array(returns) - np.array(bases)  # (orbits,)
     n = d.size
     mean, se = mean_with_se(d) if n >= 2 else (float("nan"), float("nan"))
     for name, value in dict(attract_return=float(np.mean(returns)) if n else float("nan"),
                             attract_base=float(np.mean(bases)) if n else float("nan"), attract_orbits=n,
-                            attract_models=len(models), attract_kicks=KICKS, attract_kick_len=kick_len,
+                            attract_models=len(by_model), attract_kicks=KICKS, attract_kick_len=kick_len,
                             attract_z=mean / se if n >= 2 and se > 0 else float("nan"),
                             attract_orbits_text=counted(n, "orbit")).items():
         out.glue(name, value)
     if n < 2:
         out.measure("cycles_attract", float("nan"), reason=f"{n} self-consistent orbit(s): the SE needs two",
-                    n_orbits=n, n_models=len(models), kicks=KICKS)
+                    n_orbits=n, n_models=len(by_model), kicks=KICKS)
         return
     measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=n - 1, significance=significance,
-                  n_orbits=n, n_models=len(models), kicks=KICKS)
+                  n_orbits=n, n_models=len(by_model), kicks=KICKS)
 
 
 def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int) -> None:
