@@ -183,7 +183,7 @@ def mean_field_logit_variances(model: CausalTransformer, support: object, weight
 
     Returns
     -------
-    tensor, shape (L, m): s_0, ..., s_{L-1} at the queries.
+    tensor, shape (L, m), or (L, B, m) for B laws: s_0, ..., s_{L-1} at the queries.
 
     Examples
     --------
@@ -222,7 +222,7 @@ def mean_field_with_logit_variances(model: CausalTransformer, support: object, w
     variances: list[torch.Tensor] = []
     with torch.no_grad():
         F = _mean_field_states(model, support, weights, queries, logit_variances=variances)  # (L+1, m, d)
-    return F, torch.stack([v.amax(0) for v in variances])  # (L+1, m, d), (L, m)
+    return F, torch.stack([v.amax(-2) for v in variances])  # (L+1, ..., m, d), (L, ..., m): max over heads
 
 
 def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor:
