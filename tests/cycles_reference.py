@@ -86,6 +86,8 @@ def cycle_records(model, runs, prompt_len: int, *, t_detect: int | None = None, 
     """:func:`covbook.markov.cycle_records`, run by run and law by law."""
     arr = np.asarray(runs, dtype=np.int64)
     n_cont = arr.shape[1] - prompt_len
+    if t_detect is not None:  # the margin and the gap after detection read the kernel at the same laws
+        mean_field = mk.cached_mean_field(mean_field)
     out = []
     for s in arr:
         final = mk.find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))

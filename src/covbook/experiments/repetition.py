@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from scipy.stats import binom
 
-from covbook._validate import check_positive_float, check_positive_int
+from covbook._validate import check_positive_float, check_positive_ints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
     CycleRecord,
@@ -78,11 +78,6 @@ def random_law(vocab: int, draws: torch.Generator) -> torch.Tensor:
     r"""A token law from the flat Dirichlet on the simplex: :math:`e_x/\sum_y e_y`, :math:`e_x\sim\mathrm{Exp}(1)`."""
     e = -torch.log(torch.rand(vocab, generator=draws, dtype=torch.float64))  # (V,)
     return e / e.sum()
-
-
-def _check_sizes(**sizes: object) -> None:
-    for name, n in sizes.items():
-        check_positive_int(n, name)
 
 
 def measure_above(out: Result, cid: str, value: float, *, prediction: float, se: float, dof: int,
@@ -163,7 +158,7 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_gap`` gives two fit lengths (≥ 48).
     """
-    _check_sizes(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
+    check_positive_ints(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
     checkpoints = np.unique(np.geomspace(4, t_gap, 10).astype(int))  # (n_t,)
     fit = checkpoints >= FIT_FROM
     if fit.sum() < 2:
@@ -256,7 +251,7 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
-    _check_sizes(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts, prompt_len=prompt_len,
+    check_positive_ints(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts, prompt_len=prompt_len,
                  t_detect=t_detect, t_greedy=t_greedy)
     if t_detect >= t_greedy:
         raise ValueError(f"t_detect must be shorter than t_greedy={t_greedy}, got {t_detect}")
@@ -497,7 +492,7 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
     ``tau_prompts`` ≥ 3, ``t_sample`` > ``prompt_len`` and ``taus`` holds at least two positive temperatures.
     """
-    _check_sizes(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
+    check_positive_ints(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
                  prompt_len=prompt_len, t_sample=t_sample)
     taus = list(taus)
     for t in taus:

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from covbook._validate import check_nonnegative_int, check_positive_int
+from covbook.markov import reduction
 from covbook.markov._checks import MeanField, _model_device_dtype, _tokens_np, _vocab_size
 from covbook.markov.decoding import greedy_decode
 from covbook.markov.frequencies import empirical_frequencies, running_frequencies, tv_distance
-from covbook.markov import reduction
 from covbook.markov.reduction import kernel_rows, markov_gap, markov_kernel, next_token_probs
 
 __all__ = [
