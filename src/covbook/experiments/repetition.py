@@ -456,8 +456,8 @@ def _sweep_runs(model: CausalTransformer, prompts: torch.Tensor, tau: float, r: 
         pi = empirical_frequencies(late, vocab)  # (B, V)
         r["H"].append(met["entropy"])
         r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
-        r["h_kernel"].append(np.mean([entropy_rate(markov_kernel(model, p, tau), stationary=p).item()
-                                      for p in pi]))
+        kernels = markov_kernel(model, pi, tau)  # (B, V, V): one batch of laws
+        r["h_kernel"].append(np.mean([entropy_rate(k, stationary=p).item() for k, p in zip(kernels, pi, strict=True)]))
     return runs
 
 
@@ -470,7 +470,7 @@ def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, g
     fp = fixed_point_residual(model, runs, gen_pos, temperature=tau, start=prompt_len,
                               mean_field=mf).numpy()  # (B, n_pos)
     first = empirical_frequencies(runs[:, : prompt_len + half], vocab)  # (B, V): held out
-    r["h_pred"].append(np.mean([entropy_rate(markov_kernel(model, p, tau)).item() for p in first]))
+    r["h_pred"].append(np.mean([entropy_rate(k).item() for k in markov_kernel(model, first, tau)]))  # (B, V, V)
     return gaps, fp
 
 
