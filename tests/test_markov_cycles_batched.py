@@ -84,7 +84,7 @@ def test_markov_kernel_of_a_batch_in_small_calls(monkeypatch):
     got = mk.markov_kernel(m, w, 0.7, mean_field=counting)
     assert calls == [4, 4, 3]
     torch.testing.assert_close(got, one, rtol=0, atol=TOL)
-    rows = reduction.kernel_rows(m, w, torch.arange(11) % 6, 0.7)  # (11, V)
+    rows = mk.kernel_rows(m, w, torch.arange(11) % 6, 0.7)  # (11, V)
     torch.testing.assert_close(rows, one[torch.arange(11), torch.arange(11) % 6], rtol=0, atol=TOL)
     assert torch.equal(mk.greedy_map(m, w), torch.stack([mk.greedy_map(m, wi) for wi in w]))
 
@@ -93,9 +93,9 @@ def test_kernel_rows_bad_input():
     m = _model(1)
     w = _laws(3, 6, seed=2)
     with pytest.raises(ValueError, match="current"):
-        reduction.kernel_rows(m, w, [[0, 1, 2]])
+        mk.kernel_rows(m, w, [[0, 1, 2]])
     with pytest.raises(ValueError, match="freqs"):
-        reduction.kernel_rows(m, w, [0, 1])
+        mk.kernel_rows(m, w, [0, 1])
     with pytest.raises(ValueError, match="freqs"):
         mk.markov_kernel(m, w[None])
 

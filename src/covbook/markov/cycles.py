@@ -13,6 +13,10 @@ the per-run bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cyc
 An orbit is one cycle up to rotation (:func:`least_rotation`); :func:`perturbed_returns` kicks
 a context that sits on an orbit with random tokens and asks whether greedy decoding returns.
 
+The kernel is read at many laws (every context length of a margin, the grid of a break time);
+they are evaluated in batches of laws (:func:`covbook.markov.kernel_rows`, :func:`greedy_map` of
+(n, V) laws), so the number of mean-field calls does not grow with the runs or their length.
+
 A greedy prediction from the kernel is trusted only where its margin beats the model's
 distance from the kernel: if TV(p, k) <= δ then |(p_y - p_z) - (k_y - k_z)| <= ||p - k||_1 <= 2δ
 for any two tokens y, z, so the kernel's argmax is the model's wherever it leads every

@@ -49,7 +49,6 @@ __all__ = [
     "cached_mean_field",
     "markov_kernel",
     "kernel_rows",
-    "LAWS_PER_CALL",
     "next_token_probs",
     "markov_gap",
     "fixed_point_residual",
@@ -104,7 +103,7 @@ def cached_mean_field(mean_field: MeanField | None = None) -> MeanField:
 
 #: Laws per mean-field call of :func:`markov_kernel`: bounds the memory of one call
 #: (about ``LAWS_PER_CALL`` · V · (V + 8 d_model) floats) whatever the number of laws.
-LAWS_PER_CALL = 2048
+LAWS_PER_CALL = 4096
 
 
 def markov_kernel(
