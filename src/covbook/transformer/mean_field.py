@@ -119,9 +119,9 @@ def _mean_field_states(model: CausalTransformer, support: object, weights: objec
     # drops), so that each law's states are those of the one-law call, with the same arithmetic
     states = hq.new_empty(model.n_layers + 1, w.shape[0], *hq.shape)  # (L+1, B, m, d)
     parts: list[list[torch.Tensor]] = []
-    patterns, group = torch.unique(w > 0, dim=0, return_inverse=True)  # (P, N), (B,)
+    patterns, group = torch.unique((w > 0).to(torch.uint8), dim=0, return_inverse=True)  # (P, N), (B,)
     rows = [torch.nonzero(group == i).squeeze(1) for i in range(patterns.shape[0])]
-    for keep, r in zip(patterns, rows, strict=True):
+    for keep, r in zip(patterns.bool(), rows, strict=True):
         part: list[torch.Tensor] = []
         states[:, r] = _recursion(model, hs, hq.expand(r.numel(), -1, -1), w[r], keep, part)
         parts.append(part)
