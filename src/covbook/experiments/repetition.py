@@ -251,8 +251,8 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
-    check_positive_ints(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts, prompt_len=prompt_len,
-                 t_detect=t_detect, t_greedy=t_greedy)
+    check_positive_ints(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts,
+                        prompt_len=prompt_len, t_detect=t_detect, t_greedy=t_greedy)
     if t_detect >= t_greedy:
         raise ValueError(f"t_detect must be shorter than t_greedy={t_greedy}, got {t_detect}")
     gen = _draws(streams, draws)
