@@ -493,7 +493,7 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     ``tau_prompts`` ≥ 3, ``t_sample`` > ``prompt_len`` and ``taus`` holds at least two positive temperatures.
     """
     check_positive_ints(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
-                 prompt_len=prompt_len, t_sample=t_sample)
+                        prompt_len=prompt_len, t_sample=t_sample)
     taus = list(taus)
     for t in taus:
         check_positive_float(t, "taus")
