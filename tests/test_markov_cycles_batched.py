@@ -135,6 +135,9 @@ def test_cycle_records_are_the_one_law_reference(monkeypatch, small):
                 assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOL), k
             assert da == db
         assert mk.cycle_summary(got) == pytest.approx(mk.cycle_summary(want), nan_ok=True)
+        # the gap after detection starts from the gap at detection's own value at t_check: with period 1
+        # that value is the gap, so the gap after detection is never below it (not even by rounding)
+        assert all(r.gap_after >= r.gap for r in got if r.gap_after is not None and r.early[1] == 1)
         n_early += sum(r.early is not None for r in got)
         n_after += sum(r.gap_after is not None for r in got)
     assert n_early >= 5 and n_after >= 2  # the comparison covers early cycles, their margins and gaps
