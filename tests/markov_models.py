@@ -51,7 +51,13 @@ class TinyNoPE(torch.nn.Module):
 
 
 def tiny_mean_field(model: TinyNoPE, freqs: torch.Tensor) -> torch.Tensor:
-    """F_{l+1}(x) = F_l(x) + Σ_y π(y) e^{q(x)·k(y)} v(y) / Σ_y π(y) e^{q(x)·k(y)} (Xu & Fang 2026, T4)."""
+    """F_{l+1}(x) = F_l(x) + Σ_y π(y) e^{q(x)·k(y)} v(y) / Σ_y π(y) e^{q(x)·k(y)} (Xu & Fang 2026, T4).
+
+    ``freqs`` (..., V) gives (..., V, d): one law, or a batch of laws, each computed on its own.
+    """
+    if freqs.ndim > 1:
+        return torch.stack([tiny_mean_field(model, p) for p in freqs.reshape(-1, freqs.shape[-1])]).reshape(
+            *freqs.shape, -1)
     f = model.embed.detach().clone()  # (V, d)
     for wq, wk, wv in zip(model.wq, model.wk, model.wv, strict=True):
         logits = (f @ wq.T) @ (f @ wk.T).T  # (V, V)
@@ -101,4 +107,6 @@ class LookupModel(torch.nn.Module):
 
 
 def lookup_mean_field(model: LookupModel, freqs: torch.Tensor) -> torch.Tensor:
-    return torch.eye(model.vocab_size, dtype=torch.float64)[model.f] + model.c * (model.a @ freqs)  # (V, V)
+    """F_π(x) = e_{f(x)} + c A π for laws ``freqs`` (..., V): shape (..., V, V)."""
+    shift = model.c * (freqs @ model.a.T)  # (..., V): c A π
+    return torch.eye(model.vocab_size, dtype=torch.float64)[model.f] + shift[..., None, :]

@@ -18,6 +18,7 @@ from covbook._validate import (
     check_nonnegative_int,
     check_positive_float,
     check_positive_int,
+    check_positive_ints,
     check_seed,
 )
 from covbook.attention import readout_path
@@ -54,6 +55,14 @@ def test_integer_checks():
     for bad in (1.0, "1", True, None):
         with pytest.raises(ArgTypeError, match="n must be a positive integer"):
             check_positive_int(bad, "n")
+
+
+def test_positive_ints_name_the_first_offender():
+    check_positive_ints(n_models=1, n_prompts=np.int64(3))
+    with pytest.raises(ValueError, match="n_prompts must be a positive integer, got 0"):
+        check_positive_ints(n_models=2, n_prompts=0, t_greedy=-1)
+    with pytest.raises(ArgTypeError, match="t_greedy"):
+        check_positive_ints(t_greedy=2.0)
 
 
 def test_real_checks_accept_numbers_and_refuse_bad_values():

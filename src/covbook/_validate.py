@@ -121,6 +121,17 @@ def check_positive_int(n: object, name: str) -> int:
     return _check_int(n, name, "a positive integer", lambda k: k > 0)
 
 
+def check_positive_ints(**sizes: object) -> None:
+    """Raise, naming the first offender, unless every keyword's value is a positive integer.
+
+    Examples
+    --------
+    >>> check_positive_ints(n_models=2, n_prompts=3)
+    """
+    for name, n in sizes.items():
+        check_positive_int(n, name)
+
+
 def check_nonnegative_int(n: object, name: str) -> int:
     """Return ``n`` as an int, or raise unless it is an integer >= 0."""
     return _check_int(n, name, "a non-negative integer", lambda k: k >= 0)

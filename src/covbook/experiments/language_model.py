@@ -28,6 +28,7 @@ import torch
 from scipy.stats import binom, binomtest
 
 from covbook._validate import check_positive_float, check_positive_int
+from covbook._validate import check_positive_ints as _check_sizes
 from covbook.experiments.repetition import counted, measure_above
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
@@ -67,11 +68,6 @@ LOSS_BLOCKS = 16
 #: Floor of the total variations before log-log fits (a context of one repeated character is unchanged
 #: by shuffling: an exact 0).
 TV_FLOOR = 1e-12
-
-
-def _check_sizes(**sizes: object) -> None:
-    for name, n in sizes.items():
-        check_positive_int(n, name)
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from scipy.stats import binom
 
-from covbook._validate import check_positive_float, check_positive_int
+from covbook._validate import check_positive_float, check_positive_ints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
     CycleRecord,
@@ -78,11 +78,6 @@ def random_law(vocab: int, draws: torch.Generator) -> torch.Tensor:
     r"""A token law from the flat Dirichlet on the simplex: :math:`e_x/\sum_y e_y`, :math:`e_x\sim\mathrm{Exp}(1)`."""
     e = -torch.log(torch.rand(vocab, generator=draws, dtype=torch.float64))  # (V,)
     return e / e.sum()
-
-
-def _check_sizes(**sizes: object) -> None:
-    for name, n in sizes.items():
-        check_positive_int(n, name)
 
 
 def measure_above(out: Result, cid: str, value: float, *, prediction: float, se: float, dof: int,
@@ -163,7 +158,7 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_gap`` gives two fit lengths (≥ 48).
     """
-    _check_sizes(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
+    check_positive_ints(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
     checkpoints = np.unique(np.geomspace(4, t_gap, 10).astype(int))  # (n_t,)
     fit = checkpoints >= FIT_FROM
     if fit.sum() < 2:
@@ -256,8 +251,8 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
-    _check_sizes(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts, prompt_len=prompt_len,
-                 t_detect=t_detect, t_greedy=t_greedy)
+    check_positive_ints(vocab=vocab, d_model=d_model, n_models=n_models, n_prompts=n_prompts,
+                        prompt_len=prompt_len, t_detect=t_detect, t_greedy=t_greedy)
     if t_detect >= t_greedy:
         raise ValueError(f"t_detect must be shorter than t_greedy={t_greedy}, got {t_detect}")
     gen = _draws(streams, draws)
@@ -326,32 +321,34 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prom
     orbits = _orbits(records, n_prompts)
     kick_len = max(1, t_detect // 4) if kick_len is None else kick_len
     gen = streams.torch_generator("kicks")
-    returns, bases = [], []
-    models: dict[int, torch.nn.Module] = {}
+    by_model: dict[int, list[tuple]] = {}  # model: its self-consistent orbits, in the order of ``orbits``
     for (i, key), runs in orbits.items():
-        if not runs[0].self_consistent:
-            continue
-        if i not in models:
-            models[i] = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                                     logit_scale=logit_scale, device=device)
-        returns.append(float(perturbed_returns(models[i], np.array(key), context_len=t_detect, kick_len=kick_len,
-                                               n_steps=t_greedy - t_detect, n_kicks=KICKS, generator=gen).mean()))
-        bases.append(len(runs) / n_prompts)
+        if runs[0].self_consistent:
+            by_model.setdefault(i, []).append((key, len(runs) / n_prompts))
+    returns, bases = [], []
+    for i, found in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
+        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                             logit_scale=logit_scale, device=device)
+        back = perturbed_returns(model, [np.array(key) for key, _ in found], context_len=t_detect,
+                                 kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS,
+                                 generator=gen)  # (orbits of model i, KICKS)
+        returns += [float(b.mean()) for b in back]
+        bases += [base for _, base in found]
     d = np.array(returns) - np.array(bases)  # (orbits,)
     n = d.size
     mean, se = mean_with_se(d) if n >= 2 else (float("nan"), float("nan"))
     for name, value in dict(attract_return=float(np.mean(returns)) if n else float("nan"),
                             attract_base=float(np.mean(bases)) if n else float("nan"), attract_orbits=n,
-                            attract_models=len(models), attract_kicks=KICKS, attract_kick_len=kick_len,
+                            attract_models=len(by_model), attract_kicks=KICKS, attract_kick_len=kick_len,
                             attract_z=mean / se if n >= 2 and se > 0 else float("nan"),
                             attract_orbits_text=counted(n, "orbit")).items():
         out.glue(name, value)
     if n < 2:
         out.measure("cycles_attract", float("nan"), reason=f"{n} self-consistent orbit(s): the SE needs two",
-                    n_orbits=n, n_models=len(models), kicks=KICKS)
+                    n_orbits=n, n_models=len(by_model), kicks=KICKS)
         return
     measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=n - 1, significance=significance,
-                  n_orbits=n, n_models=len(models), kicks=KICKS)
+                  n_orbits=n, n_models=len(by_model), kicks=KICKS)
 
 
 def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int) -> None:
@@ -459,8 +456,8 @@ def _sweep_runs(model: CausalTransformer, prompts: torch.Tensor, tau: float, r: 
         pi = empirical_frequencies(late, vocab)  # (B, V)
         r["H"].append(met["entropy"])
         r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
-        r["h_kernel"].append(np.mean([entropy_rate(markov_kernel(model, p, tau), stationary=p).item()
-                                      for p in pi]))
+        kernels = markov_kernel(model, pi, tau)  # (B, V, V): one batch of laws
+        r["h_kernel"].append(np.mean([entropy_rate(k, stationary=p).item() for k, p in zip(kernels, pi, strict=True)]))
     return runs
 
 
@@ -473,7 +470,7 @@ def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, g
     fp = fixed_point_residual(model, runs, gen_pos, temperature=tau, start=prompt_len,
                               mean_field=mf).numpy()  # (B, n_pos)
     first = empirical_frequencies(runs[:, : prompt_len + half], vocab)  # (B, V): held out
-    r["h_pred"].append(np.mean([entropy_rate(markov_kernel(model, p, tau)).item() for p in first]))
+    r["h_pred"].append(np.mean([entropy_rate(k).item() for k in markov_kernel(model, first, tau)]))  # (B, V, V)
     return gaps, fp
 
 
@@ -495,8 +492,8 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
     ``tau_prompts`` ≥ 3, ``t_sample`` > ``prompt_len`` and ``taus`` holds at least two positive temperatures.
     """
-    _check_sizes(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
-                 prompt_len=prompt_len, t_sample=t_sample)
+    check_positive_ints(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
+                        prompt_len=prompt_len, t_sample=t_sample)
     taus = list(taus)
     for t in taus:
         check_positive_float(t, "taus")

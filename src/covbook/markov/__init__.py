@@ -12,8 +12,8 @@ frequencies π = π̂_t.  One concept per module:
 * :mod:`~covbook.markov.chain`: a finite chain's stationary law, entropy rate,
   asymptotic covariance, and sampling;
 * :mod:`~covbook.markov.metrics`: seq-rep-n, rep/ℓ, distinct-n, repetition summaries;
-* :mod:`~covbook.markov.reduction`: the kernel K_π, the Markov gap, the fixed-point
-  residual, the shuffle test;
+* :mod:`~covbook.markov.reduction`: the kernel K_π (at one law or a batch of laws), the
+  Markov gap, the fixed-point residual, the shuffle test;
 * :mod:`~covbook.markov.cycles`: cycle detection, the mean-field greedy map, cycle
   break times, greedy margins, the gap at detection, orbits, kicks and bookkeeping;
 * :mod:`~covbook.markov.decoding`: greedy decoding and temperature sampling.
@@ -56,6 +56,7 @@ from covbook.markov.metrics import distinct_n, rep_l, repetition_metrics, seq_re
 from covbook.markov.reduction import (
     cached_mean_field,
     fixed_point_residual,
+    kernel_rows,
     markov_gap,
     markov_kernel,
     next_token_probs,
@@ -81,6 +82,7 @@ __all__ = [
     "asymptotic_covariance",
     "sample_markov_chain",
     "markov_kernel",
+    "kernel_rows",
     "cached_mean_field",
     "greedy_map",
     "cycle_self_consistent",

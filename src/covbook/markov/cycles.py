@@ -13,6 +13,10 @@ the per-run bookkeeping (:class:`CycleRecord`, :func:`cycle_records`, :func:`cyc
 An orbit is one cycle up to rotation (:func:`least_rotation`); :func:`perturbed_returns` kicks
 a context that sits on an orbit with random tokens and asks whether greedy decoding returns.
 
+The kernel is read at many laws (every context length of a margin, the grid of a break time);
+they are evaluated in batches of laws (:func:`covbook.markov.kernel_rows`, :func:`greedy_map` of
+(n, V) laws), so the number of mean-field calls does not grow with the runs or their length.
+
 A greedy prediction from the kernel is trusted only where its margin beats the model's
 distance from the kernel: if TV(p, k) <= δ then |(p_y - p_z) - (k_y - k_z)| <= ||p - k||_1 <= 2δ
 for any two tokens y, z, so the kernel's argmax is the model's wherever it leads every
@@ -28,10 +32,11 @@ import numpy as np
 import torch
 
 from covbook._validate import check_nonnegative_int, check_positive_int
+from covbook.markov import reduction
 from covbook.markov._checks import MeanField, _model_device_dtype, _tokens_np, _vocab_size
 from covbook.markov.decoding import greedy_decode
-from covbook.markov.frequencies import empirical_frequencies, running_frequencies
-from covbook.markov.reduction import cached_mean_field, markov_gap, markov_kernel
+from covbook.markov.frequencies import empirical_frequencies, running_frequencies, tv_distance
+from covbook.markov.reduction import kernel_rows, markov_gap, markov_kernel, next_token_probs
 
 __all__ = [
     "find_cycle",
@@ -127,41 +132,50 @@ def perturbed_returns(model: torch.nn.Module, cycle: object, *, context_len: int
     continuation ends in the same orbit (:func:`find_cycle` with three periods covering the last
     quarter, the same rule as :func:`cycle_records`, compared by :func:`least_rotation`).
 
+    Several cycles of one model (a list of periods) are kicked in one batched greedy decoding,
+    their kicks drawn in the order of the list: the same draws as one call per cycle.
+
     Parameters
     ----------
-    cycle : int array (p,), one period
+    cycle : int array (p,), one period; or a list of n_cycles such periods
     context_len : int >= p, tokens of the cycle before the kick
     kick_len, n_steps, n_kicks : int >= 1
 
     Returns
     -------
-    bool array (n_kicks,): which kicks returned
+    bool array (n_kicks,), or (n_cycles, n_kicks) for a list of cycles: which kicks returned
     """
-    c = _tokens_np(cycle, "cycle")
-    if c.size == 0:
-        raise ValueError("cycle must contain at least one token")
+    many = isinstance(cycle, (list, tuple)) and len(cycle) > 0 and not np.isscalar(cycle[0])
+    cycles = [_tokens_np(c, "cycle") for c in (cycle if many else [cycle])]
     v = _vocab_size(model)
-    if c.max() >= v:
-        raise ValueError(f"cycle must be ids in 0..{v - 1}")
     context_len = check_positive_int(context_len, "context_len")
-    if context_len < c.size:
-        raise ValueError(f"context_len must hold one period ({c.size} tokens), got {context_len}")
+    for c in cycles:
+        if c.size == 0:
+            raise ValueError("cycle must contain at least one token")
+        if c.max() >= v:
+            raise ValueError(f"cycle must be ids in 0..{v - 1}")
+        if context_len < c.size:
+            raise ValueError(f"context_len must hold one period ({c.size} tokens), got {context_len}")
     kick_len = check_positive_int(kick_len, "kick_len")
     n_steps = check_positive_int(n_steps, "n_steps")
     n_kicks = check_positive_int(n_kicks, "n_kicks")
     if n_steps < 4:
         raise ValueError(f"n_steps must be at least 4 (a cycle covers the last quarter), got {n_steps}")
-    base = torch.as_tensor(_continued(np.empty(0, np.int64), c, context_len))  # (context_len,)
-    kicks = torch.randint(0, v, (n_kicks, kick_len), generator=generator)  # (n_kicks, kick_len)
-    prompts = torch.cat([base.expand(n_kicks, -1), kicks], 1)  # (n_kicks, context_len + kick_len)
+    prompts = []
+    for c in cycles:
+        base = torch.as_tensor(_continued(np.empty(0, np.int64), c, context_len))  # (context_len,)
+        kicks = torch.randint(0, v, (n_kicks, kick_len), generator=generator)  # (n_kicks, kick_len)
+        prompts.append(torch.cat([base.expand(n_kicks, -1), kicks], 1))  # (n_kicks, context_len + kick_len)
+    x = torch.cat(prompts)  # (n_cycles n_kicks, context_len + kick_len)
     device = _model_device_dtype(model)[0]
-    runs = greedy_decode(model, prompts.to(device), n_steps).cpu().numpy()[:, prompts.shape[1]:]  # (n_kicks, n_steps)
-    key = least_rotation(c)
-    out = np.zeros(n_kicks, dtype=bool)
-    for i, run in enumerate(runs):
-        found = find_cycle(run, min_repeats=3, min_length=max(1, n_steps // 4))
-        out[i] = found is not None and least_rotation(run[found[0]:found[0] + found[1]]) == key
-    return out
+    runs = greedy_decode(model, x.to(device), n_steps).cpu().numpy()[:, x.shape[1]:]  # (n_cycles n_kicks, n_steps)
+    out = np.zeros((len(cycles), n_kicks), dtype=bool)
+    for i, c in enumerate(cycles):
+        key = least_rotation(c)
+        for j, run in enumerate(runs[i * n_kicks:(i + 1) * n_kicks]):
+            found = find_cycle(run, min_repeats=3, min_length=max(1, n_steps // 4))
+            out[i, j] = found is not None and least_rotation(run[found[0]:found[0] + found[1]]) == key
+    return out if many else out[0]
 
 
 def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField | None = None) -> torch.Tensor:
@@ -170,9 +184,18 @@ def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField |
     Greedy decoding with a context whose statistics have settled at π is the
     iteration of this map on the finite vocabulary; its cycles are the
     attracting orbits behind repetition.  Independent of the temperature.
+    ``freqs`` of shape (n, V) gives the n maps, shape (n, V), from batched kernel
+    calls of :data:`covbook.markov.reduction.LAWS_PER_CALL` laws.
     """
-    k = markov_kernel(model, freqs, 1.0, mean_field=mean_field)
-    return torch.argmax(k, dim=-1)
+    pi = torch.as_tensor(freqs)
+    if pi.ndim < 2:
+        return torch.argmax(markov_kernel(model, pi, 1.0, mean_field=mean_field), dim=-1)
+    out = torch.empty(pi.shape, dtype=torch.long)  # (n, V)
+    step = reduction.LAWS_PER_CALL
+    for i in range(0, pi.shape[0], step):
+        k = markov_kernel(model, pi[i:i + step], 1.0, mean_field=mean_field)  # (c, V, V)
+        out[i:i + step] = torch.argmax(k, dim=-1).cpu()
+    return out
 
 
 def cycle_self_consistent(
@@ -194,8 +217,15 @@ def cycle_self_consistent(
     c = _tokens_np(cycle, "cycle")
     if c.size == 0:
         raise ValueError("cycle must contain at least one token")
+    return _self_consistent(model, [c], mean_field)[0]
+
+
+def _self_consistent(model: torch.nn.Module, cycles: list[np.ndarray], mean_field: MeanField | None) -> list[bool]:
+    """:func:`cycle_self_consistent` of checked cycles, their greedy maps from one batch of laws."""
     v = _vocab_size(model)
-    return _follows(greedy_map(model, empirical_frequencies(c, v), mean_field=mean_field).cpu().numpy(), c)
+    laws = torch.stack([empirical_frequencies(c, v) for c in cycles])  # (n, V)
+    g = greedy_map(model, laws, mean_field=mean_field).numpy()  # (n, V)
+    return [_follows(gi, c) for gi, c in zip(g, cycles, strict=True)]
 
 
 def _follows(g: np.ndarray, cycle: np.ndarray) -> bool:
@@ -227,7 +257,9 @@ def cycle_break_time(
     lengths), or ``None`` when it follows the cycle at every grid point.  The
     limit n = ∞ is :func:`cycle_self_consistent`.  Start at ``t_min`` = the
     length up to which the cycle has been seen to hold: the mean field is least
-    accurate at short contexts.
+    accurate at short contexts.  The grid is evaluated in one batch of laws, and
+    the bisection reads every length between the two grid points that bracket
+    the first failure from a second batch.
 
     Parameters
     ----------
@@ -248,34 +280,54 @@ def cycle_break_time(
     n_grid = check_positive_int(n_grid, "n_grid")
     if (pre.size and pre.max() >= v) or c.max() >= v:
         raise ValueError(f"prefix and cycle must be ids in 0..{v - 1}")
-    counts_pre = np.bincount(pre, minlength=v).astype(np.float64)  # (V,)
-    counts_c = np.bincount(c, minlength=v).astype(np.float64)  # (V,)
-
-    def follows(n: int) -> bool:
-        freqs = torch.as_tensor((counts_pre + n * counts_c) / (pre.size + n * c.size))  # (V,)
-        return _follows(greedy_map(model, freqs, mean_field=mean_field).cpu().numpy(), c)
-
     if t_min is not None:
         t_min = check_positive_int(t_min, "t_min")
         if t_min > t_max:
             raise ValueError(f"t_min={t_min} must not exceed t_max={t_max}")
-    n_max = (t_max - pre.size) // c.size
-    n_min = 1 if t_min is None else max(1, -(-(t_min - pre.size) // c.size))
-    if n_max < n_min:
-        return None
-    grid = np.unique(np.geomspace(n_min, n_max, n_grid).astype(int))
-    if not follows(int(grid[0])):
-        return int(pre.size + grid[0] * c.size)
-    prev = int(grid[0])
-    for n in grid:
-        if not follows(int(n)):
-            lo, hi = prev, int(n)  # follows at lo, fails at hi
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if follows(mid) else (lo, mid)
-            return int(pre.size + hi * c.size)
-        prev = int(n)
-    return None
+    return _break_times(model, [(pre, c, t_max, t_min)], n_grid, mean_field)[0]
+
+
+def _follow_flags(model: torch.nn.Module, problems: list[tuple], pairs: list[tuple[int, int]],
+                  mean_field: MeanField | None) -> list[bool]:
+    """Does g_{π_i(n)} follow cycle i, for each (problem i, copies n) of ``pairs``?  One batch of laws."""
+    if not pairs:
+        return []
+    v = _vocab_size(model)
+    counts = [(np.bincount(pre, minlength=v).astype(np.float64), np.bincount(c, minlength=v).astype(np.float64))
+              for pre, c, *_ in problems]  # (V,), (V,) per problem
+    laws = np.stack([(counts[i][0] + n * counts[i][1]) / (problems[i][0].size + n * problems[i][1].size)
+                     for i, n in pairs])  # (n_pairs, V): π_i(n)
+    g = greedy_map(model, torch.as_tensor(laws), mean_field=mean_field).numpy()  # (n_pairs, V)
+    return [_follows(gj, problems[i][1]) for gj, (i, _) in zip(g, pairs, strict=True)]
+
+
+def _break_times(model: torch.nn.Module, problems: list[tuple], n_grid: int,
+                 mean_field: MeanField | None) -> list[int | None]:
+    """:func:`cycle_break_time` of checked problems (prefix, cycle, t_max, t_min): two batches of laws in all."""
+    grids: dict[int, np.ndarray] = {}
+    for i, (pre, c, t_max, t_min) in enumerate(problems):
+        n_max = (t_max - pre.size) // c.size
+        n_min = 1 if t_min is None else max(1, -(-(t_min - pre.size) // c.size))
+        if n_max >= n_min:
+            grids[i] = np.unique(np.geomspace(n_min, n_max, n_grid).astype(int))
+    pairs = [(i, int(n)) for i, grid in grids.items() for n in grid]
+    on_grid = dict(zip(pairs, _follow_flags(model, problems, pairs, mean_field), strict=True))
+    out: list[int | None] = [None] * len(problems)
+    brackets: dict[int, tuple[int, int]] = {}  # problem: (lo, hi), follows at lo, fails at hi
+    for i, grid in grids.items():
+        fails = [int(n) for n in grid if not on_grid[i, int(n)]]
+        if fails and fails[0] == grid[0]:
+            out[i] = int(problems[i][0].size + grid[0] * problems[i][1].size)
+        elif fails:
+            brackets[i] = (int(grid[grid < fails[0]][-1]), fails[0])
+    pairs = [(i, n) for i, (lo, hi) in brackets.items() for n in range(lo + 1, hi)]
+    between = dict(zip(pairs, _follow_flags(model, problems, pairs, mean_field), strict=True))
+    for i, (lo, hi) in brackets.items():
+        while hi - lo > 1:  # the bisection, read from the batch
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if between[i, mid] else (lo, mid)
+        out[i] = int(problems[i][0].size + hi * problems[i][1].size)
+    return out
 
 
 def _continued(prefix: np.ndarray, cycle: np.ndarray, length: int) -> np.ndarray:
@@ -305,7 +357,8 @@ def cycle_margin(
 
     m > 0 says the greedy map g_{π̂_t} follows the cycle at every one of these lengths
     (m = 0: a tie somewhere).  Unlike :func:`cycle_break_time` this evaluates every
-    context length, each at its own statistics, not a grid of whole periods.  If the
+    context length, each at its own statistics, not a grid of whole periods (in batched
+    kernel calls, :func:`covbook.markov.reduction.kernel_rows`).  If the
     model's next-token law is within total variation δ_t of the kernel row at each t
     (the Markov gap, :func:`markov_gap`) and m_t > 2 δ_t, greedy decoding keeps the cycle.
 
@@ -336,16 +389,33 @@ def cycle_margin(
     t_min = pre.size + c.size if t_min is None else check_positive_int(t_min, "t_min")
     if t_min >= t_max:
         raise ValueError(f"t_min={t_min} must be below t_max={t_max} (at least one next token to predict)")
-    x = _continued(pre, c, t_max)  # (t_max,)
-    freqs = running_frequencies(torch.as_tensor(x), v)  # (t_max, V)
-    worst = np.inf
-    for t in range(t_min, t_max):  # context x_1..x_t, next token x_{t+1} = x[t]
-        row = markov_kernel(model, freqs[t - 1], 1.0, mean_field=mean_field)[int(x[t - 1])]  # (V,)
-        row = row.cpu().double().numpy().copy()
-        lead = row[x[t]]
-        row[x[t]] = -np.inf
-        worst = min(worst, float(lead - row.max()))
-    return worst
+    x, rows = _continued_rows(model, [(pre, c, t_max, t_min)], mean_field)[0]
+    return _margin(rows, x[t_min:t_max])
+
+
+def _continued_rows(model: torch.nn.Module, problems: list[tuple],
+                    mean_field: MeanField | None) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """Per checked problem (prefix, cycle, t_max, t_min): the continued run x (t_max,) and its kernel rows.
+
+    Row j is K_{π̂_t}(x_t, ·) at t = t_min + j, for t_min <= t < t_max, all problems in one batch of laws.
+    """
+    v = _vocab_size(model)
+    runs = [_continued(pre, c, t_max) for pre, c, t_max, _ in problems]  # (t_max,) each
+    spans = [(t_min, t_max) for _, _, t_max, t_min in problems]
+    laws = torch.cat([running_frequencies(torch.as_tensor(x[:hi - 1]), v)[lo - 1:]
+                      for x, (lo, hi) in zip(runs, spans, strict=True)])  # (Σ (t_max - t_min), V)
+    current = np.concatenate([x[lo - 1:hi - 1] for x, (lo, hi) in zip(runs, spans, strict=True)])
+    rows = kernel_rows(model, laws, current, 1.0, mean_field=mean_field).split([hi - lo for lo, hi in spans])
+    return list(zip(runs, rows, strict=True))
+
+
+def _margin(rows: torch.Tensor, nxt: np.ndarray) -> float:
+    """min_t of K_t(x_{t+1}) − max_{y ≠ x_{t+1}} K_t(y), for kernel rows (n, V) and next tokens (n,)."""
+    r = rows.double().numpy().copy()  # (n, V)
+    at = np.arange(r.shape[0])
+    lead = r[at, nxt]  # (n,)
+    r[at, nxt] = -np.inf
+    return float((lead - r.max(-1)).min())
 
 
 def detection_gap(
@@ -398,7 +468,9 @@ class CycleRecord:
     of the run; ``gap``: :func:`detection_gap` of the run up to t_check (the bound the
     margin must beat twice over, read from the prefix only); ``gap_after``: the largest
     :func:`markov_gap` along the run itself from t_check up to its break or its end (a
-    check of that bound after the fact, computed when margin > 0; never used to predict).
+    check of that bound after the fact, computed when margin > 0; never used to predict; at
+    t_check itself it is the value that enters ``gap``, so gap_after > gap says the gap grew
+    after detection, never a rounding difference between two evaluations of one gap).
     ``orbit`` and ``early_orbit``: :func:`least_rotation` of the final and of the early cycle
     (runs that end in one orbit share the key).
     """
@@ -426,6 +498,11 @@ def _observed_break(seq: np.ndarray, entry: int, period: int) -> int | None:
     return int(entry + period + bad[0]) if bad.size else None
 
 
+#: Runs per batch of :func:`cycle_records`: the laws of one batch (its margins' context lengths, its
+#: break times' grids) are held at once, about ``RUNS_PER_BATCH`` · T · V floats for runs of T tokens.
+RUNS_PER_BATCH = 64
+
+
 def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, *, t_detect: int | None = None,
                   self_consistency: bool = True, mean_field: MeanField | None = None) -> list[CycleRecord]:
     r"""Find the cycles greedy runs end in and, optionally, test the mean field's predictions on them.
@@ -437,6 +514,10 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
     t_detect (3 periods covering t_detect/4) is followed to the end of the run and
     compared with :func:`cycle_break_time`, with its :func:`cycle_margin` from t_check on,
     the :func:`detection_gap` at t_check and the gap observed along the run afterwards.
+
+    The runs are taken :data:`RUNS_PER_BATCH` at a time, and each quantity of a batch comes
+    from a few batched calls (one batch of laws per quantity, one forward pass per prefix
+    length), not one call per run and context length.
 
     Parameters
     ----------
@@ -461,40 +542,79 @@ def cycle_records(model: torch.nn.Module | None, runs: object, prompt_len: int, 
             raise ValueError(f"t_detect={t_detect} must be shorter than the continuation ({n_cont} tokens)")
     if model is None and (self_consistency or t_detect is not None):
         raise ValueError("model is needed for self_consistency or t_detect")
-    if t_detect is not None:
-        # the margin and the gap after detection need the kernel at the same running frequencies
-        mean_field = cached_mean_field(mean_field)
+    if model is not None and arr.size and arr.max() >= _vocab_size(model):
+        raise ValueError(f"runs must be ids in 0..{_vocab_size(model) - 1}, got {arr.max()}")
     out = []
-    for s in arr:
-        final = find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4))
-        rec = CycleRecord(final=final)
-        if final is not None:
-            e, p = final
-            cyc = s[e:e + p]
-            rec.entry, rec.period = max(0, e - int(prompt_len)), p
-            rec.simple = len(set(cyc.tolist())) == p
-            rec.orbit = least_rotation(cyc)
-            if self_consistency:
-                rec.self_consistent = cycle_self_consistent(model, cyc, mean_field=mean_field)
+    for i in range(0, arr.shape[0], RUNS_PER_BATCH):
+        batch = arr[i:i + RUNS_PER_BATCH]  # (b, T)
+        recs = [_final_cycle(s, int(prompt_len), n_cont) for s in batch]
+        if self_consistency:
+            cyc = [(r, s[r.final[0]:r.final[0] + r.final[1]]) for r, s in zip(recs, batch, strict=True) if r.final]
+            for (r, _), ok in zip(cyc, _self_consistent(model, [c for _, c in cyc], mean_field) if cyc else [],
+                                  strict=True):
+                r.self_consistent = ok
         if t_detect is not None:
-            t_check = int(prompt_len) + t_detect
-            rec.t_check = t_check
-            rec.early = find_cycle(s[:t_check], min_repeats=3, min_length=max(1, t_detect // 4))
-            if rec.early is not None:
-                e, p = rec.early
-                rec.early_simple = len(set(s[e:e + p].tolist())) == p
-                rec.early_orbit = least_rotation(s[e:e + p])
-                rec.observed_break = _observed_break(s, e, p)
-                rec.predicted_break = cycle_break_time(model, s[:e], s[e:e + p], s.size, t_min=t_check,
-                                                       mean_field=mean_field)
-                rec.margin = cycle_margin(model, s[:e], s[e:e + p], s.size, t_min=t_check, mean_field=mean_field)
-                rec.gap = detection_gap(model, s[:t_check], p, mean_field=mean_field)
-                if rec.margin > 0:
-                    last = s.size - 1 if rec.observed_break is None else rec.observed_break
-                    rec.gap_after = float(markov_gap(model, torch.as_tensor(s[:last]), list(range(t_check, last + 1)),
-                                                     mean_field=mean_field).max())
-        out.append(rec)
+            _early_cycles(model, batch, recs, int(prompt_len) + t_detect, t_detect, mean_field)
+        out += recs
     return out
+
+
+def _final_cycle(s: np.ndarray, prompt_len: int, n_cont: int) -> CycleRecord:
+    """The record of run ``s`` with its final cycle (no model needed)."""
+    rec = CycleRecord(final=find_cycle(s, min_repeats=3, min_length=max(1, n_cont // 4)))
+    if rec.final is not None:
+        e, p = rec.final
+        cyc = s[e:e + p]
+        rec.entry, rec.period = max(0, e - prompt_len), p
+        rec.simple = len(set(cyc.tolist())) == p
+        rec.orbit = least_rotation(cyc)
+    return rec
+
+
+def _early_cycles(model: torch.nn.Module, runs: np.ndarray, recs: list[CycleRecord], t_check: int, t_detect: int,
+                  mean_field: MeanField | None) -> None:
+    """Fill the early-cycle fields of ``recs`` for ``runs`` (b, T): batched over the runs and context lengths."""
+    T = runs.shape[1]
+    early = []
+    for r, s in zip(recs, runs, strict=True):
+        r.t_check = t_check
+        r.early = find_cycle(s[:t_check], min_repeats=3, min_length=max(1, t_detect // 4))
+        if r.early is not None:
+            e, p = r.early
+            r.early_simple = len(set(s[e:e + p].tolist())) == p
+            r.early_orbit = least_rotation(s[e:e + p])
+            r.observed_break = _observed_break(s, e, p)
+            early.append((r, s))
+    if not early:
+        return
+    problems = [(s[:r.early[0]], s[r.early[0]:r.early[0] + r.early[1]], T, t_check) for r, s in early]
+    for (r, _), t in zip(early, _break_times(model, problems, 48, mean_field), strict=True):
+        r.predicted_break = t
+    # one kernel row per context length t_check <= t < T of each continued cycle: the margins, and the
+    # gap after detection (where the run has not left the cycle it is the continued cycle)
+    cont = _continued_rows(model, problems, mean_field)
+    for (r, _), (x, rows) in zip(early, cont, strict=True):
+        r.margin = _margin(rows, x[t_check:T])
+    # the gap at detection: the last period before t_check, from one forward pass of the prefixes
+    p_max = max(r.early[1] for r, _ in early)
+    gaps = markov_gap(model, torch.as_tensor(np.stack([s[:t_check] for _, s in early])),
+                      list(range(t_check - p_max + 1, t_check + 1)), mean_field=mean_field)  # (n, p_max)
+    for (r, _), g in zip(early, gaps, strict=True):
+        r.gap = float(g[p_max - r.early[1]:].max())
+    # the gap along the run after detection, where the margin is positive: at t_check it is the value of the
+    # gap at detection (one number, computed once); after t_check, from one forward pass per run length
+    lasts: dict[int, list[int]] = {}
+    for j, (r, _) in enumerate(early):
+        if r.margin > 0:
+            r.gap_after = float(gaps[j, -1])
+            lasts.setdefault(T - 1 if r.observed_break is None else r.observed_break, []).append(j)
+    for last, js in lasts.items():
+        if last == t_check:
+            continue
+        probs = next_token_probs(model, torch.as_tensor(np.stack([early[j][1][:last] for j in js]))).cpu()
+        for j, p in zip(js, probs, strict=True):  # p (last, V); kernel rows of t = t_check + 1..last
+            after = tv_distance(p[t_check:last], cont[j][1][1:last - t_check + 1])  # (last - t_check,)
+            early[j][0].gap_after = max(early[j][0].gap_after, float(after.max()))
 
 
 def cycle_summary(records: Sequence[CycleRecord]) -> dict[str, float]:

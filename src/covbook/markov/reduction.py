@@ -28,8 +28,6 @@ Generative Transformers. ICML 2024.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import torch
 
@@ -50,6 +48,7 @@ from covbook.transformer.generation import tempered_softmax
 __all__ = [
     "cached_mean_field",
     "markov_kernel",
+    "kernel_rows",
     "next_token_probs",
     "markov_gap",
     "fixed_point_residual",
@@ -63,12 +62,13 @@ def cached_mean_field(mean_field: MeanField | None = None) -> MeanField:
     :func:`markov_gap` and :func:`fixed_point_residual` along the same tokens both need
     the kernel :math:`K_{\hat\pi_t}` at the running frequencies :math:`\hat\pi_t`; passing
     them one cache computes each mean-field state :math:`F_{\hat\pi_t}` once.  Results are
-    keyed by the exact frequencies (values, dtype, device), so they are identical to
-    uncached ones.  Use a fresh cache per model (the key does not include the model).
+    keyed by the exact frequencies (values, dtype, device) of each law; a batch (B, V) is
+    answered from the cache where it can and the laws not seen before are computed in one
+    call.  Use a fresh cache per model (the key does not include the model).
 
     Parameters
     ----------
-    mean_field : callable (model, freqs) -> (V, d_model), optional
+    mean_field : callable (model, freqs (..., V)) -> (..., V, d_model), optional
         The map to cache (default :func:`covbook.transformer.mean_field_discrete`).
 
     Examples
@@ -88,12 +88,22 @@ def cached_mean_field(mean_field: MeanField | None = None) -> MeanField:
     memo: dict[tuple[bytes, str, str], torch.Tensor] = {}
 
     def cached(model: torch.nn.Module, freqs: torch.Tensor) -> torch.Tensor:
-        key = (freqs.detach().cpu().numpy().tobytes(), str(freqs.dtype), str(freqs.device))
-        if key not in memo:
-            memo[key] = inner(model, freqs)
-        return memo[key]
+        rows = freqs.detach().reshape(-1, freqs.shape[-1])  # (n, V)
+        tag = (str(freqs.dtype), str(freqs.device))
+        keys = [(r.tobytes(), *tag) for r in rows.cpu().numpy()]
+        new = list(dict.fromkeys(k for k in keys if k not in memo))  # first occurrences, in order
+        if new:
+            at = {k: i for i, k in reversed(list(enumerate(keys)))}  # first row of each key
+            states = inner(model, rows[[at[k] for k in new]])  # (n_new, V, d)
+            memo.update(zip(new, states, strict=True))
+        return torch.stack([memo[k] for k in keys]).reshape(*freqs.shape[:-1], *memo[keys[0]].shape)
 
     return cached
+
+
+#: Laws per mean-field call of :func:`markov_kernel`: bounds the memory of one call
+#: (about ``LAWS_PER_CALL`` · V · (V + 8 d_model) floats) whatever the number of laws.
+LAWS_PER_CALL = 4096
 
 
 def markov_kernel(
@@ -107,44 +117,90 @@ def markov_kernel(
     law π (paper Section 5, computed by ``mean_field``; by default
     :func:`covbook.transformer.mean_field_discrete`) and W_out the model's
     read-out (``model.logits_from_hidden``).  Row x is the Markov chain's law of
-    the next token after x (paper Section 6).
+    the next token after x (paper Section 6).  A batch of laws is evaluated
+    :data:`LAWS_PER_CALL` laws per mean-field call.
 
     Parameters
     ----------
     model : torch module with ``vocab_size`` and ``logits_from_hidden``
-    freqs : array-like, shape (V,)
-        The context law π (e.g. empirical frequencies π̂_t).
+    freqs : array-like, shape (V,) or (n, V)
+        The context law π (e.g. empirical frequencies π̂_t), or n of them.
     temperature : float
         τ > 0.
-    mean_field : callable (model, freqs) -> (V, d_model), optional
+    mean_field : callable (model, freqs (..., V)) -> (..., V, d_model), optional
 
     Returns
     -------
-    tensor, shape (V, V), float64, rows summing to 1.
+    tensor, shape (V, V) or (n, V, V), float64, rows summing to 1.
     """
     tau = _temperature(temperature)
     v = _vocab_size(model)
     pi = _distribution(freqs, "freqs")
-    if pi.shape != (v,):
-        raise ValueError(f"freqs must have shape ({v},) for a vocabulary of {v} tokens, got {tuple(pi.shape)}")
+    if pi.ndim not in (1, 2) or pi.shape[-1] != v or pi.numel() == 0:
+        raise ValueError(f"freqs must have shape ({v},) or (n, {v}) for a vocabulary of {v} tokens, "
+                         f"got {tuple(pi.shape)}")
     dev, dtype = _model_device_dtype(model)
+    if pi.ndim == 1:
+        return _kernels(model, pi.to(device=dev, dtype=dtype), tau, mean_field)
+    out = torch.empty(pi.shape[0], v, v, dtype=torch.float64, device=dev)  # (n, V, V)
+    for i in range(0, pi.shape[0], LAWS_PER_CALL):
+        out[i:i + LAWS_PER_CALL] = _kernels(model, pi[i:i + LAWS_PER_CALL].to(device=dev, dtype=dtype), tau,
+                                            mean_field)
+    return out
+
+
+def _kernels(model: torch.nn.Module, pi: torch.Tensor, tau: float, mean_field: MeanField | None) -> torch.Tensor:
+    """K_π for checked laws ``pi`` (..., V) on the model's device: (..., V, V), float64."""
     with torch.no_grad():
-        h = (mean_field or _default_mean_field)(model, pi.to(device=dev, dtype=dtype))  # (V, d)
-        logits = model.logits_from_hidden(h).to(torch.float64)  # (V, V)
+        h = (mean_field or _default_mean_field)(model, pi)  # (..., V, d)
+        logits = model.logits_from_hidden(h).to(torch.float64)  # (..., V, V)
     return tempered_softmax(logits, tau)
 
 
-def _kernels_along(
-    model: torch.nn.Module, x: torch.Tensor, pos: list[int], temperature: object, mean_field: MeanField | None
-) -> Iterator[tuple[int, int, int, torch.Tensor]]:
-    """(b, j, t, K_{π̂_t}) for every sequence b of ``x`` (B, T) and context length t = pos[j].
+def kernel_rows(
+    model: torch.nn.Module, freqs: object, current: object, temperature: float = 1.0, *,
+    mean_field: MeanField | None = None,
+) -> torch.Tensor:
+    r"""Rows :math:`K_{\pi_i}(x_i, \cdot)` of the kernel at n laws and current tokens, on the CPU.
 
-    π̂_t are the running frequencies of sequence b; the kernel (V, V) is on the CPU.
+    The kernel of :func:`markov_kernel` at each law π_i, read at the row of the current token
+    x_i: the next-token law the Markov reduction gives after a context with frequencies π_i
+    that ends in x_i.  Computed :data:`LAWS_PER_CALL` laws at a time, so its memory is that
+    of the (n, V) result, however many laws.
+
+    Parameters
+    ----------
+    freqs : (n, V) laws; current : (n,) token ids
+
+    Returns
+    -------
+    tensor, shape (n, V), float64
     """
-    freqs = running_frequencies(x.cpu(), _vocab_size(model))  # (B, T, V)
-    for b in range(x.shape[0]):
-        for j, t in enumerate(pos):
-            yield b, j, t, markov_kernel(model, freqs[b, t - 1], temperature, mean_field=mean_field).cpu()
+    v = _vocab_size(model)
+    x, single = _tokens_torch(current, v, "current")
+    if not single:
+        raise ValueError(f"current must be a 1-d array of token ids, got shape {tuple(x.shape)}")
+    x = x[0]  # (n,)
+    pi = _distribution(freqs, "freqs")
+    if pi.ndim != 2 or pi.shape != (x.shape[0], v):
+        raise ValueError(f"freqs must have shape ({x.shape[0]}, {v}): one law per current token, "
+                         f"got {tuple(pi.shape)}")
+    out = torch.empty(x.shape[0], v, dtype=torch.float64)  # (n, V)
+    for i in range(0, x.shape[0], LAWS_PER_CALL):
+        k = markov_kernel(model, pi[i:i + LAWS_PER_CALL], temperature, mean_field=mean_field)  # (c, V, V)
+        at = x[i:i + LAWS_PER_CALL].to(k.device)  # (c,)
+        out[i:i + LAWS_PER_CALL] = k[torch.arange(k.shape[0], device=k.device), at].cpu()
+    return out
+
+
+def _laws_along(x: torch.Tensor, pos: list[int], v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running frequencies π̂_t and current tokens x_t of every sequence of ``x`` (B, T) at t in ``pos``.
+
+    Returns ((B · n_pos, V) laws, (B · n_pos,) tokens), sequence-major, on the CPU.
+    """
+    idx = torch.as_tensor(pos) - 1  # (n_pos,)
+    freqs = running_frequencies(x.cpu(), v)[:, idx]  # (B, n_pos, V)
+    return freqs.reshape(-1, v), x.cpu()[:, idx].reshape(-1)
 
 
 def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float = 1.0) -> torch.Tensor:
@@ -196,10 +252,11 @@ def markov_gap(
     """
     x, single = _tokens_torch(tokens, _vocab_size(model))
     pos = _positions(positions, x.shape[1])
-    probs = next_token_probs(model, x, temperature).cpu()  # (B, T, V)
-    gap = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
-    for b, j, t, k in _kernels_along(model, x, pos, temperature, mean_field):
-        gap[b, j] = tv_distance(probs[b, t - 1], k[int(x[b, t - 1])])  # TV to the kernel row of x_t
+    v = _vocab_size(model)
+    probs = next_token_probs(model, x, temperature).cpu()[:, torch.as_tensor(pos) - 1]  # (B, n_pos, V)
+    laws, current = _laws_along(x, pos, v)  # (B n_pos, V), (B n_pos,)
+    rows = kernel_rows(model, laws, current, temperature, mean_field=mean_field)  # (B n_pos, V)
+    gap = tv_distance(probs.reshape(-1, v), rows).reshape(x.shape[0], len(pos))  # TV to the kernel row of x_t
     return gap[0] if single else gap
 
 
@@ -244,11 +301,15 @@ def fixed_point_residual(
     if pos[0] <= start:
         raise ValueError(f"positions must exceed start={start}, got {pos[0]}")
     tau = _temperature(temperature)
-    occ = running_frequencies(x[:, int(start):].cpu(), v)  # (B, T - start, V)
-    out = torch.empty(x.shape[0], len(pos), dtype=torch.float64)
-    for b, j, t, k in _kernels_along(model, x, pos, tau, mean_field):
-        nu = occ[b, t - 1 - int(start)]  # (V,)
-        out[b, j] = tv_distance(nu @ k, nu)
+    nu = running_frequencies(x[:, int(start):].cpu(), v)[:, torch.as_tensor(pos) - 1 - int(start)]  # (B, n_pos, V)
+    nu = nu.reshape(-1, v)  # (B n_pos, V)
+    laws, _ = _laws_along(x, pos, v)  # (B n_pos, V)
+    out = torch.empty(nu.shape[0], dtype=torch.float64)  # (B n_pos,)
+    for i in range(0, nu.shape[0], LAWS_PER_CALL):
+        k = markov_kernel(model, laws[i:i + LAWS_PER_CALL], tau, mean_field=mean_field).cpu()  # (c, V, V)
+        n_i = nu[i:i + LAWS_PER_CALL]  # (c, V)
+        out[i:i + LAWS_PER_CALL] = tv_distance((n_i[:, None, :] @ k)[:, 0], n_i)  # TV(ν_t K, ν_t)
+    out = out.reshape(x.shape[0], len(pos))
     return out[0] if single else out
 
 

@@ -37,15 +37,17 @@ def _check_model(model: object) -> CausalTransformer:
 
 
 def _check_weights(weights: object, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Laws on n points, shape (n,) or (B, n): finite, non-negative, not all zero; each row normalised."""
     try:
         w = torch.as_tensor(weights, dtype=dtype, device=device)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(f"weights/freqs must be a 1-d array of {n} numbers, got {type(weights).__name__}") from err
-    if w.ndim != 1 or w.shape[0] != n:
-        raise ValueError(f"weights/freqs must have shape ({n},), got {tuple(w.shape)}")
-    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or float(w.sum()) <= 0:
-        raise ValueError("weights/freqs must be finite, non-negative and not all zero")
-    return w / w.sum()
+        raise ValueError(f"weights/freqs must be an array of shape ({n},) or (B, {n}), "
+                         f"got {type(weights).__name__}") from err
+    if w.ndim not in (1, 2) or w.shape[-1] != n or w.numel() == 0:
+        raise ValueError(f"weights/freqs must have shape ({n},) or (B, {n}) with B >= 1, got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or bool((w.sum(-1) <= 0).any()):
+        raise ValueError("weights/freqs must be finite, non-negative and not all zero (in every row)")
+    return w / w.sum(-1, keepdim=True)
 
 
 def _embed_points(model: CausalTransformer, pts: object, name: str) -> torch.Tensor:
@@ -85,12 +87,14 @@ def mean_field(model: CausalTransformer, support: object, weights: object, queri
     model : CausalTransformer
         Without positional encoding.
     support : token ids (N,) or points (N, d_in)
-    weights : (N,), non-negative (normalised here)
+    weights : (N,), or (B, N) for B laws on one support at once; non-negative (each row normalised here)
     queries : token ids (m,) or points (m, d_in)
 
     Returns
     -------
-    tensor, shape (L+1, m, d_model): F_0, ..., F_L at the queries.
+    tensor, shape (L+1, m, d_model), or (L+1, B, m, d_model) for B laws: F_0, ..., F_L at the queries.
+    One batched call gives each law's states as B calls with one law would: the laws are grouped by
+    the support points they weight, and each group runs the one-law arithmetic on its rows.
     """
     with torch.no_grad():
         return _mean_field_states(model, support, weights, queries)
@@ -108,26 +112,55 @@ def _mean_field_states(model: CausalTransformer, support: object, weights: objec
         raise ValueError(f"the mean-field map needs a model without positional encoding, got pos={model.pos!r}")
     hs = _embed_points(model, support, "support")  # (N, d)
     hq = _embed_points(model, queries, "queries")  # (m, d)
-    w = _check_weights(weights, hs.shape[0], model.dtype, model.device)  # (N,)
-    keep = w > 0
-    hs, logw = hs[keep], torch.log(w[keep])  # (N', d), (N',)
-    m = hq.shape[0]
+    w = _check_weights(weights, hs.shape[0], model.dtype, model.device)  # (N,) or (B, N)
+    if w.ndim == 1:
+        return _recursion(model, hs, hq, w, w > 0, logit_variances)
+    # B laws: one batched pass per set of support points with positive weight (the points a law
+    # drops), so that each law's states are those of the one-law call, with the same arithmetic
+    states = hq.new_empty(model.n_layers + 1, w.shape[0], *hq.shape)  # (L+1, B, m, d)
+    parts: list[list[torch.Tensor]] = []
+    patterns, group = torch.unique((w > 0).to(torch.uint8), dim=0, return_inverse=True)  # (P, N), (B,)
+    rows = [torch.nonzero(group == i).squeeze(1) for i in range(patterns.shape[0])]
+    for keep, r in zip(patterns.bool(), rows, strict=True):
+        part: list[torch.Tensor] = []
+        states[:, r] = _recursion(model, hs, hq.expand(r.numel(), -1, -1), w[r], keep, part)
+        parts.append(part)
+    if logit_variances is not None:
+        for layer in range(model.n_layers):
+            var = w.new_empty(w.shape[0], *parts[0][layer].shape[1:])  # (B, H, m)
+            for part, r in zip(parts, rows, strict=True):
+                var[r] = part[layer]
+            logit_variances.append(var)
+    return states
+
+
+def _recursion(model: CausalTransformer, hs: torch.Tensor, hq: torch.Tensor, w: torch.Tensor, keep: torch.Tensor,
+               logit_variances: list | None) -> torch.Tensor:
+    """F_0, ..., F_L at the queries for laws ``w`` (..., N) on the support states ``hs`` (N, d).
+
+    ``keep`` (N,) marks the support points with positive weight in every law of the batch (the
+    others are dropped); ``hq`` is (..., m, d).  Returns (L+1, ..., m, d).
+    """
+    w = w[..., keep]  # (..., N')
+    hs, logw = hs[keep].expand(*w.shape, -1), torch.log(w)  # (..., N', d), (..., N')
+    m = hq.shape[-2]
     layers = [hq]
     for b in model.blocks:
-        h = torch.cat([hq, hs])  # (m + N', d) queries: the m query points and the support
-        q, _, _ = b.heads(b.ln_attn(h))  # (H, m+N', dh)
-        _, k, v = b.heads(b.ln_attn(hs))  # (H, N', dh)
-        ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (H, m+N', 1)
-        k_aug = torch.cat([k, logw.expand(k.shape[0], -1)[..., None]], dim=-1)  # (H, N', dh+1)
-        out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (H, m+N', dh)
+        h = torch.cat([hq, hs], dim=-2)  # (..., m + N', d) queries: the m query points and the support
+        q, _, _ = b.heads(b.ln_attn(h))  # (..., H, m+N', dh)
+        _, k, v = b.heads(b.ln_attn(hs))  # (..., H, N', dh)
+        ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (..., H, m+N', 1)
+        k_aug = torch.cat([k, logw[..., None, :, None].expand(*k.shape[:-1], 1)], dim=-1)  # (..., H, N', dh+1)
+        out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (..., H, m+N', dh)
         if logit_variances is not None:
-            logits = q[:, :m] @ k.transpose(-1, -2)  # (H, m, N')
-            mean = (logits * w[keep]).sum(-1, keepdim=True)  # (H, m, 1)
-            logit_variances.append((((logits - mean) ** 2) * w[keep]).sum(-1))  # (H, m)
-        h = b.token_mlp(h + b.merge(out))  # (m + N', d)
-        hq, hs = h[:m], h[m:]
+            logits = q[..., :m, :] @ k.transpose(-1, -2)  # (..., H, m, N')
+            wb = w[..., None, None, :]  # (..., 1, 1, N')
+            mean = (logits * wb).sum(-1, keepdim=True)  # (..., H, m, 1)
+            logit_variances.append((((logits - mean) ** 2) * wb).sum(-1))  # (..., H, m)
+        h = b.token_mlp(h + b.merge(out))  # (..., m + N', d)
+        hq, hs = h[..., :m, :], h[..., m:, :]
         layers.append(hq)
-    return torch.stack(layers)  # (L+1, m, d)
+    return torch.stack(layers)  # (L+1, ..., m, d)
 
 
 def mean_field_logit_variances(model: CausalTransformer, support: object, weights: object,
@@ -150,7 +183,7 @@ def mean_field_logit_variances(model: CausalTransformer, support: object, weight
 
     Returns
     -------
-    tensor, shape (L, m): s_0, ..., s_{L-1} at the queries.
+    tensor, shape (L, m), or (L, B, m) for B laws: s_0, ..., s_{L-1} at the queries.
 
     Examples
     --------
@@ -189,7 +222,7 @@ def mean_field_with_logit_variances(model: CausalTransformer, support: object, w
     variances: list[torch.Tensor] = []
     with torch.no_grad():
         F = _mean_field_states(model, support, weights, queries, logit_variances=variances)  # (L+1, m, d)
-    return F, torch.stack([v.amax(0) for v in variances])  # (L+1, m, d), (L, m)
+    return F, torch.stack([v.amax(-2) for v in variances])  # (L+1, ..., m, d), (L, ..., m): max over heads
 
 
 def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor:
@@ -201,7 +234,8 @@ def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor
               \frac{E_\pi[\tilde F_l(X) e^{a_l(x)^\top \tilde F_l(X)}]}{E_\pi[e^{a_l(x)^\top \tilde F_l(X)}]}
               \ (+\text{MLP}).
 
-    Returns a tensor of shape (V, d_model).  With :meth:`CausalTransformer.logits_from_hidden`
+    ``freqs`` of shape (V,) gives a tensor of shape (V, d_model); a batch of laws, (B, V), gives
+    (B, V, d_model) from one pass of the recursion.  With :meth:`CausalTransformer.logits_from_hidden`
     it gives the Markov kernel K_π(x, ·) = softmax(W_out F_L(x) / τ) of the repetition result
     (paper Section 6, book chapter 09).
 
@@ -210,11 +244,13 @@ def mean_field_discrete(model: CausalTransformer, freqs: object) -> torch.Tensor
     >>> m = CausalTransformer(vocab_size=3, d_model=4, n_layers=1, seed=0)
     >>> mean_field_discrete(m, torch.tensor([0.5, 0.5, 0.0])).shape
     torch.Size([3, 4])
+    >>> mean_field_discrete(m, torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])).shape
+    torch.Size([2, 3, 4])
     """
     if _check_model(model).vocab_size is None:
         raise ValueError("mean_field_discrete needs a model built with vocab_size")
     tokens = torch.arange(model.vocab_size, device=model.device)  # (V,)
-    return mean_field(model, tokens, freqs, tokens)[-1]
+    return mean_field(model, tokens, freqs, tokens)[-1]  # (V, d) or (B, V, d)
 
 
 def mean_field_gaussian(model: CausalTransformer, cov: object) -> list[torch.Tensor]:
