@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from covbook.experiments._common import RegressionProblem, check_length, check_streams, log_checkpoints
+from covbook.experiments._common import check_length, check_streams, log_checkpoints
+from covbook.experiments.regression import RegressionProblem
 
 
 @pytest.mark.parametrize("start", [10, 16, 100])

@@ -14,7 +14,7 @@ import yaml
 
 from covbook import icl
 from covbook.experiments import multi_step, one_step
-from covbook.experiments._common import RegressionProblem
+from covbook.experiments.regression import RegressionProblem
 from covbook.icl import RegressionTasks
 from covbook.streams import Streams
 from helpers import ROOT

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from covbook.experiments import one_step
-from covbook.experiments._common import RegressionProblem
+from covbook.experiments.regression import RegressionProblem
 from covbook.plotting import errorbar_with_curve
 from covbook.streams import Streams
 from helpers import ROOT

@@ -24,7 +24,7 @@ import torch
 
 from covbook import icl
 from covbook._validate import check_positive_float, check_positive_int, resolve_device
-from covbook.experiments._common import RegressionProblem
+from covbook.experiments.regression import RegressionProblem
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.stats import mean_with_se, slope_with_se

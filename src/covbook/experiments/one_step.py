@@ -23,7 +23,8 @@ from scipy import stats
 
 from covbook import icl
 from covbook._validate import check_nonnegative_float, check_positive_float, check_positive_int, resolve_device
-from covbook.experiments._common import RegressionProblem, log_checkpoints
+from covbook.experiments._common import log_checkpoints
+from covbook.experiments.regression import RegressionProblem
 from covbook.experiments.result import RandomStreams, Result
 from covbook.linalg import lstsq
 from covbook.plotting import errorbar_with_curve, loglog_with_fit
