@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from covbook import icl
-from covbook.experiments import multi_step
+from covbook.experiments import multi_step, one_step
+from covbook.experiments.regression import RegressionProblem
 from covbook.icl import RegressionTasks
 from covbook.streams import Streams
 from helpers import ROOT
@@ -22,7 +23,7 @@ RULES = set(yaml.safe_load((ROOT / "notebooks" / "rules" / "06_icl_multi_step.ym
 SIZES = {"n_tasks": 4, "n_max": 32}
 
 
-def _problem(seed: int = 0) -> multi_step.Setting:
+def _problem(seed: int = 0) -> RegressionProblem:
     return multi_step.setting(3, eta=0.5, streams=Streams(seed, "06"))
 
 
@@ -45,6 +46,12 @@ def test_setting() -> None:
     assert p.eta_crit == pytest.approx(2.0)
     assert torch.allclose(p.gamma @ p.cov_x, torch.eye(3, dtype=torch.float64))
     assert set(p.numbers) == {"eta_crit", "eta"}
+
+
+def test_setting_is_the_regression_problem_of_chapter_05() -> None:
+    p, q = _problem(), one_step.setting(3, eta=0.5, noise=0.5, streams=Streams(0, "05"))
+    assert type(p) is type(q) is RegressionProblem
+    assert p.noise == multi_step.NOISE and p.directions == {} and set(q.directions) == {"rate", "mean"}
 
 
 def test_measurements_carry_exactly_the_rules_ids(results) -> None:

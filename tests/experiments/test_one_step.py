@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from covbook.experiments import one_step
+from covbook.experiments.regression import RegressionProblem
 from covbook.plotting import errorbar_with_curve
 from covbook.streams import Streams
 from helpers import ROOT
@@ -20,7 +21,7 @@ from helpers import ROOT
 RULES = set(yaml.safe_load((ROOT / "notebooks" / "rules" / "05_icl_one_step.yml").read_text(encoding="utf-8")))
 
 
-def _problem(seed: int = 0) -> one_step.Setting:
+def _problem(seed: int = 0) -> RegressionProblem:
     return one_step.setting(3, eta=0.5, noise=0.5, streams=Streams(seed, "05"))
 
 
@@ -38,8 +39,8 @@ def results() -> dict[str, object]:
 def test_setting_draws_a_fixed_problem() -> None:
     p, q = _problem(), _problem()
     assert p.cov_x.shape == (3, 3) and p.w.shape == (3,)
-    assert p.rate_directions.shape == (4, 3) and p.mean_directions.shape == (5, 3)
-    assert torch.equal(p.cov_x, q.cov_x) and torch.equal(p.mean_directions, q.mean_directions)
+    assert p.directions["rate"].shape == (4, 3) and p.directions["mean"].shape == (5, 3)
+    assert torch.equal(p.cov_x, q.cov_x) and torch.equal(p.directions["mean"], q.directions["mean"])
     assert not torch.equal(p.w, _problem(1).w)
     assert torch.linalg.eigvalsh(p.cov_x).min() >= 0.3 - 1e-12  # AAᵀ/d + 0.3 I
     assert float(p.u @ p.cov_x @ p.u) == pytest.approx(1.0)

@@ -1,4 +1,4 @@
-"""Checks and grids the chapters' experiments share (one implementation each)."""
+r"""Checks and grids the chapters' experiments share (one implementation each)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from covbook._validate import check_positive_int
 __all__ = ["log_checkpoints", "check_length", "check_streams"]
 
 
-def log_checkpoints(t_end: int, n: int) -> np.ndarray:
-    """``n`` log-spaced context lengths from 100 to ``t_end`` (duplicates dropped): shape (≤ n,).
+def log_checkpoints(t_end: int, n: int, start: int = 100) -> np.ndarray:
+    r"""``n`` log-spaced context lengths from ``start`` to about ``t_end`` (duplicates dropped): shape (≤ n,).
+
+    :math:`\lfloor 10^{\,\log_{10} t_0 + k(\log_{10} t_{\rm end} - \log_{10} t_0)/(n-1)}\rfloor`,
+    :math:`k = 0, \dots, n-1` (the last can fall one short of ``t_end`` by rounding).
 
     Examples
     --------
     >>> log_checkpoints(10_000, 3).tolist()
     [100, 1000, 10000]
+    >>> log_checkpoints(1000, 3, start=10).tolist()
+    [10, 100, 1000]
     """
-    return np.unique(np.logspace(2, np.log10(t_end), n).astype(int))
+    return np.unique(np.logspace(np.log10(start), np.log10(t_end), n).astype(int))
 
 
 def check_length(t: object, name: str, least: int = 101) -> int:

@@ -24,11 +24,12 @@ import torch
 
 from covbook import icl
 from covbook._validate import check_positive_float, check_positive_int, resolve_device
+from covbook.experiments.regression import RegressionProblem
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.stats import mean_with_se, slope_with_se
 
-__all__ = ["CHAPTER", "Setting", "setting", "identity", "Tracking", "tracking", "Convergence", "convergence",
+__all__ = ["CHAPTER", "NOISE", "setting", "identity", "Tracking", "tracking", "Convergence", "convergence",
            "unstable", "Depth", "depth", "predictions_by_depth", "identity_by_depth", "UNROLL_STEPS",
            "CONVERGENCE_ETAS", "K_CONV", "ETA_UNSTABLE", "K_UNSTABLE", "ETA_DEPTH", "TRACK_N_MIN", "TRACK_S",
            "at_logit_variance"]
@@ -45,26 +46,16 @@ ETA_DEPTH = 0.5
 #: The tracking experiment's shortest context (below it the terms of order 1/N² still bend the curves),
 #: and the logit variance ``TRACK_S`` every query is scaled to for the head that reads it.
 TRACK_N_MIN, TRACK_S = 64, 0.5
+#: The label noise σ of every task of the chapter.
+NOISE = 0.1
 _F64 = torch.float64
 
 
-@dataclass
-class Setting(Result):
-    """The chapter's fixed problem: Σ_x (d, d) with eigenvalues 1, 1/2, 1/4 (then 1/4), w (d,), Γ = Σ_x⁻¹."""
-
-    d: int
-    eta: float
-    cov_x: torch.Tensor  # (d, d)
-    w: torch.Tensor  # (d,)
-    gamma: torch.Tensor  # (d, d) the Newton preconditioner
-    eta_crit: float  # 2/λ_max(Σ_x)
-
-
-def setting(d: int, *, eta: float, streams: RandomStreams) -> Setting:
+def setting(d: int, *, eta: float, streams: RandomStreams) -> RegressionProblem:
     r"""Draw :math:`\Sigma_x = Q\,\mathrm{diag}(1, \tfrac12, \tfrac14, \dots)Q^\top` and :math:`w` (stream ``configs``).
 
-    Q is the Q factor of a standard normal (d, d) matrix, drawn first, then w (d,). Glues
-    ``eta_crit`` (:math:`2/\lambda_{\max}`) and ``eta``.
+    Q is the Q factor of a standard normal (d, d) matrix, drawn first, then w (d,); label noise ``NOISE``.
+    Glues ``eta_crit`` (:math:`2/\lambda_{\max}`) and ``eta``.
     """
     d = check_positive_int(d, "d")
     eta = check_positive_float(eta, "eta")
@@ -73,7 +64,7 @@ def setting(d: int, *, eta: float, streams: RandomStreams) -> Setting:
     lam = torch.tensor([1.0, 0.5, 0.25][:d] + [0.25] * max(0, d - 3), dtype=_F64)  # (d,)
     cov_x = q_rot @ torch.diag(lam) @ q_rot.T  # (d, d) eigenvalues 1, 1/2, 1/4
     w = torch.randn(d, generator=gen, dtype=_F64)  # (d,)
-    out = Setting(d, eta, cov_x, w, torch.linalg.inv(cov_x), icl.max_stable_step(cov_x))
+    out = RegressionProblem(d, eta, NOISE, cov_x, w)
     out.glue("eta_crit", out.eta_crit)
     out.glue("eta", eta)
     return out
@@ -96,13 +87,13 @@ def identity_by_depth(tasks: icl.RegressionTasks, eta: float, layers: int) -> to
     return _in_batches(lambda t: icl.power_identity_predictions(t, eta, layers), tasks)
 
 
-def _tasks(problem: Setting, n_tasks: int, n: int, drawn: int, device: torch.device) -> icl.RegressionTasks:
-    """``n_tasks`` contexts of ``n`` examples for the chapter's fixed task w (label noise 0.1)."""
-    return icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, w=problem.w, noise=0.1,
+def _tasks(problem: RegressionProblem, n_tasks: int, n: int, drawn: int, device: torch.device) -> icl.RegressionTasks:
+    """``n_tasks`` contexts of ``n`` examples for the chapter's fixed task w (label noise σ)."""
+    return icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, w=problem.w, noise=problem.noise,
                                      seed=drawn, device=device)
 
 
-def identity(problem: Setting, *, streams: RandomStreams) -> Result:
+def identity(problem: RegressionProblem, *, streams: RandomStreams) -> Result:
     r"""Largest relative difference :math:`|\hat y^{\rm lit} - \hat y^{\rm id}|/(1 + |\hat y^{\rm id}|)`.
 
     Between the literal 10-layer model and the identity :math:`(I - A)^K`, over 8 random tasks
@@ -111,7 +102,7 @@ def identity(problem: Setting, *, streams: RandomStreams) -> Result:
     worst = 0.0
     for i, (eta_i, newton) in enumerate(UNROLL_STEPS):
         pre = problem.gamma if newton else None
-        tasks = icl.make_regression_tasks(8, 64, problem.d, cov_x=problem.cov_x, noise=0.1,
+        tasks = icl.make_regression_tasks(8, 64, problem.d, cov_x=problem.cov_x, noise=problem.noise,
                                           seed=streams.seed_for("unroll", replicate=i))
         model = icl.stacked_gd_transformer(problem.d, eta_i, 10, precondition=pre)
         literal = predictions_by_depth(model, tasks)  # (11, 8)
@@ -162,7 +153,7 @@ def at_logit_variance(x_query: torch.Tensor, metric: torch.Tensor, eta: float, s
     return x_query * (s / (eta**2 * quad)).sqrt()[:, None]  # (B, d)
 
 
-def tracking(problem: Setting, *, n_tasks: int, n_max: int, k_track: int, streams: RandomStreams,
+def tracking(problem: RegressionProblem, *, n_tasks: int, n_max: int, k_track: int, streams: RandomStreams,
              device: str | torch.device = "cpu", n_min: int = TRACK_N_MIN) -> Tracking:
     r""":math:`\mathbb E(\hat y_K - x_q^\top w_K)^2` of the literal model, K ≤ ``k_track``, N ``n_min``…``n_max``.
 
@@ -239,7 +230,7 @@ class Convergence(Result):
         axes[1].legend()
 
 
-def convergence(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStreams,
+def convergence(problem: RegressionProblem, *, n_tasks: int, n_max: int, streams: RandomStreams,
                 device: str | torch.device = "cpu") -> Convergence:
     r"""Relative errors :math:`\mathbb E(x_q^\top(w_K - w))^2/\mathbb E(x_q^\top w)^2` and the model's, K ≤ ``K_CONV``.
 
@@ -275,7 +266,7 @@ def convergence(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomSt
     return out
 
 
-def unstable(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStreams,
+def unstable(problem: RegressionProblem, *, n_tasks: int, n_max: int, streams: RandomStreams,
              device: str | torch.device = "cpu") -> Result:
     r"""The model at the unstable step η = ``ETA_UNSTABLE``, task :math:`w = v_{\max}`, query :math:`0.15\,v_{\max}`.
 
@@ -293,7 +284,7 @@ def unstable(problem: Setting, *, n_tasks: int, n_max: int, streams: RandomStrea
     _, vec_all = torch.linalg.eigh(cov_x)
     w = vec_all[:, -1]  # (d,) the top eigenvector, λ_max = 1
     xq_u = 0.15 * w  # (d,) the query along it
-    tasks_u = icl.make_regression_tasks(n_tasks, n_max, problem.d, cov_x=cov_x, w=w, noise=0.1,
+    tasks_u = icl.make_regression_tasks(n_tasks, n_max, problem.d, cov_x=cov_x, w=w, noise=problem.noise,
                                         seed=streams.seed_for("unstable"), device=dev).with_query(xq_u)
     pred_u = identity_by_depth(tasks_u, eta_u, k_u)  # (K+1, B), = the literal model
     pop_u = icl.population_gd(cov_x, w, eta_u, k_u) @ xq_u  # (K+1,) the N = ∞ model
@@ -347,7 +338,7 @@ def _population_error(cov_x: torch.Tensor, eta: float, k_max: int) -> np.ndarray
     return np.array([torch.trace((p - eye).T @ cov_x @ (p - eye)).item() / torch.trace(cov_x).item() for p in pop])
 
 
-def depth(problem: Setting, *, n_tasks: int, n_depth: Sequence[int], k_max: int, streams: RandomStreams,
+def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k_max: int, streams: RandomStreams,
           device: str | torch.device = "cpu") -> Depth:
     r""":math:`\mathbb E(\hat y_K - x_q^\top w)^2/\mathbb E(x_q^\top w)^2` for K ≤ ``k_max`` at η = ``ETA_DEPTH``.
 
@@ -362,7 +353,7 @@ def depth(problem: Setting, *, n_tasks: int, n_depth: Sequence[int], k_max: int,
     dev = resolve_device(device)
     errs = {}
     for i, n in enumerate(ns):
-        tasks = icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, noise=0.1,
+        tasks = icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, noise=problem.noise,
                                           seed=streams.seed_for("depth", replicate=i), device=dev)
         pred = identity_by_depth(tasks, ETA_DEPTH, k_max)  # (K+1, B)
         clean = tasks.clean_target.cpu()  # (B,)

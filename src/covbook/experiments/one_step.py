@@ -23,13 +23,15 @@ from scipy import stats
 
 from covbook import icl
 from covbook._validate import check_nonnegative_float, check_positive_float, check_positive_int, resolve_device
+from covbook.experiments._common import log_checkpoints
+from covbook.experiments.regression import RegressionProblem
 from covbook.experiments.result import RandomStreams, Result
 from covbook.linalg import lstsq
 from covbook.plotting import errorbar_with_curve, loglog_with_fit
 from covbook.rules import LEVEL
 from covbook.stats import mean_with_se, slope_with_se
 
-__all__ = ["CHAPTER", "Setting", "setting", "Rate", "rate", "Gain", "gain", "MeanShift", "mean_shift", "Risk",
+__all__ = ["CHAPTER", "setting", "Rate", "rate", "Gain", "gain", "MeanShift", "mean_shift", "Risk",
            "risk", "z2_bound", "chi2_band", "RATE_S", "GAIN_ETAS", "GAIN_LAWS", "MEAN_S"]
 
 CHAPTER = "05"
@@ -68,29 +70,12 @@ def chi2_band(y: np.ndarray) -> tuple[float, float]:
     return float(stats.chi2.ppf(LEVEL / 2, nu) / nu), float(stats.chi2.ppf(1 - LEVEL / 2, nu) / nu)
 
 
-@dataclass
-class Setting(Result):
-    """The chapter's fixed regression problem: Σ_x (d, d), w (d,), and the raw query directions."""
-
-    d: int
-    eta: float
-    noise: float
-    cov_x: torch.Tensor  # (d, d)
-    w: torch.Tensor  # (d,)
-    rate_directions: torch.Tensor  # (len(RATE_S), d)
-    mean_directions: torch.Tensor  # (MEAN_S[2], d)
-
-    @property
-    def u(self) -> torch.Tensor:
-        """The unit query direction along the task, w/√(wᵀΣ_x w), so uᵀΣ_x u = 1; shape (d,)."""
-        return self.w / torch.sqrt(self.w @ self.cov_x @ self.w)
-
-
-def setting(d: int, *, eta: float, noise: float, streams: RandomStreams) -> Setting:
+def setting(d: int, *, eta: float, noise: float, streams: RandomStreams) -> RegressionProblem:
     r"""Draw the fixed problem from stream ``configs``: :math:`\Sigma_x = AA^\top/d + 0.3I`, :math:`w`, queries.
 
-    The draws, in order: :math:`A` (d, d), :math:`w` (d,), the rate directions (4, d), the
-    mean-shift directions (5, d), all standard normal in float64. Glues ``d``, ``eta``, ``noise``.
+    The draws, in order: :math:`A` (d, d), :math:`w` (d,), the rate directions (4, d) and the
+    mean-shift directions (5, d) (``directions["rate"]``, ``directions["mean"]``), all standard normal
+    in float64. Glues ``d``, ``eta``, ``noise``.
     """
     d = check_positive_int(d, "d")
     eta, noise = check_positive_float(eta, "eta"), check_nonnegative_float(noise, "noise")
@@ -100,7 +85,7 @@ def setting(d: int, *, eta: float, noise: float, streams: RandomStreams) -> Sett
     w = torch.randn(d, generator=gen, dtype=_F64)  # (d,)
     v_rate = torch.randn(len(RATE_S), d, generator=gen, dtype=_F64)  # (4, d)
     v_mean = torch.randn(MEAN_S[2], d, generator=gen, dtype=_F64)  # (5, d)
-    out = Setting(d, eta, noise, cov_x, w, v_rate, v_mean)
+    out = RegressionProblem(d, eta, noise, cov_x, w, {"rate": v_rate, "mean": v_mean})
     out.glue("d", d)
     out.glue("eta", eta)
     out.glue("noise", noise)
@@ -139,7 +124,7 @@ class Rate(Result):
         axes[1].legend()
 
 
-def rate(problem: Setting, *, n_streams: int, n_max: int, streams: RandomStreams,
+def rate(problem: RegressionProblem, *, n_streams: int, n_max: int, streams: RandomStreams,
          device: str | torch.device = "cpu") -> Rate:
     r"""The head, linear attention and least squares along ``n_streams`` contexts up to ``n_max`` examples.
 
@@ -157,8 +142,8 @@ def rate(problem: Setting, *, n_streams: int, n_max: int, streams: RandomStreams
         raise ValueError(f"n_streams must be at least 2 (standard errors), got {n_streams}")
     dev = resolve_device(device)
     cov_x, w, eta, noise = problem.cov_x, problem.w, problem.eta, problem.noise
-    xq = _scaled(problem.rate_directions, torch.tensor(RATE_S, dtype=_F64), eta, cov_x)  # (m, d)
-    checkpoints = np.unique(np.logspace(1, np.log10(n_max), 16).astype(int))
+    xq = _scaled(problem.directions["rate"], torch.tensor(RATE_S, dtype=_F64), eta, cov_x)  # (m, d)
+    checkpoints = log_checkpoints(n_max, 16, start=10)
     paths = icl.icl_prediction_paths(w, xq, eta, checkpoints, cov_x=cov_x, noise=noise, streams=n_streams,
                                      seed=streams.seed_for("streaming"), device=dev)  # each (R, n_t, m)
     w1 = icl.population_gd(cov_x, w, eta, 1)[1]  # (d,)
@@ -179,7 +164,7 @@ def rate(problem: Setting, *, n_streams: int, n_max: int, streams: RandomStreams
 
 
 def _measure_rate(out: Rate, paths: dict[str, torch.Tensor], xq: torch.Tensor, truth: torch.Tensor,
-                  mu: torch.Tensor, c_soft: torch.Tensor, c_lin: torch.Tensor, problem: Setting,
+                  mu: torch.Tensor, c_soft: torch.Tensor, c_lin: torch.Tensor, problem: RegressionProblem,
                   n_streams: int, streams: RandomStreams) -> None:
     """The rate experiment's measurements, in the chapter's order."""
     checkpoints, norm_sq = out.checkpoints, out.norm_sq
@@ -229,7 +214,7 @@ class Gain(Result):
         ax.legend()
 
 
-def gain(problem: Setting, *, n_long: int, n_streams_long: int, streams: RandomStreams,
+def gain(problem: RegressionProblem, *, n_long: int, n_streams_long: int, streams: RandomStreams,
          device: str | torch.device = "cpu") -> Gain:
     r"""The ratio :math:`\hat y_N / x_q^\top w_1` against :math:`g(s)` for each law of ``GAIN_LAWS``.
 
@@ -271,7 +256,7 @@ def gain(problem: Setting, *, n_long: int, n_streams_long: int, streams: RandomS
     return out
 
 
-def _long_heads(problem: Setting, qs: torch.Tensor, eta: float, n_long: int, n_streams: int, seeds: list[int],
+def _long_heads(problem: RegressionProblem, qs: torch.Tensor, eta: float, n_long: int, n_streams: int, seeds: list[int],
                 dev: torch.device, *, x_law: str = "gaussian", mean_x: torch.Tensor | None = None) -> torch.Tensor:
     """The head at N = ``n_long`` for each query row of ``qs``, fresh contexts (``seeds[i]``) per query: (R, k)."""
     return torch.cat([
@@ -301,7 +286,7 @@ class MeanShift(Result):
         ax.legend()
 
 
-def mean_shift(problem: Setting, *, n_long: int, n_streams_long: int, streams: RandomStreams,
+def mean_shift(problem: RegressionProblem, *, n_long: int, n_streams_long: int, streams: RandomStreams,
                device: str | torch.device = "cpu") -> MeanShift:
     r"""Inputs :math:`\mathcal N(\mu_x, \Sigma_x)` with :math:`\mu_x = u`: the head against its limit and one GD step.
 
@@ -315,7 +300,7 @@ def mean_shift(problem: Setting, *, n_long: int, n_streams_long: int, streams: R
     dev = resolve_device(device)
     cov_x, w, eta = problem.cov_x, problem.w, problem.eta
     mean_x = 1.0 * problem.u  # (d,) a mean of Mahalanobis length 1
-    qs = _scaled(problem.mean_directions, torch.linspace(*MEAN_S, dtype=_F64), eta, cov_x)  # (5, d)
+    qs = _scaled(problem.directions["mean"], torch.linspace(*MEAN_S, dtype=_F64), eta, cov_x)  # (5, d)
     seeds = [streams.seed_for("mean-shift", replicate=i) for i in range(len(qs))]
     out = _long_heads(problem, qs, eta, n_long, n_streams_long, seeds, dev, mean_x=mean_x)  # (R, 5)
     limit = w @ mean_x + eta * qs @ cov_x @ w  # (5,)

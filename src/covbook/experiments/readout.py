@@ -28,7 +28,7 @@ from scipy import stats
 
 from covbook._validate import check_positive_int
 from covbook.attention import readout_paths
-from covbook.experiments._common import check_streams
+from covbook.experiments._common import check_length, check_streams, log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.plotting import loglog_with_fit
 from covbook.processes import GaussianIID
@@ -130,10 +130,8 @@ def rate_grid(t_max: int) -> tuple[np.ndarray, np.ndarray]:
     The window is t ≥ t_max/100: the last two decades.  Raises ``ValueError`` unless ``t_max`` is an
     integer above 100.
     """
-    t_max = check_positive_int(t_max, "t_max")
-    if t_max <= 100:
-        raise ValueError(f"t_max must be an integer above 100 (the grid starts at t = 100), got {t_max}")
-    t_rate = np.unique(np.logspace(2, np.log10(t_max), 12).astype(int))  # (n_t,)
+    t_max = check_length(t_max, "t_max")
+    t_rate = log_checkpoints(t_max, 12)  # (n_t,)
     return t_rate, t_rate >= t_max / 100
 
 
@@ -183,10 +181,8 @@ def single_streams(heads: list[Head], t_stream: int, *, streams: RandomStreams,
     """
     if not heads or any(h.queries is None for h in heads):
         raise ValueError("heads must be a non-empty list of configurations with fixed queries")
-    t_stream = check_positive_int(t_stream, "t_stream")
-    if t_stream <= 100:
-        raise ValueError(f"t_stream must be an integer above 100 (the checkpoints start at t = 100), got {t_stream}")
-    checkpoints = np.unique(np.logspace(2, np.log10(t_stream), 25).astype(int))  # (n_t,)
+    t_stream = check_length(t_stream, "t_stream")
+    checkpoints = log_checkpoints(t_stream, 25)  # (n_t,)
     paths, limits, consts, sds, lam_max = [], [], [], [], []
     for c, h in enumerate(heads):
         q = h.queries  # (m, d)
