@@ -152,3 +152,20 @@ def test_block_attention_falls_back_to_the_reference_on_overflow_and_bad_input()
     assert torch.isfinite(out).all() and torch.equal(out, softmax_attention(q, k, v, causal=True))
     with pytest.raises(ValueError, match="finite"):
         block_attention(torch.full((1, 2, 1), float("nan")), k.float(), v.float(), causal=True)
+
+
+def test_a_seeded_model_leaves_the_global_generator_untouched() -> None:
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    CausalTransformer(vocab_size=5, d_model=8, n_layers=2, n_heads=2, mlp=True, layer_norm=True, seed=3)
+    CausalTransformer(d_in=3, d_model=4, n_layers=1, n_heads=1, seed=3)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_the_weights_depend_on_the_seed_alone() -> None:
+    torch.manual_seed(1)
+    a = CausalTransformer(vocab_size=5, d_model=8, n_layers=2, n_heads=2, mlp=True, seed=3)
+    torch.manual_seed(2)
+    b = CausalTransformer(vocab_size=5, d_model=8, n_layers=2, n_heads=2, mlp=True, seed=3)
+    for (name, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(p, q), name

@@ -201,12 +201,21 @@ class CausalTransformer(nn.Module):
         check_fits((n_params,), "d_model, n_layers and vocab_size", itemsize=8 if dtype == torch.float64 else 4)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
-        gen = torch.Generator().manual_seed(check_seed(seed))
+        # torch's layers initialise themselves from the global generator before their weights are
+        # overwritten from `gen`: fork it, so that a seeded model leaves the global stream untouched
+        self.logit_scale = float(logit_scale)
+        with torch.random.fork_rng(devices=[]):
+            self._build(vocab_size, d_in, d_model, n_layers, n_heads, mlp, layer_norm, pos, max_len,
+                        dtype, torch.Generator().manual_seed(check_seed(seed)))
+
+    def _build(self, vocab_size: int | None, d_in: int | None, d_model: int, n_layers: int, n_heads: int,
+               mlp: bool, layer_norm: bool, pos: str | None, max_len: int, dtype: torch.dtype,
+               gen: torch.Generator) -> None:
+        """Create the layers and draw every weight from ``gen``."""
         self.vocab_size = None if vocab_size is None else check_positive_int(vocab_size, "vocab_size")
         self.d_in = None if d_in is None else check_positive_int(d_in, "d_in")
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.mlp, self.layer_norm, self.pos, self.max_len = bool(mlp), bool(layer_norm), pos, max_len
-        self.logit_scale = float(logit_scale)
         if self.vocab_size is not None:
             self.embed = nn.Embedding(self.vocab_size, d_model, dtype=dtype)
             with torch.no_grad():
