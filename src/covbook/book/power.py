@@ -39,12 +39,14 @@ from pathlib import Path
 
 from covbook.rules import Measurement, Rule, judge, quantile
 
-__all__ = ["NotPredicted", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
-           "predict", "needed", "measurement_of", "replicate_count", "forecast", "SHRINKING", "N_CAP", "fmt_count",
-           "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text"]
+__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
+           "predict", "needed", "measurement_of", "replicate_count", "forecast", "SHRINKING", "N_CAP", "SAME_WINDOW",
+           "fmt_count", "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text"]
 
 #: Windows whose width shrinks as the SE does, so that power grows with the replicates.
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
+#: The note of a forecast whose window does not depend on the replicates (``fixed``, ``tolerance``).
+SAME_WINDOW = "its window is the same at every size"
 #: No replicate count beyond this is searched: a claim that needs more is said to need "more than" it.
 N_CAP = 1e12
 
@@ -54,6 +56,15 @@ class NotPredicted:
     """A claim whose window the model does not predict, and why."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Scale:
+    """``SE ∝ (n·ℓ)^(−1/2)``: ``n`` counts the replicates (and the degrees of freedom), ``length`` a length
+    the SE also falls with (the context length of a limit read at a stream's end)."""
+
+    n: str
+    length: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,29 +78,31 @@ class Replicates:
     default : str or None
         The expression of the notebook's parameters for every claim not named in ``claims``.
     claims : dict
-        Claim id -> expression (``str``) or :class:`NotPredicted`.
+        Claim id -> expression (``str``), :class:`Scale` or :class:`NotPredicted`.
     """
 
     notebook: str
     default: str | None = None
     claims: dict = dataclasses.field(default_factory=dict)
 
-    def of(self, claim_id: str) -> str | NotPredicted:
-        """The expression (or :class:`NotPredicted`) for ``claim_id``.
+    def of(self, claim_id: str) -> Scale | NotPredicted:
+        """How the SE of ``claim_id`` scales (or why it is not predicted).
 
         >>> r = Replicates("08_x", "n_streams", {"tail": "n_tail", "odd": NotPredicted("its window is the run's")})
         >>> r.of("slope"), r.of("tail"), r.of("odd").reason
-        ('n_streams', 'n_tail', "its window is the run's")
+        (Scale(n='n_streams', length=None), Scale(n='n_tail', length=None), "its window is the run's")
         """
-        if claim_id in self.claims:
-            return self.claims[claim_id]
-        if self.default is None:
+        found = self.claims.get(claim_id, self.default)
+        if found is None:
             return NotPredicted(f"profiles.yml declares no replicates for {self.notebook}'s claim {claim_id!r}")
-        return self.default
+        return Scale(found) if isinstance(found, str) else found
 
 
 def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profiles.yml") -> Replicates:
-    """A notebook's ``replicates:`` entry: ``{default: expr, <claim id>: expr | {not_predicted: reason}}``.
+    """A notebook's ``replicates:`` entry: ``{default: spec, <claim id>: spec | {not_predicted: reason}}``.
+
+    A spec is an expression of the notebook's parameters that counts the replicates, or
+    ``{n: expression, length: expression}`` for an SE that also falls with a length (:class:`Scale`).
 
     Raises
     ------
@@ -100,6 +113,8 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     --------
     >>> parse_replicates({"default": "n_streams", "c": {"not_predicted": "a fixed window"}}, "01_a").of("c")
     NotPredicted(reason='a fixed window')
+    >>> parse_replicates({"default": {"n": "n_streams", "length": "t_max"}}, "01_a").of("c")
+    Scale(n='n_streams', length='t_max')
     >>> try:
     ...     parse_replicates({"c": 3}, "01_a")
     ... except ValueError as err:
@@ -115,15 +130,18 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
         if not isinstance(key, str) or not key.replace("_", "").isalnum():
             raise ValueError(f"{at}: key {key!r} must be `default` or a claim id")
         if isinstance(value, str) and value.strip():
-            parsed: str | NotPredicted = value.strip()
+            parsed: str | Scale | NotPredicted = value.strip()
+        elif isinstance(value, dict) and "n" in value and set(value) <= {"n", "length"} \
+                and all(isinstance(v, str) and v.strip() for v in value.values()):
+            parsed = Scale(value["n"].strip(), value["length"].strip() if "length" in value else None)
         elif isinstance(value, dict) and set(value) == {"not_predicted"} and isinstance(value["not_predicted"], str) \
                 and value["not_predicted"].strip():
             parsed = NotPredicted(" ".join(value["not_predicted"].split()))
         else:
-            raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text) or "
-                             f"{{not_predicted: reason}}, got {value!r}")
+            raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text), "
+                             f"{{n: expression, length: expression}} or {{not_predicted: reason}}, got {value!r}")
         if key == "default":
-            if not isinstance(parsed, str):
+            if isinstance(parsed, NotPredicted):
                 raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
             default = parsed
         else:
@@ -176,19 +194,24 @@ def scaled_dof(dof: int | None, n_from: float, n_to: float) -> int | None:
     return max(1, round((dof + 1) * n_to / n_from) - 1)
 
 
-def scaled(m: Measurement, n_from: float, n_to: float) -> Measurement:
+def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> Measurement:
     """The measurement ``m`` (over ``n_from`` replicates) as a run over ``n_to`` would record its uncertainty.
 
     The value, prediction, allowance and extras are kept; the SE and the degrees of freedom scale
     (:func:`scaled_se`, :func:`scaled_dof`), and so do a run's own window ends about the prediction.
+    ``length`` is the ratio ``ℓ_to/ℓ_from`` of a length the SE also falls with, ``SE ∝ (n·ℓ)^(−1/2)`` (the
+    context length of a limit read at a stream's end, whose variance is C/t); it leaves the degrees of
+    freedom, which count replicates, alone.
 
     >>> m = Measurement("s", "08_x", -0.9, prediction=-1.0, se=0.2, lower=-1.6, upper=-0.7)
     >>> s = scaled(m, 16, 64)
     >>> s.se, s.lower, s.upper
     (0.1, -1.3, -0.85)
     """
-    ratio = math.sqrt(n_from / n_to)
-    se = None if m.se is None else scaled_se(m.se, n_from, n_to)
+    if not length > 0:
+        raise ValueError(f"length must be a positive ratio of lengths, got {length}")
+    ratio = math.sqrt(n_from / (n_to * length))
+    se = None if m.se is None else scaled_se(m.se, n_from, n_to * length)
     p = m.prediction
     lower = m.lower if m.lower is None or p is None else p + (m.lower - p) * ratio
     upper = m.upper if m.upper is None or p is None else p + (m.upper - p) * ratio
@@ -206,8 +229,9 @@ def _scalable(rule: Rule, m: Measurement) -> str | None:
     return None
 
 
-def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, profile: str | None = None):
-    """The claim a run over ``n_to`` replicates would be judged: ``judge(rule, scaled(m, n_from, n_to))``.
+def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, length: float = 1.0,
+            profile: str | None = None):
+    """The claim a run over ``n_to`` replicates would be judged: ``judge(rule, scaled(m, n_from, n_to, length))``.
 
     Its window, ``powered`` and ``kind`` are the prediction; its measured value and verdict are the
     measured run's and mean nothing at ``n_to``.
@@ -223,11 +247,11 @@ def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, profile: 
     why = _scalable(rule, m)
     if why:
         raise ValueError(f"claim {m.id}: cannot predict its window: {why}")
-    return judge(rule, scaled(m, n_from, n_to), profile=profile)
+    return judge(rule, scaled(m, n_from, n_to, length), profile=profile)
 
 
-def needed(rule: Rule, m: Measurement, n_from: float) -> float | None:
-    """The smallest replicate count whose predicted window excludes every alternative.
+def needed(rule: Rule, m: Measurement, n_from: float, length: float = 1.0) -> float | None:
+    """The smallest replicate count whose predicted window excludes every alternative (at length ratio ``length``).
 
     ``None`` when no count does: the window does not shrink with the SE (``fixed``, ``tolerance``,
     ``above``, ``below``: its power is the same at every size), or an alternative stays inside it
@@ -248,7 +272,7 @@ def needed(rule: Rule, m: Measurement, n_from: float) -> float | None:
         return None
 
     def powered(n: float) -> bool:
-        return bool(judge(rule, scaled(m, n_from, n)).powered)
+        return bool(judge(rule, scaled(m, n_from, n, length)).powered)
 
     if powered(1.0):
         return 1.0
@@ -316,6 +340,9 @@ class Forecast:
         The smallest count with power (:func:`needed`); ``None`` when none does or it is not predicted.
     note : str or None
         Why the window is not predicted, or what the prediction leaves out.
+    length_name : str or None
+        The length the SE also falls with (:class:`Scale`), and ``length`` its value at ``profile``;
+        ``n_needed`` is counted at that length.
     """
 
     claim: str
@@ -330,9 +357,11 @@ class Forecast:
     se: float | None = None
     n_needed: float | None = None
     note: str | None = None
+    length_name: str | None = None
+    length: float | None = None
 
 
-def forecast(rule: Rule, m: Measurement, replicates: str | NotPredicted, run_params: dict,
+def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted, run_params: dict,
              profiles: dict[str, dict]) -> list[Forecast]:
     """The claim's predicted power at each profile of ``profiles`` (name -> that profile's parameters).
 
@@ -340,19 +369,25 @@ def forecast(rule: Rule, m: Measurement, replicates: str | NotPredicted, run_par
     forecast per profile with ``kind`` ``None`` and the reason in ``note``.
     """
     where = f"{m.notebook}.replicates ({m.id})"
+    if rule.window in ("fixed", "tolerance") and not m.reason:  # the same window at every size
+        kind = judge(rule, m).kind
+        return [Forecast(m.id, m.notebook, name, None, None, None, kind, note=SAME_WINDOW) for name in profiles]
     why = replicates.reason if isinstance(replicates, NotPredicted) else _scalable(rule, m)
     if why is None and m.reason:
         why = f"the run could not evaluate it ({m.reason})"
     if why:
         return [Forecast(m.id, m.notebook, name, None, None, None, None, note=why) for name in profiles]
-    n_run = replicate_count(replicates, run_params, where)
-    need = needed(rule, m, n_run)
+    scale = Scale(replicates) if isinstance(replicates, str) else replicates
+    n_run = replicate_count(scale.n, run_params, where)
+    len_run = replicate_count(scale.length, run_params, where) if scale.length else 1.0
     out = []
     for name, params in profiles.items():
-        n = replicate_count(replicates, params, where)
-        c = predict(rule, m, n_run, n, profile=name)
-        out.append(Forecast(m.id, m.notebook, name, replicates, n, n_run, c.kind, c.lower, c.upper,
-                            c.extra.get("se"), need))
+        n = replicate_count(scale.n, params, where)
+        length = replicate_count(scale.length, params, where) if scale.length else None
+        ratio = 1.0 if length is None else length / len_run
+        c = predict(rule, m, n_run, n, length=ratio, profile=name)
+        out.append(Forecast(m.id, m.notebook, name, scale.n, n, n_run, c.kind, c.lower, c.upper, c.extra.get("se"),
+                            needed(rule, m, n_run, ratio), length_name=scale.length, length=length))
     return out
 
 
@@ -435,12 +470,14 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
 _DECISION = """\
 {%- if f.kind is none -%}
 not predicted: {{ f.note }}
+{%- elif f.replicates is none -%}
+{{ f.kind }} at every profile: {{ f.note }}
 {%- elif f.kind == "evidence" -%}
 evidence predicted at `{{ f.profile }}` \
-(`{{ f.replicates }}` {{ count(f.n) }} ≥ {{ count(f.n_needed) }} needed)
+(`{{ f.replicates }}` {{ count(f.n) }} ≥ {{ count(f.n_needed) }} needed{{ at }})
 {%- elif f.n_needed -%}
 not decided by `{{ f.profile }}` (`{{ f.replicates }}` {{ count(f.n) }}): \
-needs `{{ f.replicates }}` ≥ {{ count(f.n_needed) }}
+needs `{{ f.replicates }}` ≥ {{ count(f.n_needed) }}{{ at }}
 {%- elif shrinks -%}
 not decided by any size: an alternative stays inside its window however small the SE \
 (within its allowance, or on its open side)
@@ -467,4 +504,5 @@ def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
         return ""
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
-    return env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING)
+    at = f" at `{chosen.length_name}` {fmt_count(chosen.length)}" if chosen.length_name else ""
+    return env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING, at=at)
