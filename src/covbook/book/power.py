@@ -41,7 +41,8 @@ from covbook.rules import Measurement, Rule, judge, quantile
 
 __all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
            "predict", "needed", "measurement_of", "replicate_count", "forecast", "SHRINKING", "N_CAP", "SAME_WINDOW",
-           "fmt_count", "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text"]
+           "fmt_count", "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text",
+           "plan_lines"]
 
 #: Windows whose width shrinks as the SE does, so that power grows with the replicates.
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
@@ -506,3 +507,37 @@ def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
     at = f" at `{chosen.length_name}` {fmt_count(chosen.length)}" if chosen.length_name else ""
     return env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING, at=at)
+
+
+def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
+    """The predicted power at ``profile`` of each notebook's evidence claims, from its last run (for ``--plan``).
+
+    One line per notebook in ``names`` whose last run (``book/generated``) was at a smaller profile: how many
+    evidence claims are predicted ``evidence`` there, and those that are not, with the count that would give
+    them power.  Nothing for a notebook without a run.
+    """
+    from covbook.book.records import read_run
+    from covbook.claims import load_claims
+
+    root = Path(root)
+    gen = root / "book" / "generated"
+    out = []
+    for name in names:
+        rec, path = read_run(gen / "runs" / f"{name}.json"), gen / "claims" / f"{name}.json"
+        if rec is None or not rec.ok or not path.is_file() or profile not in larger_profiles(rec.profile):
+            continue
+        claims = load_claims(path, rules_root=root, profile=rec.profile)
+        found = claim_forecasts(root, claims, {name: dict(rec)})
+        at = [f for fs in found.values() for f in fs if f.profile == profile]
+        strong = [f for f in at if f.kind == "evidence"]
+        weak = [f for f in at if f.kind == "compatible"]
+        unknown = [f for f in at if f.kind is None]
+        text = f"- {name}: {len(strong)} of {len(at)} evidence claims predicted evidence at {profile} " \
+               f"(from its {rec.profile} run)"
+        if weak:
+            text += "; compatible: " + ", ".join(
+                f.claim + (f" (needs {f.replicates} ≥ {fmt_count(f.n_needed)})" if f.n_needed else "") for f in weak)
+        if unknown:
+            text += f"; {len(unknown)} not predicted"
+        out.append(text)
+    return out
