@@ -78,6 +78,12 @@ def test_an_unknown_replicates_parameter_is_an_error_naming_it(tmp_path: Path) -
         _page(root)
 
 
+def test_replicates_naming_an_unknown_claim_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = _project(tmp_path, "  replicates: {default: n_streams, slopes: n_streams}\n")
+    with pytest.raises(ValueError, match=r"01_a\.replicates names claim\(s\) slopes, which 01_a\.yml does not have"):
+        _page(root)
+
+
 def test_decide_text_of_a_rule_that_claims_no_power() -> None:
     s = Statement("T", "x", "01_a", ("c",))
     c = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible", rule_kind="compatible")

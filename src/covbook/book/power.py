@@ -224,7 +224,7 @@ def _scalable(rule: Rule, m: Measurement) -> str | None:
     if rule.window in ("fixed", "tolerance"):
         return None
     if rule.window == "run_interval" and m.prediction is None:
-        return "its window's ends are computed in the run about no recorded prediction"
+        return "the run computes its window's ends and records no prediction to rescale them about"
     if rule.window != "run_interval" and (m.se is None or not math.isfinite(m.se)):
         return "the run records no standard error"
     return None
@@ -463,6 +463,10 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
         defaults = profile_parameters(root, c.notebook, built) if built else {}
         run_params = {**defaults, **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
         entry = replicates.get(c.notebook) or Replicates(c.notebook)
+        unknown = sorted(set(entry.claims) - set(load_rules(rules_file)))
+        if unknown:
+            raise ValueError(f"notebooks/profiles.yml: {c.notebook}.replicates names claim(s) {', '.join(unknown)}, "
+                             f"which {rules_file.name} does not have")
         out[key] = forecast(load_rules(rules_file)[c.id], measurement_of(c), entry.of(c.id), run_params,
                             {name: params[(c.notebook, name)] for name in targets})
     return out

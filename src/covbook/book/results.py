@@ -358,7 +358,10 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
         "the others only compatible, and the row says which) or **compatible only** (every key claim passes, but "
         "none of the statement's parts is shown: a claim cannot exclude its alternative at this profile, so the run "
         "agrees with the statement without testing it). A part is shown when each of its claims passes and "
-        "excludes the alternative it names. The full list of claims is in the "
+        "excludes the alternative it names. Where a key claim passes without power, the row says what would "
+        "decide it: its window predicted at each larger profile from this run's standard error, which falls like "
+        "$n^{-1/2}$ in the replicates (streams, pairs, tasks, models) `notebooks/profiles.yml` declares for it, "
+        "and the smallest $n$ whose window excludes every alternative. The full list of claims is in the "
         "{doc}`reproduction report <reproduction>`.",
         "",
         "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
