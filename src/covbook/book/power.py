@@ -440,6 +440,7 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
     keys
         ``(notebook, claim id)`` to forecast; default every evidence claim.
     """
+    from covbook.book.config import PROFILES
     from covbook.rules import load_rules, rules_path
 
     root = Path(root)
@@ -453,14 +454,14 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
         run = runs.get(c.notebook) or {}
         injected = dict(run.get("parameters") or {})
         built = c.profile or injected.get("profile")
-        targets = larger_profiles(built)
         rules_file = rules_path(root, c.notebook)
-        if not targets or not rules_file.is_file() or c.id not in load_rules(rules_file):
-            continue
-        for name in targets:
+        if built not in PROFILES or not rules_file.is_file() or c.id not in load_rules(rules_file):
+            continue  # a run of no known profile has no parameters to scale from
+        targets = larger_profiles(built)
+        for name in [*targets, built]:
             if (c.notebook, name) not in params:
                 params[(c.notebook, name)] = profile_parameters(root, c.notebook, name)
-        defaults = profile_parameters(root, c.notebook, built) if built else {}
+        defaults = params[(c.notebook, built)]
         run_params = {**defaults, **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
         entry = replicates.get(c.notebook) or Replicates(c.notebook)
         unknown = sorted(set(entry.claims) - set(load_rules(rules_file)))
