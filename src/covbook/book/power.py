@@ -19,8 +19,15 @@ notebook's entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`), an ex
 notebook's parameters for the notebook (``default``) and for any claim whose replicates differ; only
 ratios matter, so ``n_streams`` and ``n_streams / 2`` (pairs) predict alike.  A claim whose SE depends on
 more than its replicates (a slope's SE also shrinks with the range of ``log t`` it is fitted over) is
-predicted for the replicates alone, and the page says so; a claim whose window the run builds differently
-at another profile is declared ``{not_predicted: reason}``.
+predicted for the replicates alone, and the page says so.  A quantity read at the end of a stream of
+length ``t`` (a limit, whose variance is ``C/t`` by the rate theorem) has ``SE ∝ (n·t)^(−1/2)``: it is
+declared ``{n: expression, length: expression}`` (:class:`Scale`; the degrees of freedom still count ``n``
+alone).  A claim whose window the run builds differently at another profile is declared
+``{not_predicted: reason}``.
+
+The model is checked against a paper-scale run: ``studies/power_scaling_h200.py`` predicts the full windows of
+chapters 01–05 from their quick run and compares them with the windows of a full run on one GPU
+(``tests/data/power_quick_full_h200.json``, tested in ``tests/test_power.py``).
 
 Windows: ``two_sided``, ``at_least``, ``at_most``, ``above``, ``below`` and ``chi2_mean`` are rebuilt from
 the scaled SE exactly as :func:`covbook.rules.window` builds them; a ``run_interval`` is rebuilt by scaling
