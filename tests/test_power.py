@@ -152,6 +152,13 @@ def test_forecast_at_each_profile():
     assert skipped[0].kind is None and power.decision_text(skipped) == "not predicted: its window is the run's"
 
 
+def test_a_significance_window_predicted_at_a_larger_profile_names_no_needed_count():
+    rule = _rule("above", alts=(Alternative("no effect", -1.0),))  # [p + k·se, ∞) excludes p at any se > 0
+    out = power.forecast(rule, _m(0.2), "n", {"n": 16}, {"full": {"n": 64}})
+    assert out[0].kind == "evidence" and out[0].n_needed is None
+    assert power.decision_text(out, "above") == "evidence predicted at `full` (`n` 64)"
+
+
 def test_a_fixed_window_keeps_its_kind_at_every_profile():
     rule = Rule("b", "evidence", "below the bound", "fixed", interval=(0.0, 1.0),
                 alternatives=(Alternative("twice the bound", 2.0),))

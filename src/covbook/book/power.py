@@ -487,7 +487,7 @@ not predicted: {{ f.note }}
 {{ f.kind }} at every profile: {{ f.note }}
 {%- elif f.kind == "evidence" -%}
 evidence predicted at `{{ f.profile }}` \
-(`{{ f.replicates }}` {{ count(f.n) }} ≥ {{ count(f.n_needed) }} needed{{ at }})
+(`{{ f.replicates }}` {{ count(f.n) }}{% if f.n_needed %} ≥ {{ count(f.n_needed) }} needed{{ at }}{% endif %})
 {%- elif f.n_needed -%}
 not decided by `{{ f.profile }}` (`{{ f.replicates }}` {{ count(f.n) }}): \
 needs `{{ f.replicates }}` ≥ {{ count(f.n_needed) }}{{ at }}
