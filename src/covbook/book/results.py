@@ -288,7 +288,8 @@ Each key claim of a statement the abstract makes, with its kind at the profile t
 the kind its window is predicted to have at each larger profile: the rule's window rebuilt about the same
 prediction with the standard error scaled by $\\sqrt{n/n'}$, $n$ the replicates that
 `notebooks/profiles.yml` declares for the claim (streams, pairs, tasks, models), $n'$ their number at the
-larger profile. The measured value never enters. A slope's standard error also shrinks with the range of
+larger profile (and by $\\sqrt{t/t'}$ for a quantity read at the end of a stream of length $t$, whose
+variance is $C/t$). The measured value never enters. A slope's standard error also shrinks with the range of
 $\\log t$ it is fitted over, which the prediction leaves out.
 
 | statement | key claim | built at | kind there |{% for p in larger %} predicted at `{{ p }}` |{% endfor %}
@@ -317,6 +318,7 @@ def _power_rows(results: Results, by_key: dict[tuple[str, str], Claim],
                 larger += [f.profile] if f.profile not in larger else []
                 at[f.profile] = ("not predicted" if f.kind is None else f"{f.kind} ({f.note})" if f.replicates is None
                                  else f"{f.kind} (`{f.replicates}` {fmt_count(f.n)}"
+                                 + (f" at `{f.length_name}` {fmt_count(f.length)}" if f.length_name else "")
                                  + (f"; needs {fmt_count(f.n_needed)})" if f.n_needed else ")"))
             kind = claim.kind if claim.passed else "FAIL"
             rows.append({"statement": _cell(s.id), "claim": cid if nb == s.chapter else f"{nb}:{cid}",
