@@ -159,6 +159,13 @@ def test_a_significance_window_predicted_at_a_larger_profile_names_no_needed_cou
     assert power.decision_text(out, "above") == "evidence predicted at `full` (`n` 64)"
 
 
+def test_what_the_model_leaves_out_is_said():
+    scale = power.parse_replicates({"default": {"n": "n", "also": "the range of log t"}}, "01_a").of("s")
+    out = power.forecast(_rule("two_sided"), _m(0.2), scale, {"n": 16}, {"full": {"n": 20}})
+    assert out[0].kind == "compatible" and power.decision_text(out).endswith(
+        "needs `n` ≥ 32 (not counted: the range of log t, which would narrow its window further)")
+
+
 def test_a_fixed_window_keeps_its_kind_at_every_profile():
     rule = Rule("b", "evidence", "below the bound", "fixed", interval=(0.0, 1.0),
                 alternatives=(Alternative("twice the bound", 2.0),))

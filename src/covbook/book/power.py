@@ -73,6 +73,7 @@ class Scale:
 
     n: str
     length: str | None = None
+    also: str | None = None  # what else narrows the SE that the model leaves out (a slope's range of log t)
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,8 @@ class Replicates:
         """How the SE of ``claim_id`` scales (or why it is not predicted).
 
         >>> r = Replicates("08_x", "n_streams", {"tail": "n_tail", "odd": NotPredicted("its window is the run's")})
-        >>> r.of("slope"), r.of("tail"), r.of("odd").reason
-        (Scale(n='n_streams', length=None), Scale(n='n_tail', length=None), "its window is the run's")
+        >>> r.of("slope").n, r.of("tail").n, r.of("odd").reason
+        ('n_streams', 'n_tail', "its window is the run's")
         """
         found = self.claims.get(claim_id, self.default)
         if found is None:
@@ -122,7 +123,7 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     >>> parse_replicates({"default": "n_streams", "c": {"not_predicted": "a fixed window"}}, "01_a").of("c")
     NotPredicted(reason='a fixed window')
     >>> parse_replicates({"default": {"n": "n_streams", "length": "t_max"}}, "01_a").of("c")
-    Scale(n='n_streams', length='t_max')
+    Scale(n='n_streams', length='t_max', also=None)
     >>> try:
     ...     parse_replicates({"c": 3}, "01_a")
     ... except ValueError as err:
@@ -139,15 +140,17 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
             raise ValueError(f"{at}: key {key!r} must be `default` or a claim id")
         if isinstance(value, str) and value.strip():
             parsed: str | Scale | NotPredicted = value.strip()
-        elif isinstance(value, dict) and "n" in value and set(value) <= {"n", "length"} \
+        elif isinstance(value, dict) and "n" in value and set(value) <= {"n", "length", "also"} \
                 and all(isinstance(v, str) and v.strip() for v in value.values()):
-            parsed = Scale(value["n"].strip(), value["length"].strip() if "length" in value else None)
+            parsed = Scale(value["n"].strip(), value["length"].strip() if "length" in value else None,
+                           " ".join(value["also"].split()) if "also" in value else None)
         elif isinstance(value, dict) and set(value) == {"not_predicted"} and isinstance(value["not_predicted"], str) \
                 and value["not_predicted"].strip():
             parsed = NotPredicted(" ".join(value["not_predicted"].split()))
         else:
             raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text), "
-                             f"{{n: expression, length: expression}} or {{not_predicted: reason}}, got {value!r}")
+                             f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got "
+                             f"{value!r}")
         if key == "default":
             if isinstance(parsed, NotPredicted):
                 raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
@@ -395,7 +398,7 @@ def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted,
         ratio = 1.0 if length is None else length / len_run
         c = predict(rule, m, n_run, n, length=ratio, profile=name)
         out.append(Forecast(m.id, m.notebook, name, scale.n, n, n_run, c.kind, c.lower, c.upper, c.extra.get("se"),
-                            needed(rule, m, n_run, ratio), length_name=scale.length, length=length))
+                            needed(rule, m, n_run, ratio), note=scale.also, length_name=scale.length, length=length))
     return out
 
 
@@ -518,7 +521,11 @@ def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
     at = f" at `{chosen.length_name}` {fmt_count(chosen.length)}" if chosen.length_name else ""
-    return env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING, at=at)
+    text = env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING, at=at)
+    if chosen.kind is not None and chosen.replicates is not None and chosen.note:
+        extra = f"not counted: {chosen.note}, which would narrow its window further"
+        text = f"{text[:-1]}; {extra})" if text.endswith(")") else f"{text} ({extra})"
+    return text
 
 
 def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
