@@ -39,8 +39,10 @@ This module is part of the pipeline: it imports no science (no numpy, no torch).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +162,12 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     return Replicates(notebook, default, claims)
 
 
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.Pow: operator.pow}
+
+
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
-    """The value of a replicates expression on a notebook's parameters (must be a positive number).
+    """The value of a replicates expression (names, numbers, ``+ - * / **``) on a notebook's parameters.
 
     >>> replicate_count("n_models * n_prompts", {"n_models": 8, "n_prompts": 4})
     32.0
@@ -170,15 +176,32 @@ def replicate_count(expr: str, params: dict, where: str = "replicates") -> float
     ...
     ValueError: replicates: expression 'n_pairs' names 'n_pairs', which is not a parameter of the notebook
     """
-    from covbook.book.plan import work_of
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return float(node.value)
+        if isinstance(node, ast.Name):
+            value = params.get(node.id)
+            if value is None:
+                raise ValueError(f"{where}: expression {expr!r} names {node.id!r}, which is not a parameter of the "
+                                 "notebook")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{where}: expression {expr!r}: {node.id} = {value!r} is not a number")
+            return float(value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(f"{where}: expression {expr!r}: unsupported syntax {ast.unparse(node)!r} (names, numbers, "
+                         "+ - * / **)")
 
     try:
-        n = work_of(expr, params)
-    except ValueError as err:
-        text = str(err).replace("work expression", "expression")
-        text = text.replace("which is not a parameter", "which is not a parameter of the notebook")
-        raise ValueError(f"{where}: {text}") from None
-    if not n > 0:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as err:
+        raise ValueError(f"{where}: expression {expr!r} is not an expression: {err.msg}") from None
+    try:
+        n = ev(tree.body)
+    except (ZeroDivisionError, OverflowError) as err:
+        raise ValueError(f"{where}: expression {expr!r}: {err}") from None
+    if not (math.isfinite(n) and n > 0):
         raise ValueError(f"{where}: expression {expr!r} gives {n:g} replicates; expected a positive count")
     return n
 
