@@ -136,9 +136,9 @@ def test_a_malformed_replicates_entry_names_it(raw, match):
         power.parse_replicates(raw, "01_a")
 
 
-@pytest.mark.parametrize(("expr", "match"), [("len(taus)", "unsupported syntax"), ("n_streams -", "not an expression"),
-                                           ("n_streams - 64", "expected a positive count"), ("n_streams / 0", "division"),
-                                           ("taus", "is not a number")])
+@pytest.mark.parametrize(("expr", "match"), [
+    ("len(taus)", "unsupported syntax"), ("n_streams -", "not an expression"),
+    ("n_streams - 64", "expected a positive count"), ("n_streams / 0", "division"), ("taus", "is not a number")])
 def test_a_bad_replicates_expression_is_a_clear_error(expr, match):
     with pytest.raises(ValueError, match=match):
         power.replicate_count(expr, {"n_streams": 64, "taus": [0.1, 1.0]}, "01_a.replicates (c)")
