@@ -90,7 +90,7 @@ DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
 COMMON_PARAMETERS = ("profile", "device", "seed")
 PROFILES_FILE = Path("notebooks") / "profiles.yml"
 #: keys of a notebook's entry in profiles.yml besides the profile names
-ENTRY_KEYS = ("lengths", "work")
+ENTRY_KEYS = ("lengths", "work", "replicates")
 
 
 class UsageError(ValueError):
@@ -227,6 +227,8 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
                 if names is None or not all(isinstance(v, str) for v in names):
                     raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of "
                                      "parameter names to rehearsal values (null: the smoke value)")
+                continue
+            if key == "replicates":  # what counts a claim's replicates: parsed by covbook.book.power
                 continue
             if key == "work":
                 if not (isinstance(value, dict) and isinstance(value.get("expr"), str)

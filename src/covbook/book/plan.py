@@ -295,4 +295,9 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
           f"{Path('.covbook') / 'timings.json'}, written by every `covbook run`): the start-up plus a power law "
           f"in the work, anchored at the nearest measured run, its exponent fitted between {P_MIN:g} and "
           f"{P_MAX:g}. Run `covbook run --profile smoke --device {dev}` (and quick) on this machine to calibrate.")
+    from covbook.book.power import plan_lines  # each evidence claim's power there, predicted from the last runs
+
+    lines = plan_lines(paths.root, [job.name for job in jobs], profile)
+    if lines:
+        print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
     return 0

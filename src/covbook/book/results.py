@@ -21,7 +21,12 @@ The status is computed, never typed:
 - *compatible only*: every key claim passes but no part is shown: the run agrees with the
   statement but cannot exclude the alternative.
 
-The page names the profile and seed each chapter ran at, and warns when they differ.
+Where a key claim passes without power, its row says what scale would decide it: the claim's window
+predicted at each larger profile from the run's standard error (:mod:`covbook.book.power`, SE ∝ n^(−1/2)
+in the replicates ``notebooks/profiles.yml`` declares), as *evidence predicted at full (n ≥ needed)* or
+*not decided by full: needs n ≥ …*; and a table gives the predicted kind at the larger profiles of every
+key claim of the abstract's statements.  The page names the profile and seed each chapter ran at, and
+warns when they differ.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ from pathlib import Path
 
 import yaml
 
+from covbook.book.power import claim_forecasts
 from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim, fmt
 
-__all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states", "status_detail", "render",
-           "write_results"]
+__all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
+           "status_detail", "decide_text", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
 _MARK = {"holds": "✓", "holds with a correction": "✓", "holds in part": "◐", "compatible only": "≈", "fails": "✗",
@@ -247,9 +253,93 @@ def _runs_text(runs: dict[str, dict]) -> list[str]:
     return out
 
 
+def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, str, Claim]]:
+    """``(notebook, id, claim)`` of each key claim that passes without power (it keeps its part from being shown)."""
+    return [(nb, cid, by_key[(nb, cid)]) for nb, cid in statement.claim_keys()
+            if (nb, cid) in by_key and by_key[(nb, cid)].passed and not _shown(by_key[(nb, cid)])]
+
+
+def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
+                decisions: dict[tuple[str, str], str]) -> str:
+    """What would decide each key claim of ``statement`` that passes without power, one clause per claim.
+
+    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``.
+
+    >>> s = Statement("T", "x", "01_a", ("c", "d"))
+    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible", rule_kind="evidence")
+    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
+    >>> decide_text(s, {("01_a", "c"): ok, ("01_a", "d"): weak}, {("01_a", "d"): "evidence predicted at `full`"})
+    '`d`: evidence predicted at `full`'
+    """
+    out = []
+    for nb, cid, claim in _undecided(statement, by_key):
+        ref = cid if nb == statement.chapter else f"{nb}:{cid}"
+        if (claim.rule_kind or claim.kind) != "evidence":
+            text = f"its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
+        else:
+            text = decisions.get((nb, cid)) or "no larger profile to predict"
+        out.append(f"`{ref}`: {text}")
+    return "; ".join(out)
+
+
+_POWER_TABLE = """## The abstract's statements at a larger profile
+
+Each key claim of a statement the abstract makes, with its kind at the profile this book was built at and
+the kind its window is predicted to have at each larger profile: the rule's window rebuilt about the same
+prediction with the standard error scaled by $\\sqrt{n/n'}$, $n$ the replicates that
+`notebooks/profiles.yml` declares for the claim (streams, pairs, tasks, models), $n'$ their number at the
+larger profile (and by $\\sqrt{t/t'}$ for a quantity read at the end of a stream of length $t$, whose
+variance is $C/t$). The measured value never enters. A slope's standard error also shrinks with the range of
+$\\log t$ it is fitted over, which the prediction leaves out.
+
+| statement | key claim | built at | kind there |{% for p in larger %} predicted at `{{ p }}` |{% endfor %}
+| --- | --- | --- | --- |{% for p in larger %} --- |{% endfor %}
+{% for row in rows -%}
+| {{ row.statement }} | `{{ row.claim }}` | `{{ row.built }}` | {{ row.kind }} |
+{%- for p in larger %} {{ row.at.get(p, "—") }} |{% endfor %}
+{% endfor %}"""
+
+
+def _power_rows(results: Results, by_key: dict[tuple[str, str], Claim],
+                forecasts: dict[tuple[str, str], list]) -> tuple[list[str], list[dict]]:
+    """The larger profiles and one row per key claim of the abstract's statements (for :data:`_POWER_TABLE`)."""
+    from covbook.book.power import fmt_count
+
+    rows, larger = [], []
+    for s in results.statements:
+        if s.source != "abstract":
+            continue
+        for nb, cid in s.claim_keys():
+            claim = by_key.get((nb, cid))
+            if claim is None:
+                continue
+            at = {}
+            for f in forecasts.get((nb, cid), []):
+                larger += [f.profile] if f.profile not in larger else []
+                at[f.profile] = ("not predicted" if f.kind is None else f"{f.kind} ({f.note})" if f.replicates is None
+                                 else f"{f.kind} (`{f.replicates}` {fmt_count(f.n)}"
+                                 + (f" at `{f.length_name}` {fmt_count(f.length)}" if f.length_name else "")
+                                 + (f"; needs {fmt_count(f.n_needed)})" if f.n_needed else ")"))
+            kind = claim.kind if claim.passed else "FAIL"
+            rows.append({"statement": _cell(s.id), "claim": cid if nb == s.chapter else f"{nb}:{cid}",
+                         "built": claim.profile or "?", "kind": kind, "at": at})
+    return larger, rows
+
+
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
-           profiles: list[str] | None = None, runs: dict[str, dict] | None = None) -> str:
-    """The page's MyST markdown."""
+           profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
+           forecasts: dict[tuple[str, str], list] | None = None) -> str:
+    """The page's MyST markdown.
+
+    ``forecasts`` are :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``: what scale would
+    decide a key claim that passes without power, and the table of the abstract's statements at a larger
+    profile.
+    """
+    from covbook.book.power import decision_text
+
+    forecasts = forecasts or {}
+    decisions = {k: decision_text(v, next((c.window for c in claims if (c.notebook, c.id) == k), None))
+                 for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
     rows = [(s, status(s, by_key), status_detail(s, by_key)) for s in results.statements]
     counts = Counter(st for s, st, _ in rows if s.kind == "statement")
@@ -270,7 +360,10 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
         "the others only compatible, and the row says which) or **compatible only** (every key claim passes, but "
         "none of the statement's parts is shown: a claim cannot exclude its alternative at this profile, so the run "
         "agrees with the statement without testing it). A part is shown when each of its claims passes and "
-        "excludes the alternative it names. The full list of claims is in the "
+        "excludes the alternative it names. Where a key claim passes without power, the row says what would "
+        "decide it: its window predicted at each larger profile from this run's standard error, which falls like "
+        "$n^{-1/2}$ in the replicates (streams, pairs, tasks, models) `notebooks/profiles.yml` declares for it, "
+        "and the smallest $n$ whose window excludes every alternative. The full list of claims is in the "
         "{doc}`reproduction report <reproduction>`.",
         "",
         "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
@@ -307,9 +400,18 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                 groups.append((f"*{_cell(name)}:* " if name else "") + " · ".join(refs))
             chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
             text += f"<br>{chapter}, key claims: {'; '.join(groups)}"
+            decide = decide_text(s, by_key, decisions) if st in ("holds in part", "compatible only") else ""
+            if decide:
+                text += f"<br>*Only compatible at this profile; what would decide it:* {_cell(decide)}"
             shown = f"<br>{_cell(detail)}" if detail else ""
             lines.append(f"| {_MARK[st]}&nbsp;{st}{shown} | {_cell(s.id)} | {text} |")
         lines.append("")
+    larger, power_rows = _power_rows(results, by_key, forecasts)
+    if power_rows and larger:
+        import jinja2
+
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
+        lines += [env.from_string(_POWER_TABLE).render(rows=power_rows, larger=larger).rstrip(), ""]
     if problems:
         lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]
     return "\n".join(lines) + "\n"
@@ -338,6 +440,8 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     out = generated / "results.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(render(results, claims, labels, ran, profiles, runs), encoding="utf-8")
+    keys = {k for st in results.statements for k in st.claim_keys()}
+    forecasts = claim_forecasts(generated.parent.parent, claims, runs, keys)
+    tmp.write_text(render(results, claims, labels, ran, profiles, runs, forecasts), encoding="utf-8")
     tmp.replace(out)
     return out
