@@ -10,10 +10,13 @@ The chapter fixes its :class:`ContextLaws` (sizes, checkpoints, and how a contex
 contexts are drawn) and runs :func:`recursion`, :func:`gaussian` (Experiment 1), :func:`tail` (2),
 :func:`models` (3), :func:`positions` (4) and :func:`markov` (5).  One *pair* of a family is a
 context law (a covariance Σ or a token law π), a model and two contexts of that law sharing their
-checkpoint tokens, all drawn for that pair alone (the family's stream ``(name, k)`` and the model's
-seed ``(name, k)``): the pairs are independent and identically distributed, so a standard error
-over them is unconditional on any single draw.  Every experiment draws only from streams named for
-it, so each one run alone gives the numbers it gives in the chapter, in any order.
+checkpoint tokens, all drawn for that pair alone (the law and the contexts from the family's stream
+``(family, k)``, the weights from a seed ``(name, k)`` of the family's models): the pairs are
+independent and identically distributed, so a standard error over them is unconditional on any
+single draw of a law or a model.  Experiment 5 does the same per chain (a kernel, a path and a model
+per depth); Experiment 2 and the constant of Experiment 5 are claims about one law and one model.
+Every experiment draws only from streams named for it, so each one run alone gives the numbers it
+gives in the chapter, in any order.
 """
 
 from __future__ import annotations
