@@ -35,31 +35,34 @@ def pooled_pairs(seed: int, model: str, redraws: int, streams: int) -> tuple[np.
     """The pairs' gaps over the fitted checkpoints, shape (L+1, redraws·streams/2, n_fit), and the fitted t."""
     st = Streams(seed, depth.CHAPTER)
     torch.manual_seed(st.seed_for("global"))
-    s = depth.setting(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=512, n_streams=streams, quad_nodes=32,
+    s = depth.context_laws(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=512, n_streams=streams, quad_nodes=32,
                       streams=st)
     cp = s.checkpoints
+    cov = s.covariance(st.torch_generator("draws"))  # one law for every redraw: (d_in, d_in)
+    freqs = depth.flat_dirichlet(s.vocab, st.torch_generator("global"))  # (V,)
     if model == "gauss":
-        scale = depth.tail_safe_logit_scale(s.cov, list(depth.SCALES), kappa_min=depth.KAPPA_MIN, **s.shape,
+        scale = depth.tail_safe_logit_scale(cov, list(depth.SCALES), kappa_min=depth.KAPPA_MIN, **s.shape,
                                             seed=st.seed_for("gauss"))
         net = CausalTransformer(**s.shape, logit_scale=scale, seed=st.seed_for("gauss"))
-        Ms = mean_field_gaussian(net, s.cov)
+        Ms = mean_field_gaussian(net, cov)
     else:
         shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, seed=st.seed_for("discrete"))
-        pilot = torch.multinomial(s.freqs, 16 * s.t_max, replacement=True,
+        pilot = torch.multinomial(freqs, 16 * s.t_max, replacement=True,
                                   generator=st.torch_generator("pilot")).view(16, s.t_max)
         scale, _ = depth.sink_free_logit_scale(list(depth.SCALES), pilot, **shape)
         net = CausalTransformer(**shape, logit_scale=scale)
         tokens = torch.arange(s.vocab)
-        F = mean_field(net, tokens, s.freqs, tokens)  # (L+1, V, d)
+        F = mean_field(net, tokens, freqs, tokens)  # (L+1, V, d)
     out = []
     for k in range(redraws):
         g = st.torch_generator("study-redraw", k)
         if model == "gauss":
             z = torch.randn(streams, s.t_max, s.d_in, generator=g, dtype=torch.float64)
-            x = depth.paired(z @ torch.linalg.cholesky(s.cov).T, cp)  # (R, T, d_in)
+            x = depth.paired(z @ torch.linalg.cholesky(cov).T, cp)  # (R, T, d_in)
             Fx = torch.stack([x[:, cp - 1] @ M.T for M in Ms])  # (L+1, R, n_t, d)
         else:
-            x = s.discrete_contexts(streams, g)  # (R, T)
+            x = depth.paired(torch.multinomial(freqs, streams * s.t_max, replacement=True, generator=g)
+                             .view(streams, s.t_max), cp)  # (R, T)
             Fx = F[:, x[:, cp - 1]]
         sq, _ = depth.squared_gaps(net, x, Fx, cp)  # (L+1, R, n_t)
         out.append(np.stack([depth.pair_means(q) for q in sq])[:, :, s.fit])

@@ -22,15 +22,25 @@ SIZES = dict(d_in=2, d_model=4, n_layers=4, vocab=5, t_max=64, n_streams=6, quad
 RULES = ROOT / "notebooks" / "rules" / "08_depth_collapse.yml"
 
 
+def _laws(seed: int) -> depth.ContextLaws:
+    return depth.context_laws(**SIZES, streams=Streams(seed, "08"), device="cpu")
+
+
+#: Each experiment as the chapter calls it, on fresh context laws.
+EXPERIMENTS = {
+    "recursion": depth.recursion,
+    "gauss": depth.gaussian,
+    "tail": lambda s: depth.tail(s, t_tail=300, n_tail=8),
+    "models": depth.models,
+    "positions": depth.positions,
+    "markov": lambda s: depth.markov(s, stickiness=0.75),
+}
+
+
 def _chain(seed: int) -> dict[str, object]:
-    """The chapter's experiments in its order (they share the ``"draws"`` stream)."""
-    s = depth.setting(**SIZES, streams=Streams(seed, "08"), device="cpu")
-    out: dict[str, object] = {"setting": s, "recursion": depth.recursion(s), "gauss": depth.gaussian(s)}
-    out["tail"] = depth.tail(s, t_tail=300, n_tail=8)
-    out["models"] = depth.models(s, out["gauss"])
-    out["positions"] = depth.positions(s, out["models"])
-    out["markov"] = depth.markov(s, stickiness=0.75)
-    return out
+    """The chapter's experiments in its order, on one ``ContextLaws``."""
+    s = _laws(seed)
+    return {"laws": s, **{name: run(s) for name, run in EXPERIMENTS.items()}}
 
 
 @pytest.fixture(scope="module")
@@ -52,42 +62,77 @@ def _same(a: dict, b: dict) -> bool:
                                         for k in a)
 
 
-def test_setting_draws_the_laws_and_checkpoints(run) -> None:
-    s = run["setting"]
-    assert s.cov.shape == (2, 2) and torch.allclose(s.cov, s.cov.T)
-    assert torch.linalg.eigvalsh(s.cov).min() >= 0.3 - 1e-12
-    assert s.freqs.shape == (5,) and math.isclose(s.freqs.sum().item(), 1.0)
-    assert s.checkpoints[0] == 16 and s.checkpoints[-1] == 63 and s.fit.all()
+def test_context_laws_fix_the_checkpoints_and_draw_nothing(run) -> None:
+    s = run["laws"]
+    assert s.checkpoints[0] == 16 and s.checkpoints[-1] == 63 and s.fit.all() and s.n_pairs == 3
     assert s.numbers == {"t_max": 64, "n_streams": 6, "n_pairs": 3, "vocab": 5, "d_model": 4, "fit_from": 16}
 
 
-def test_frequencies_are_the_draw_of_the_global_stream() -> None:
-    # the chapter drew π from torch's global generator, which setup() seeds from the "global" stream
-    streams = Streams(3, "08")
-    torch.manual_seed(streams.seed_for("global"))
-    expected = torch.distributions.Dirichlet(torch.ones(5, dtype=torch.float64)).sample()
-    assert torch.equal(depth.setting(**SIZES, streams=streams).freqs, expected)
+def test_a_pair_draws_its_law_and_contexts_from_its_own_stream(run) -> None:
+    s, cp = run["laws"], run["laws"].checkpoints
+    cov, x = s.gaussian_pair("gauss", 1)
+    assert cov.shape == (2, 2) and torch.allclose(cov, cov.T) and torch.linalg.eigvalsh(cov).min() >= 0.3 - 1e-12
+    assert x.shape == (2, 64, 2) and torch.equal(x[0, cp - 1], x[1, cp - 1]) and not torch.equal(x[0], x[1])
+    freqs, xd, pilot = s.discrete_pair("dattn", 1, n_pilot=3)
+    assert freqs.shape == (5,) and math.isclose(freqs.sum().item(), 1.0) and xd.shape == (2, 64)
+    assert pilot.shape == (3, 64) and torch.equal(xd[0, cp - 1], xd[1, cp - 1])
+    again_cov, again_x = s.gaussian_pair("gauss", 1)
+    assert torch.equal(cov, again_cov) and torch.equal(x, again_x)  # a function of (name, k) alone
+    other_cov, _ = s.gaussian_pair("gauss", 2)
+    assert not torch.equal(cov, other_cov)  # every pair its own law
+    assert not torch.equal(freqs, s.discrete_pair("dattn", 2)[0])
+    assert not torch.equal(freqs, s.discrete_pair("dmlp", 1)[0])  # every family its own stream
+
+
+def test_flat_dirichlet_is_normalised_exponentials_with_the_dirichlet_moments() -> None:
+    g = torch.Generator().manual_seed(0)
+    pi = depth.flat_dirichlet((40_000, 5), g)  # (n, V)
+    assert pi.dtype == torch.float64 and (pi > 0).all()
+    assert torch.allclose(pi.sum(-1), torch.ones(40_000, dtype=torch.float64))
+    # Dirichlet(1, ..., 1): E π_v = 1/V, Var π_v = (V − 1)/(V²(V + 1)) = 4/150
+    se_mean = math.sqrt(4 / 150 / 40_000)
+    assert torch.allclose(pi.mean(0), torch.full((5,), 0.2, dtype=torch.float64), atol=5 * se_mean)
+    assert torch.allclose(pi.var(0), torch.full((5,), 4 / 150, dtype=torch.float64), rtol=0.05)
+    g = torch.Generator().manual_seed(1)
+    e = torch.empty(5, dtype=torch.float64).exponential_(generator=g)
+    assert torch.equal(depth.flat_dirichlet(5, torch.Generator().manual_seed(1)), e / e.sum())
+    with pytest.raises(ValueError, match="shape must end in a vocabulary of at least 2"):
+        depth.flat_dirichlet(1, g)
+
+
+def test_markov_kernel_is_stochastic_and_sticky() -> None:
+    P = depth.markov_kernel(4, 0.75, torch.Generator().manual_seed(0))
+    assert torch.allclose(P.sum(1), torch.ones(4, dtype=torch.float64)) and (P.diagonal() >= 0.75).all()
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_an_experiment_alone_gives_the_chapters_numbers(run, name) -> None:
+    # every experiment draws only from streams named for it: run alone, on fresh laws, it gives the same numbers
+    alone = EXPERIMENTS[name](_laws(0))
+    assert _same(alone.measurements, run[name].measurements)
+    assert _same({"": alone.numbers}, {"": run[name].numbers})
 
 
 def test_paired_contexts_share_the_checkpoint_tokens(run) -> None:
-    xd, cp = run["models"].contexts, run["setting"].checkpoints
+    xd, cp = run["models"].contexts, run["laws"].checkpoints
     assert xd.shape == (6, 64)
     assert torch.equal(xd[0::2, cp - 1], xd[1::2, cp - 1]) and not torch.equal(xd[0::2], xd[1::2])
 
 
 def test_shapes(run) -> None:
-    n_t = len(run["setting"].checkpoints)
+    n_t = len(run["laws"].checkpoints)
     for d in (run["gauss"], run["models"].gmlp, run["models"].dattn, run["models"].dmlp):
         assert d.sq.shape == (5, 6, n_t) and d.hs.shape == (5, 6, n_t, 4)
         assert len(d.slopes) == 4 and len(d.reach) == 4 and all(b >= 0 for b in d.reach)
     assert np.all(run["gauss"].sq[0] < 1e-20)  # h^(0) = E x = F_0(x)
     assert run["tail"].sq["large"].shape == (8, len(run["tail"].t_stream))
     assert set(run["positions"].variance) == {"none", "learned", "rotary"}
-    r_pos = SIZES["n_streams"]  # Experiment 4's own contexts, as many as the setting's by default
+    r_pos = SIZES["n_streams"]  # Experiment 4's own contexts, as many as the laws' by default
     assert run["positions"].variance["rotary"].shape == (r_pos // 2, n_t)
     assert run["positions"].gap["learned"].shape == (r_pos, n_t)
     assert run["positions"].numbers["n_pairs_positions"] == r_pos // 2
     assert run["markov"].sq[2].shape == (6, n_t)
+    assert run["markov"].sq_constant.shape == (6 * depth.CONSTANT_CHAINS, n_t)
 
 
 def test_bias_slope_groups_is_the_fit_of_the_group_means_with_a_delta_method_se() -> None:
@@ -119,7 +164,7 @@ def test_markov_constant_exceeds_the_iid_one_for_a_sticky_chain(run) -> None:
     m = run["markov"]
     assert m.c_markov > m.c_iid > 0 and m.numbers["c_ratio"] == pytest.approx(m.c_markov / m.c_iid)
     # the constant is read on chains of its own, CONSTANT_CHAINS times as many as the slopes'
-    n = run["setting"].n_streams * depth.CONSTANT_CHAINS
+    n = run["laws"].n_streams * depth.CONSTANT_CHAINS
     assert m.measurements["t4_markov_constant"]["n_streams"] == m.measurements["t4_markov_not_iid"]["n_streams"] == n
 
 
@@ -130,11 +175,10 @@ def test_context_variance_of_identical_pairs_is_zero() -> None:
 
 def test_measurements_are_the_rules_ids(run) -> None:
     rules = list(yaml.safe_load(RULES.read_text(encoding="utf-8")))
-    ids = [k for name in ("recursion", "gauss", "tail", "models", "positions", "markov")
-           for k in run[name].measurements]
+    ids = [k for name in EXPERIMENTS for k in run[name].measurements]
     assert ids == rules  # every rule, once, in the rules file's order
     assert list(run["gauss"].measurements) == [f"slope_gauss_L{l}" for l in range(1, 5)] + ["mean_gap_slope_gauss"]
-    assert not run["setting"].measurements
+    assert not run["laws"].measurements
 
 
 def test_rules_declare_no_per_run_claims() -> None:
@@ -143,7 +187,7 @@ def test_rules_declare_no_per_run_claims() -> None:
 
 
 def test_mean_gap_slope_is_the_slope_of_the_arithmetic_mean(run) -> None:
-    s = run["setting"]
+    s = run["laws"]
     for d in (run["gauss"], run["models"].dattn):
         m = d.measurements[f"mean_gap_slope_{d.tag}"]
         pairs = depth.pair_means(d.sq[-1])[:, s.fit]  # (R/2, n_fit)
@@ -151,34 +195,49 @@ def test_mean_gap_slope_is_the_slope_of_the_arithmetic_mean(run) -> None:
         assert m["typical"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(pairs).mean(0), 1)[0])
 
 
-def test_attention_only_families_draw_a_model_per_pair(run) -> None:
-    s, g, d = run["setting"], run["gauss"], run["models"].dattn
-    want = [depth.tail_safe_logit_scale(s.cov, list(depth.SCALES), kappa_min=depth.KAPPA_MIN, **s.shape,
-                                        seed=s.streams.seed_for("gauss", k)) for k in range(s.n_streams // 2)]
-    assert g.scales == want and len(d.scales) == s.n_streams // 2
-    assert g.chi is not None and g.chi >= 1.0 - 1e-9
+def test_attention_only_families_draw_a_law_and_a_model_per_pair(run) -> None:
+    s, g, d = run["laws"], run["gauss"], run["models"].dattn
+    want = [depth.tail_safe_logit_scale(s.gaussian_pair("gauss", k)[0], list(depth.SCALES),
+                                        kappa_min=depth.KAPPA_MIN, **s.shape, seed=s.streams.seed_for("gauss", k))
+            for k in range(s.n_pairs)]
+    assert g.scales == want and len(d.scales) == s.n_pairs
+    assert g.chi is not None and g.chi >= 1.0 - 1e-9 and g.numbers["chi_gauss"] == g.chi
     assert g.numbers["scale_g"] == depth._range_text(want)
 
 
-def test_recursion_refuses_no_scale_and_holds_for_the_model_of_seed_31337() -> None:
-    # the probe of seed 31337 (d_model 8, depth 4): every scale from 0.1 up has some κ_l < 2 and its mean field
-    # grows ~170-fold by depth 4 at 0.1, where the quadrature disagreed with the closed form by 38.65 (relative)
-    s = depth.setting(d_in=2, d_model=8, n_layers=4, vocab=5, t_max=64, n_streams=2, quad_nodes=48,
-                      n_boot=20, streams=Streams(31337, "08"))
+def test_models_of_a_family_see_the_contexts_of_their_own_law(run) -> None:
+    # pair k of the attention-only discrete family: its model's gaps are those of its law's contexts
+    s, d = run["laws"], run["models"].dattn
+    freqs, x, pilot = s.discrete_pair("dattn", 1, n_pilot=depth.PILOT_CONTEXTS)
+    shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, seed=s.streams.seed_for("discrete", 1))
+    scale, _ = depth.sink_free_logit_scale(list(depth.SCALES), pilot, **shape)
+    _, sq, _, _ = depth._discrete(s, depth.CausalTransformer(**shape, logit_scale=scale), freqs, x)
+    assert np.allclose(sq, d.sq[:, 2:4], rtol=1e-12, atol=0)
+
+
+def test_recursion_refuses_no_scale_and_holds_for_the_law_and_model_of_seed_31337() -> None:
+    # Σ and probe of seed 31337 as the chapter once drew them (d_model 8, depth 4): every scale from 0.1 up
+    # has some κ_l < 2 and the mean field grows ~170-fold by depth 4 at 0.1, where the quadrature disagreed
+    # with the closed form by 38.65 (relative)
+    streams = Streams(31337, "08")
+    s = depth.context_laws(d_in=2, d_model=8, n_layers=4, vocab=5, t_max=64, n_streams=2, quad_nodes=48,
+                           n_boot=20, streams=streams)
+    cov = s.covariance(streams.torch_generator("draws"))
     with pytest.raises(ValueError, match="no logit scale"):
-        depth.tail_safe_logit_scale(s.cov, [0.1, 0.2, 0.5, 1.0], kappa_min=depth.KAPPA_MIN, **s.shape,
-                                    seed=s.streams.seed_for("probe"))
-    r = depth.recursion(s)
-    assert r.logit_scale < 0.1 and r.rel < 1e-8
+        depth.tail_safe_logit_scale(cov, [0.1, 0.2, 0.5, 1.0], kappa_min=depth.KAPPA_MIN, **s.shape,
+                                    seed=streams.seed_for("probe"))
+    queries = torch.randn(64, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    scale, rel = depth.recursion_error(s, cov, streams.seed_for("probe"), queries @ torch.linalg.cholesky(cov).T)
+    assert scale < 0.1 and rel < 1e-8
 
 
 def test_deterministic_for_a_seed(run) -> None:
     again = _chain(0)
-    for name in ("recursion", "gauss", "tail", "models", "positions", "markov"):
+    for name in EXPERIMENTS:
         assert _same(run[name].measurements, again[name].measurements), name
         assert _same({"": run[name].numbers}, {"": again[name].numbers}), name
-    other = depth.setting(**SIZES, streams=Streams(1, "08"))
-    assert not torch.equal(other.cov, run["setting"].cov)
+    other = _laws(1)
+    assert not torch.equal(other.gaussian_pair("gauss", 0)[0], run["laws"].gaussian_pair("gauss", 0)[0])
 
 
 def test_plots(run) -> None:
@@ -196,19 +255,15 @@ def test_plots(run) -> None:
 
 
 @pytest.mark.parametrize(("call", "match"), [
-    (lambda s: depth.setting(**{**SIZES, "n_streams": 5}, streams=s), "n_streams must be an even"),
-    (lambda s: depth.setting(**{**SIZES, "t_max": 20}, streams=s), "t_max must be at least"),
-    (lambda s: depth.setting(**{**SIZES, "vocab": 0}, streams=s), "vocab must be"),
-    (lambda s: depth.setting(**SIZES, streams=s, device="tpu"), "device must be"),
-    (lambda s: depth.tail(depth.setting(**SIZES, streams=s), t_tail=100, n_tail=8), "t_tail must exceed"),
-    (lambda s: depth.tail(depth.setting(**SIZES, streams=s), t_tail=300, n_tail=1), "n_tail must be"),
-    (lambda s: depth.markov(depth.setting(**SIZES, streams=s), stickiness=1.0), "stickiness must lie"),
-    (lambda s: depth.models(depth.setting(**SIZES, streams=s), None), "gauss must be"),
-    (lambda s: depth.positions(depth.setting(**SIZES, streams=s), None), "m must be"),
-    (lambda s: depth.positions(depth.setting(**SIZES, streams=s), depth.Models.__new__(depth.Models), n_streams=5),
-     "n_streams must be an even"),
-    (lambda s: depth.positions(depth.setting(**SIZES, streams=s), depth.Models.__new__(depth.Models), n_streams=0),
-     "n_streams"),
+    (lambda s: depth.context_laws(**{**SIZES, "n_streams": 5}, streams=s), "n_streams must be an even"),
+    (lambda s: depth.context_laws(**{**SIZES, "t_max": 20}, streams=s), "t_max must be at least"),
+    (lambda s: depth.context_laws(**{**SIZES, "vocab": 0}, streams=s), "vocab must be"),
+    (lambda s: depth.context_laws(**SIZES, streams=s, device="tpu"), "device must be"),
+    (lambda s: depth.tail(depth.context_laws(**SIZES, streams=s), t_tail=100, n_tail=8), "t_tail must exceed"),
+    (lambda s: depth.tail(depth.context_laws(**SIZES, streams=s), t_tail=300, n_tail=1), "n_tail must be"),
+    (lambda s: depth.markov(depth.context_laws(**SIZES, streams=s), stickiness=1.0), "stickiness must lie"),
+    (lambda s: depth.positions(depth.context_laws(**SIZES, streams=s), n_streams=5), "n_streams must be an even"),
+    (lambda s: depth.positions(depth.context_laws(**SIZES, streams=s), n_streams=0), "n_streams"),
     (lambda s: depth.paired(torch.zeros(3, 20), np.array([4, 8])), "even number of streams"),
 ])
 def test_bad_input(call, match) -> None:

@@ -6,19 +6,22 @@ recursion F_{l+1}(x) = F_l(x) + Θ_V E_μ[F_l(X) e^{a_l(x)ᵀF_l(X)}] / E_μ[e^{
 ``thm-08-gaussian-recursion`` (for Gaussian tokens and attention only, F_l(x) = M_l x with
 M_{l+1} = M_l + Θ_V M_lΣM_lᵀΘ_KᵀΘ_Q M_l): result T4 of the book's theorem index.
 
-The chapter first draws its :class:`Setting` (the Gaussian and discrete context laws, the
-checkpoints) and then runs, in this order, :func:`recursion`, :func:`gaussian` (Experiment 1),
-:func:`tail` (2), :func:`models` (3), :func:`positions` (4) and :func:`markov` (5).  The setting's
-generator is the chapter's one ``"draws"`` stream: the covariance, the query points of the
-recursion check and every context of Experiments 1, 3 and 5 come from it one after the other, so
-the experiments must be called in the chapter's order for the chapter's numbers.  The other draws
-(model weights, pilot contexts, tail queries, bootstraps) come from streams of their own.
+The chapter fixes its :class:`ContextLaws` (sizes, checkpoints, and how a context law and its
+contexts are drawn) and runs :func:`recursion`, :func:`gaussian` (Experiment 1), :func:`tail` (2),
+:func:`models` (3), :func:`positions` (4) and :func:`markov` (5).  One *pair* of a family is a
+context law (a covariance Σ or a token law π), a model and two contexts of that law sharing their
+checkpoint tokens, all drawn for that pair alone (the law and the contexts from the family's stream
+``(family, k)``, the weights from a seed ``(name, k)`` of the family's models): the pairs are
+independent and identically distributed, so a standard error over them is unconditional on any
+single draw of a law or a model.  Experiment 5 does the same per chain (a kernel, a path and a model
+per depth); Experiment 2 and the constant of Experiment 5 are claims about one law and one model.
+Every experiment draws only from streams named for it, so each one run alone gives the numbers it
+gives in the chapter, in any order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -60,9 +63,9 @@ from covbook.transformer import (
 )
 
 __all__ = [
-    "CHAPTER", "SCALES", "Setting", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
-    "setting", "recursion", "gaussian", "tail", "models", "positions", "markov",
-    "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
+    "CHAPTER", "SCALES", "ContextLaws", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
+    "context_laws", "recursion", "recursion_error", "gaussian", "tail", "models", "positions", "markov",
+    "flat_dirichlet", "markov_kernel", "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
 ]
 
 CHAPTER = "08"
@@ -81,15 +84,33 @@ PILOT_CONTEXTS = 4
 KAPPA_MIN = 2.0
 
 
-# --------------------------------------------------------------------------- the setting
+# --------------------------------------------------------------------------- the context laws
+
+
+def flat_dirichlet(shape: int | tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    r"""Draws of the flat Dirichlet law on the simplex of the last axis, float64 of shape ``shape``.
+
+    .. math:: \pi_v = E_v / \textstyle\sum_u E_u, \qquad E_v \sim \mathrm{Exp}(1)\ \text{iid},
+
+    which is Dirichlet(1, ..., 1) (each π_v has mean 1/V and variance (V − 1)/(V²(V + 1))).
+    Several rows (``shape`` (n, V)) are n independent draws, e.g. the rows of a random stochastic
+    matrix.  Raises ``ValueError`` for a last axis below 2.
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not shape or shape[-1] < 2:
+        raise ValueError(f"shape must end in a vocabulary of at least 2, got {shape!r}")
+    e = torch.empty(shape, dtype=torch.float64).exponential_(generator=generator)  # (..., V)
+    return e / e.sum(-1, keepdim=True)
 
 
 @dataclass
-class Setting(Result):
-    """The chapter's sizes, context laws and checkpoints, and its ``"draws"`` generator.
+class ContextLaws(Result):
+    """The chapter's sizes and checkpoints, and the draw of a context law with its contexts.
 
-    ``cov`` is the Gaussian context law Σ = A Aᵀ/d_in + 0.3 I (A with standard normal entries),
-    ``freqs`` the token law of the discrete contexts (a flat Dirichlet draw), ``checkpoints``
+    A Gaussian context law is N(0, Σ) with Σ = A Aᵀ/d_in + 0.3 I (A with standard normal entries),
+    a discrete one iid tokens with a token law π ~ Dirichlet(1, ..., 1) (:func:`flat_dirichlet`);
+    each pair of a family draws its own law and then its two contexts from one generator, the
+    stream ``(name, k)`` (:meth:`gaussian_pair`, :meth:`discrete_pair`).  ``checkpoints`` are
     24 log-spaced positions from 16 to ``t_max`` and ``fit`` those of the last decade.
     """
 
@@ -100,13 +121,15 @@ class Setting(Result):
     t_max: int
     n_streams: int
     quad_nodes: int
-    cov: torch.Tensor = field(repr=False)  # (d_in, d_in)
-    freqs: torch.Tensor = field(repr=False)  # (V,)
     checkpoints: np.ndarray = field(repr=False)  # (n_t,)
-    generator: torch.Generator = field(repr=False)
     streams: RandomStreams = field(repr=False)
     device: torch.device = field(repr=False)
     n_boot: int = 400
+
+    @property
+    def n_pairs(self) -> int:
+        """The number of pairs of streams, ``n_streams / 2``."""
+        return self.n_streams // 2
 
     @property
     def fit(self) -> np.ndarray:
@@ -123,39 +146,43 @@ class Setting(Result):
         """The sizes of the Gaussian models (``CausalTransformer`` keywords)."""
         return dict(d_in=self.d_in, d_model=self.d_model, n_layers=self.n_layers)
 
-    @cached_property
-    def hermite(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tensor-product Gauss–Hermite rule of N(0, Σ): nodes (quad_nodes^d_in, d_in), weights."""
-        return gauss_hermite_rule(self.cov, self.quad_nodes)
+    def covariance(self, generator: torch.Generator) -> torch.Tensor:
+        """A Gaussian context law's covariance Σ = A Aᵀ/d_in + 0.3 I, shape (d_in, d_in)."""
+        a = torch.randn(self.d_in, self.d_in, generator=generator, dtype=torch.float64)  # (d_in, d_in)
+        return a @ a.T / self.d_in + 0.3 * torch.eye(self.d_in, dtype=torch.float64)
 
-    def gaussian_contexts(self) -> torch.Tensor:
-        """Paired N(0, Σ) contexts from the ``"draws"`` stream: shape (R, T, d_in), on the device."""
-        z = torch.randn(self.n_streams, self.t_max, self.d_in, generator=self.generator,
-                        dtype=torch.float64)  # (R, T, d_in)
-        return paired(z @ torch.linalg.cholesky(self.cov).T, self.checkpoints).to(self.device)
+    def gaussian_pair(self, name: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair k of family ``name``: its Σ (d_in, d_in) and two N(0, Σ) contexts (2, T, d_in), on the device.
 
-    def discrete_contexts(self, n: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Paired iid contexts with token law ``freqs``: (n, T), on the device.
-
-        ``n`` streams (default ``n_streams``, an even number) from ``generator`` (default the ``"draws"`` stream).
+        Both from the stream ``(name, k)``; the contexts share their checkpoint tokens (:func:`paired`).
         """
-        n = self.n_streams if n is None else n
-        x = torch.multinomial(self.freqs, n * self.t_max, replacement=True,
-                              generator=self.generator if generator is None else generator)  # (n T,)
-        return paired(x.view(n, self.t_max), self.checkpoints).to(self.device)
+        g = self.streams.torch_generator(name, k)
+        cov = self.covariance(g)  # (d_in, d_in)
+        z = torch.randn(2, self.t_max, self.d_in, generator=g, dtype=torch.float64)  # (2, T, d_in)
+        return cov, paired(z @ torch.linalg.cholesky(cov).T, self.checkpoints).to(self.device)
+
+    def discrete_pair(self, name: str, k: int, n_pilot: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pair k of family ``name``: its token law π (V,), two iid contexts (2, T) and ``n_pilot`` more (n_pilot, T).
+
+        All from the stream ``(name, k)``, on the device; the two contexts share their checkpoint tokens
+        (:func:`paired`), the pilot contexts (for a choice of scale, apart from the measured ones) do not.
+        """
+        g = self.streams.torch_generator(name, k)
+        freqs = flat_dirichlet(self.vocab, g)  # (V,)
+        x = torch.multinomial(freqs, (2 + n_pilot) * self.t_max, replacement=True,
+                              generator=g).view(2 + n_pilot, self.t_max)  # (2 + n_pilot, T)
+        pair = paired(x[:2], self.checkpoints)  # (2, T)
+        return freqs.to(self.device), pair.to(self.device), x[2:].to(self.device)
 
 
-def setting(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
-            quad_nodes: int, streams: RandomStreams, device: str | torch.device = "cpu",
-            n_boot: int = 400) -> Setting:
-    """Draw the chapter's context laws and fix its checkpoints.
+def context_laws(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
+                 quad_nodes: int, streams: RandomStreams, device: str | torch.device = "cpu",
+                 n_boot: int = 400) -> ContextLaws:
+    """The chapter's sizes and checkpoints (no draw is made here).
 
-    Σ = A Aᵀ/d_in + 0.3 I with A (d_in, d_in) from the ``"draws"`` stream, and the token
-    frequencies π ~ Dirichlet(1, ..., 1) from the ``"global"`` stream (the stream
-    :func:`covbook.session.setup` seeds torch's global generator with, which the chapter drew
-    them from).  Glues ``t_max``, ``n_streams``, ``n_pairs``, ``vocab``, ``d_model`` and
-    ``fit_from`` (the first fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples
-    of every slope's standard error (the chapter keeps the default of :mod:`covbook.stats`).
+    Glues ``t_max``, ``n_streams``, ``n_pairs``, ``vocab``, ``d_model`` and ``fit_from`` (the first
+    fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples of a bootstrapped standard
+    error (the chapter keeps the default of :mod:`covbook.stats`).
 
     Raises ``ValueError`` for a non-positive size, an odd ``n_streams`` (the streams come in
     pairs), ``t_max`` below 32 or a ``vocab`` below 2.
@@ -170,15 +197,9 @@ def setting(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n
     if sizes["vocab"] < 2:
         raise ValueError(f"vocab must be at least 2, got {vocab}")
     dev = resolve_device(device)
-    gen = streams.torch_generator("draws")
     checkpoints = np.unique(np.logspace(np.log10(16), np.log10(t_max), 24).astype(int))  # (n_t,)
-    a = torch.randn(d_in, d_in, generator=gen, dtype=torch.float64)  # (d_in, d_in)
-    cov = a @ a.T / d_in + 0.3 * torch.eye(d_in, dtype=torch.float64)  # (d_in, d_in)
-    freqs = torch._sample_dirichlet(torch.ones(vocab, dtype=torch.float64),
-                                    generator=streams.torch_generator("global"))  # (V,)
-    s = Setting(**sizes, cov=cov, freqs=freqs, checkpoints=checkpoints, generator=gen,
-                streams=streams, device=dev)
-    for name, value in dict(t_max=t_max, n_streams=n_streams, n_pairs=n_streams // 2, vocab=vocab,
+    s = ContextLaws(**sizes, checkpoints=checkpoints, streams=streams, device=dev)
+    for name, value in dict(t_max=t_max, n_streams=n_streams, n_pairs=s.n_pairs, vocab=vocab,
                             d_model=d_model, fit_from=int(s.t_fit[0])).items():
         s.glue(name, value)
     return s
@@ -251,26 +272,36 @@ class Recursion(Result):
     rel: float
 
 
-def recursion(s: Setting) -> Recursion:
+def recursion_error(s: ContextLaws, cov: torch.Tensor, seed: int,
+                    queries: torch.Tensor) -> tuple[float, float]:
+    """The probe of ``seed`` under the Gaussian law N(0, ``cov``): its scale and max |F_quad − M_l x| / |M_l x|.
+
+    The probe is the attention-only model of weights ``seed`` at the largest scale of :data:`SCALES`
+    with every κ_l ≥ 2 (:func:`tail_safe_logit_scale`, which refuses a model for which none is);
+    M_l x (:func:`mean_field_gaussian`) is compared with :func:`mean_field` on the Gauss–Hermite rule
+    of ``s.quad_nodes`` nodes per coordinate at the ``queries`` (m, d_in), over every depth.
+    """
+    dev = s.device
+    pts, wts = gauss_hermite_rule(cov, s.quad_nodes)  # (n^d_in, d_in), (n^d_in,)
+    scale = tail_safe_logit_scale(cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
+    probe = CausalTransformer(**s.shape, logit_scale=scale, seed=seed).to(dev)
+    F_quad = mean_field(probe, pts.to(dev), wts.to(dev), queries.to(dev))  # (L+1, m, d)
+    F_closed = torch.stack([queries.to(dev) @ M.T for M in mean_field_gaussian(probe, cov)])  # (L+1, m, d)
+    return scale, ((F_quad - F_closed).norm(dim=-1) / F_closed.norm(dim=-1)).max().item()
+
+
+def recursion(s: ContextLaws) -> Recursion:
     """The largest relative difference max |F_quad − M_l x| / |M_l x| over depths and 64 queries.
 
-    M_{l+1} = M_l + Θ_V M_lΣM_lᵀΘ_KᵀΘ_Q M_l (:func:`mean_field_gaussian`) against :func:`mean_field`
-    on the Gauss–Hermite rule, for a probe model at the largest scale of :data:`SCALES` with every
-    κ_l ≥ 2.  Draws the 64 queries from the setting's ``"draws"`` stream.  Measures
-    ``recursion_vs_quadrature``; glues ``gh_nodes_sq``.
+    M_{l+1} = M_l + Θ_V M_lΣM_lᵀΘ_KᵀΘ_Q M_l against the tilted means by quadrature
+    (:func:`recursion_error`) for the ``"probe"`` model, with Σ and the 64 queries x ~ N(0, Σ)
+    from the ``"recursion"`` stream.  Measures ``recursion_vs_quadrature``; glues ``gh_nodes_sq``.
     """
-    streams, dev = s.streams, s.device
-    pts, wts = s.hermite
-    scale_p = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape,
-                                    seed=streams.seed_for("probe"))
-    probe = CausalTransformer(**s.shape, logit_scale=scale_p, seed=streams.seed_for("probe")).to(dev)
-    xq = (torch.randn(64, s.d_in, generator=s.generator, dtype=torch.float64)
-          @ torch.linalg.cholesky(s.cov).T)  # (64, d_in)
-    Ms = mean_field_gaussian(probe, s.cov)
-    F_quad = mean_field(probe, pts.to(dev), wts.to(dev), xq.to(dev))  # (L+1, 64, d)
-    F_closed = torch.stack([xq.to(dev) @ M.T for M in Ms])  # (L+1, 64, d)
-    rel = ((F_quad - F_closed).norm(dim=-1) / F_closed.norm(dim=-1)).max().item()
-    r = Recursion(logit_scale=scale_p, rel=rel)
+    g = s.streams.torch_generator("recursion")
+    cov = s.covariance(g)  # (d_in, d_in)
+    xq = torch.randn(64, s.d_in, generator=g, dtype=torch.float64) @ torch.linalg.cholesky(cov).T  # (64, d_in)
+    scale, rel = recursion_error(s, cov, s.streams.seed_for("probe"), xq)
+    r = Recursion(logit_scale=scale, rel=rel)
     r.glue("gh_nodes_sq", s.quad_nodes**s.d_in)
     r.measure("recursion_vs_quadrature", rel)
     return r
@@ -312,7 +343,7 @@ class Depths(Result):
         ax.legend()
 
 
-def _depths(s: Setting, tag: str, title: str, statement: str, sq: np.ndarray, hs: torch.Tensor,
+def _depths(s: ContextLaws, tag: str, title: str, statement: str, sq: np.ndarray, hs: torch.Tensor,
             reach: list[float]) -> Depths:
     """Measure ``slope_<tag>_L1`` ... ``slope_<tag>_L<n_layers>`` and ``mean_gap_slope_<tag>``.
 
@@ -345,42 +376,42 @@ def _range_text(values: list[float]) -> str:
     return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
 
 
-def gaussian(s: Setting) -> Depths:
-    """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a model per pair.
+def gaussian(s: ContextLaws) -> Depths:
+    """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a law and a model per pair.
 
-    Pair k of streams (2k, 2k+1) goes through a model of its own (the ``("gauss", k)`` weights) at
-    the largest logit scale of :data:`SCALES` with every tail exponent κ_l ≥ 2, so the pairs are
-    independent replicates of model and context and the SE over them includes the spread between
-    models; the contexts are paired draws from the ``"draws"`` stream.  Measures ``slope_gauss_L1`` ...
-    and ``mean_gap_slope_gauss`` (see :func:`_depths`); glues ``n_layers_text``, ``scale_g`` (the range
-    of the models' scales) and ``kappa_g`` (the smallest κ_l of any model).  The result keeps the
-    largest early-attention ratio of the models on their pairs (``chi``) for :func:`models`.
+    Pair k draws its Σ and its two contexts from the stream ``("gauss", k)`` (:meth:`ContextLaws.gaussian_pair`)
+    and goes through a model of its own (the ``("gauss", k)`` weights) at the largest logit scale of
+    :data:`SCALES` with every tail exponent κ_l ≥ 2 under its Σ, so the pairs are independent replicates
+    of law, model and context and the SE over them includes the spread between them.  Measures
+    ``slope_gauss_L1`` ... and ``mean_gap_slope_gauss`` (see :func:`_depths`); glues ``n_layers_text``,
+    ``scale_g`` (the range of the models' scales), ``kappa_g`` (the smallest κ_l of any model) and
+    ``chi_gauss`` (the largest early-attention ratio of the models on their pairs at t_max).
     """
     streams, dev, cp = s.streams, s.device, s.checkpoints
-    pts, wts = s.hermite
-    xg = s.gaussian_contexts()  # (R, T, d_in)
     sqs, hss, svs, scales, kappas, chis = [], [], [], [], [], []
-    for k in range(s.n_streams // 2):
+    for k in range(s.n_pairs):
+        cov, x = s.gaussian_pair("gauss", k)  # (d_in, d_in), (2, T, d_in)
         seed = streams.seed_for("gauss", k)
-        scale = tail_safe_logit_scale(s.cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
+        scale = tail_safe_logit_scale(cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
         model = CausalTransformer(**s.shape, logit_scale=scale, seed=seed).to(dev)
-        x = xg[2 * k: 2 * k + 2]  # (2, T, d_in): the pair
         xt = x[:, cp - 1]  # (2, n_t, d_in)
-        F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, s.cov)])  # (L+1, 2, n_t, d)
+        F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, cov)])  # (L+1, 2, n_t, d)
         sq, hs = squared_gaps(model, x, F, cp)
         sqs.append(sq)
         hss.append(hs)
+        pts, wts = gauss_hermite_rule(cov, s.quad_nodes)  # the logit variances' rule
         svs.append(_logit_variances(model, pts, wts, xt.reshape(-1, s.d_in), dev))  # (L, 2 n_t)
         scales.append(scale)
-        kappas.append(float(min(gaussian_tail_exponents(model, s.cov))))
+        kappas.append(float(min(gaussian_tail_exponents(model, cov))))
         chis.append(float(early_attention_ratio(model, x).max()))
-    d = _depths(s, "gauss", "Gaussian context, attention only (a model per pair)",
-                "Gaussian context, attention only, F_L(x) = M_L x, a model per pair of streams.",
+    d = _depths(s, "gauss", "Gaussian context, attention only (a law and a model per pair)",
+                "Gaussian context, attention only, F_L(x) = M_L x, a context law and a model per pair of streams.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
     d.chi, d.scales = max(chis), scales
     d.glue("n_layers_text", s.n_layers)
     d.glue("scale_g", _range_text(scales))
     d.glue("kappa_g", min(kappas))
+    d.glue("chi_gauss", d.chi)
     return d
 
 
@@ -408,10 +439,12 @@ class Tail(Result):
         ax.legend()
 
 
-def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
+def tail(s: ContextLaws, *, t_tail: int, n_tail: int) -> Tail:
     """Experiment 2: the streaming one-layer readout for a moderate (κ₀ = 5/2) and a large (κ₀ = 2/5) scale.
 
-    κ₀ ∝ 1/scale², so scale = sqrt(κ₀(1)/κ₀) from the κ₀ of the unit-scale model.  Each of
+    One Gaussian law (Σ from the ``"tail-law"`` stream) and one model (the ``"tail"`` weights) at two
+    scales: the claims are about that model, whose κ₀ the scale sets exactly.  κ₀ ∝ 1/scale², so
+    scale = sqrt(κ₀(1)/κ₀) from the κ₀ of the unit-scale model.  Each of
     ``n_tail`` streams has its own query x ~ N(0, Σ) (the ``"tail-queries"`` stream, the same
     queries at both scales); the error is |h_t − (M_1 − E) x|² at 10 log-spaced t from 100 to
     ``t_tail``.  Measures ``tail_moderate_slope`` (between −1 and −1 + b, b the reach allowance
@@ -428,10 +461,11 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
     if check_positive_int(n_tail, "n_tail") < 2:
         raise ValueError(f"n_tail must be at least 2 streams, got {n_tail}")
     streams, d_in, d_model = s.streams, s.d_in, s.d_model
+    cov = s.covariance(streams.torch_generator("tail-law"))  # (d_in, d_in)
     t_stream = np.unique(np.logspace(2, np.log10(t_tail), 10).astype(int))  # (n_t,)
     unit = CausalTransformer(d_in=d_in, d_model=d_model, n_layers=1, logit_scale=1.0,
                              seed=streams.seed_for("tail"))
-    kappa_unit = gaussian_tail_exponents(unit, s.cov)[0]  # κ at logit scale 1
+    kappa_unit = gaussian_tail_exponents(unit, cov)[0]  # κ at logit scale 1
     chosen = [("moderate", float(np.sqrt(kappa_unit / 2.5))), ("large", float(np.sqrt(kappa_unit / 0.4)))]
     r = Tail(t_stream=t_stream)
     for name, scale in chosen:
@@ -439,15 +473,15 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
                                 seed=streams.seed_for("tail"))
         ((tq, tk, tv),) = one.head_matrices(0)
         E = one.embed.weight.detach()  # (d, d_in)
-        proc = GaussianIID(s.cov)
+        proc = GaussianIID(cov)
         qs = proc.sampler(streams.torch_generator("tail-queries"), n_tail)(1)  # (R, 1, d_in)
         out = readout_paths(proc, qs, tq @ E, tk @ E, tv @ E, t_stream, streams=n_tail,
                             seed=streams.seed_for("tail-streams"), device=s.device,
                             query_is_key=True)[:, :, 0].cpu()  # (R, n_t, d)
-        limit = qs[:, 0] @ (mean_field_gaussian(one, s.cov)[1] - E).T  # (R, d): the head's limit
+        limit = qs[:, 0] @ (mean_field_gaussian(one, cov)[1] - E).T  # (R, d): the head's limit
         sq = ((out - limit[:, None]) ** 2).sum(-1).numpy()  # (R, n_t)
         slope, se = slope_with_se(t_stream, sq, n_boot=s.n_boot, seed=streams.seed_for(f"bootstrap-tail-{name}"))
-        r.kappa[name], r.scale[name] = gaussian_tail_exponents(one, s.cov)[0], scale
+        r.kappa[name], r.scale[name] = gaussian_tail_exponents(one, cov)[0], scale
         r.sq[name], r.slope[name], r.se[name] = sq, slope, se
         r.glue(f"kappa_{name}", float(r.kappa[name]))
         if name == "moderate":
@@ -456,7 +490,8 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
     r.glue("n_tail", n_tail)
     # the moderate model's queries with a large logit variance s(x) are still pre-asymptotic at small t: the
     # slope lies between −1 and −1 + b (the reach allowance at the queries' s, as for the depth models' slopes)
-    b = reach_of(_logit_variances(moderate, *s.hermite, moderate_queries, s.device), t_stream)[0]
+    rule = gauss_hermite_rule(cov, s.quad_nodes)  # (n^d_in, d_in), (n^d_in,)
+    b = reach_of(_logit_variances(moderate, *rule, moderate_queries, s.device), t_stream)[0]
     r.glue("tail_reach", float(b))
     r.measure("tail_moderate_slope", r.slope["moderate"], prediction=-1.0 + b / 2, se=r.se["moderate"],
               allowance=b / 2, n_tail=n_tail)
@@ -474,7 +509,7 @@ def tail(s: Setting, *, t_tail: int, n_tail: int) -> Tail:
 
 @dataclass
 class Models(Result):
-    """Three more models read at every depth, and the discrete contexts Experiment 4 reuses."""
+    """Three more families read at every depth, and the attention-only family's discrete contexts."""
 
     gmlp: Depths
     dattn: Depths
@@ -491,28 +526,28 @@ class Models(Result):
             d.plot(ax)
 
 
-def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
-    """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule.
+def _gaussian_mlp(s: ContextLaws) -> tuple[Depths, float]:
+    """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule, a law and a model per pair.
 
-    Pair k of streams (2k, 2k+1) goes through a model of its own (the ``("full-model", k)``
-    weights): a model's finite-t slope departs from −1 by an amount of its own, larger for
-    deeper layers, so the SE over the pairs includes the spread between models and the slope is a
-    model's slope averaged over models.  Returns the depths and the polar rule's error
-    max_l mean |F_l − F_l^fine|² against a rule with 1.5 times the nodes per coordinate, for the first pair's
-    model (its cost grows as the square of its N nodes: twice the nodes per coordinate cost 16 times the rule
-    itself, 1.5 times cost 5 times).
+    Pair k draws its Σ and its two contexts from the stream ``("gmlp", k)`` and goes through a model
+    of its own (the ``("full-model", k)`` weights): a model's finite-t slope departs from −1 by an
+    amount of its own, larger for deeper layers, so the SE over the pairs includes the spread between
+    laws and models.  Returns the depths and the polar rule's error max_l mean |F_l − F_l^fine|²
+    against a rule with 1.5 times the nodes per coordinate, for the first pair (its cost grows as the
+    square of its N nodes: twice the nodes per coordinate cost 16 times the rule itself, 1.5 times cost
+    5 times).
     """
     dev, cp, n = s.device, s.checkpoints, s.quad_nodes
-    polar = [p.to(dev) for p in gaussian_polar_rule(s.cov, n, n)]
-    fine = [p.to(dev) for p in gaussian_polar_rule(s.cov, n + n // 2, n + n // 2)]
     sqs, hss, svs, polar_err = [], [], [], float("nan")
-    for k in range(s.n_streams // 2):
+    for k in range(s.n_pairs):
+        cov, x = s.gaussian_pair("gmlp", k)  # (d_in, d_in), (2, T, d_in)
         model = CausalTransformer(**s.shape, mlp=True, layer_norm=True,
                                   seed=s.streams.seed_for("full-model", k)).to(dev)
-        x = xg[2 * k: 2 * k + 2]  # (2, T, d_in): the pair
+        polar = [p.to(dev) for p in gaussian_polar_rule(cov, n, n)]
         queries = x[:, cp - 1].reshape(-1, s.d_in)  # (2 n_t, d_in)
         F, sv = mean_field_with_logit_variances(model, *polar, queries)  # (L+1, 2 n_t, d), (L, 2 n_t)
-        if k == 0:  # the rule's check, on the first pair's model (its cost grows as nodes^4)
+        if k == 0:  # the rule's check, on the first pair (its cost grows as nodes^4)
+            fine = [p.to(dev) for p in gaussian_polar_rule(cov, n + n // 2, n + n // 2)]
             F_fine = mean_field(model, *fine, queries)  # (L+1, 2 n_t, d)
             polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
         sq, hs = squared_gaps(model, x, F.view(s.n_layers + 1, 2, len(cp), s.d_model), cp)
@@ -520,13 +555,14 @@ def _gaussian_mlp(s: Setting, xg: torch.Tensor) -> tuple[Depths, float]:
         hss.append(hs)
         svs.append(sv)
     reach = reach_of(torch.cat(svs, 1), s.t_fit)
-    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm (a model per pair)",
-                "Gaussian context, MLP and layer norm, F_L by quadrature, a model per pair of streams.",
+    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm (a law and a model per pair)",
+                "Gaussian context, MLP and layer norm, F_L by quadrature, a context law and a model per pair "
+                "of streams.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach)
     return d, polar_err
 
 
-def _discrete_mlp(s: Setting, name: str, k: object = (), **kw: object) -> CausalTransformer:
+def _discrete_mlp(s: ContextLaws, name: str, k: object = (), **kw: object) -> CausalTransformer:
     """The discrete model with two heads, MLP and layer norm, weights from the ``(name, k)`` seed.
 
     ``kw`` (e.g. ``pos``, ``max_len``) goes to :class:`CausalTransformer`.
@@ -535,93 +571,82 @@ def _discrete_mlp(s: Setting, name: str, k: object = (), **kw: object) -> Causal
                              mlp=True, layer_norm=True, seed=s.streams.seed_for(name, k), **kw).to(s.device)
 
 
-def _discrete_logit_variances(s: Setting, model: CausalTransformer, xd: torch.Tensor) -> torch.Tensor:
-    """Mean-field logit variances (L, R n_t) of the discrete contexts' tokens at the checkpoints."""
-    x_at = xd[:, s.checkpoints - 1].reshape(-1)  # (R n_t,)
-    return _logit_variances(model, torch.arange(s.vocab), s.freqs, x_at, s.device)
+def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor,
+              x: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor]:
+    """The exact discrete mean field F (L+1, V, d) of token law ``freqs``, the gaps (L+1, R, n_t), states, variances.
 
-
-def _discrete(s: Setting, model: CausalTransformer, xd: torch.Tensor, *,
-              reach: bool = True) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, list[float]]:
-    """The exact discrete mean field F (L+1, V, d), the gaps (L+1, R, n_t), states and allowances.
-
-    With ``reach=False`` the allowances are not computed (an empty list).
+    The last are the mean-field logit variances (L, R n_t) of the contexts' tokens at the checkpoints.
     """
     dev, cp = s.device, s.checkpoints
     tokens = torch.arange(s.vocab, device=dev)  # (V,)
-    F = mean_field(model, tokens, s.freqs.to(dev), tokens)  # (L+1, V, d)
-    sq, hs = squared_gaps(model, xd, F[:, xd[:, cp - 1]], cp)
-    if not reach:
-        return F, sq, hs, []
-    return F, sq, hs, reach_of(_discrete_logit_variances(s, model, xd), s.t_fit)
+    F = mean_field(model, tokens, freqs, tokens)  # (L+1, V, d)
+    sq, hs = squared_gaps(model, x, F[:, x[:, cp - 1]], cp)
+    sv = _logit_variances(model, torch.arange(s.vocab), freqs, x[:, cp - 1].reshape(-1), dev)  # (L, R n_t)
+    return F, sq, hs, sv
 
 
-def models(s: Setting, gauss: Depths) -> Models:
+def models(s: ContextLaws) -> Models:
     """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
 
-    Draws new Gaussian and then discrete paired contexts from the ``"draws"`` stream.  Every family
-    reads a model per pair of streams: the attention-only discrete models (the ``("discrete", k)``
-    weights) each at the largest scale of :data:`SCALES` with early-attention ratio χ_l ≤ 2 at every
-    layer on min(R, :data:`PILOT_CONTEXTS`) pilot contexts (the ``"pilot"`` stream); the MLP models with two heads and
-    layer norm (the ``("dmlp", k)`` and, Gaussian, ``("full-model", k)`` weights).
+    Every family draws for each pair k a context law and its two contexts of its own (the streams
+    ``("gmlp", k)``, ``("dattn", k)`` and ``("dmlp", k)``) and a model of its own: the attention-only
+    discrete models (the ``("discrete", k)`` weights) each at the largest scale of :data:`SCALES` with
+    early-attention ratio χ_l ≤ 2 at every layer on :data:`PILOT_CONTEXTS` pilot contexts of the pair's
+    law (drawn apart from the measured ones); the MLP models with two heads and layer norm (the
+    ``("dmlp", k)`` and, Gaussian, ``("full-model", k)`` weights).
     Measures ``slope_gmlp_L*``, ``slope_dattn_L*``, ``slope_dmlp_L*`` and their ``mean_gap_slope_*``;
     glues ``polar_err``, ``n_pilot``, ``scale_d`` (the range of the scales), ``chi_pilot``,
-    ``chi_verdict``, ``chi_gauss`` (the largest χ of ``gauss``, Experiment 1's result),
-    ``chi_run_start`` and ``chi_run_end`` (largest over the models, at the fit's start and at t_max).
+    ``chi_verdict``, ``chi_run_start`` and ``chi_run_end`` (largest over the models, at the fit's start
+    and at t_max).
     """
-    if not isinstance(gauss, Depths) or gauss.chi is None:
-        raise ValueError("gauss must be the result of depth.gaussian (Experiment 1)")
-    streams, dev = s.streams, s.device
-    xg = s.gaussian_contexts()  # (R, T, d_in)
-    gmlp, polar_err = _gaussian_mlp(s, xg)
+    dev = s.device
+    gmlp, polar_err = _gaussian_mlp(s)
 
-    n_pilot = min(s.n_streams, PILOT_CONTEXTS)
-    pilot = torch.multinomial(s.freqs, n_pilot * s.t_max, replacement=True,
-                              generator=streams.torch_generator("pilot")).view(n_pilot, s.t_max).to(dev)
-    xd = s.discrete_contexts()  # (R, T)
-    sqs, hss, svs, scales, chis_pilot, chis_start, chis_end = [], [], [], [], [], [], []
-    for k in range(s.n_streams // 2):  # a model per pair, each at its own sink-free scale
+    sqs, hss, svs, scales, chis_pilot, chis_start, chis_end, xs = [], [], [], [], [], [], [], []
+    for k in range(s.n_pairs):  # a law and a model per pair, each model at its own sink-free scale
+        freqs, x, pilot = s.discrete_pair("dattn", k, n_pilot=PILOT_CONTEXTS)  # (V,), (2, T), (n_pilot, T)
         d_shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers,
-                       seed=streams.seed_for("discrete", k))
+                       seed=s.streams.seed_for("discrete", k))
         scale, chi = sink_free_logit_scale(list(SCALES), pilot, **d_shape)
         d_attn = CausalTransformer(**d_shape, logit_scale=scale).to(dev)
-        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
-        _, sq, hs, _ = _discrete(s, d_attn, x, reach=False)
+        _, sq, hs, sv = _discrete(s, d_attn, freqs, x)
         sqs.append(sq)
         hss.append(hs)
-        svs.append(_discrete_logit_variances(s, d_attn, x))  # (L, 2 n_t)
+        svs.append(sv)
+        xs.append(x)
         scales.append(scale)
         chis_pilot.append(chi)
         chis_start.append(float(early_attention_ratio(d_attn, x[:, : s.t_fit[0]]).max()))
         chis_end.append(float(early_attention_ratio(d_attn, x).max()))
     chi_pilot = max(chis_pilot)
-    dattn = _depths(s, "dattn", "discrete, attention only (a model per pair)",
-                    "Discrete context, attention only, exact F_L, a model per pair of streams, each at a logit "
-                    "scale without an early-position attention sink (χ ≤ 2 on pilot contexts).",
+    dattn = _depths(s, "dattn", "discrete, attention only (a law and a model per pair)",
+                    "Discrete context, attention only, exact F_L, a context law and a model per pair of streams, "
+                    "each model at a logit scale without an early-position attention sink (χ ≤ 2 on pilot contexts).",
                     np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
     dattn.scales = scales
 
     sqs, hss, svs = [], [], []
-    for k in range(s.n_streams // 2):  # a model per pair, as for the Gaussian MLP model
+    for k in range(s.n_pairs):  # a law and a model per pair, as for the Gaussian MLP model
+        freqs, x, _ = s.discrete_pair("dmlp", k)  # (V,), (2, T)
         d_mlp = _discrete_mlp(s, "dmlp", k)
-        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
-        F_mlp, sq, hs, _ = _discrete(s, d_mlp, x, reach=False)
-        exact = mean_field_discrete(d_mlp, s.freqs.to(dev))  # (V, d)
+        F_mlp, sq, hs, sv = _discrete(s, d_mlp, freqs, x)
+        exact = mean_field_discrete(d_mlp, freqs)  # (V, d)
         if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
             raise RuntimeError("mean_field and mean_field_discrete disagree for the discrete MLP model")
         sqs.append(sq)
         hss.append(hs)
-        svs.append(_discrete_logit_variances(s, d_mlp, x))  # (L, 2 n_t)
-    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm (a model per pair)",
-                   "Discrete context, two heads, MLP and layer norm, exact F_L, a model per pair of streams.",
+        svs.append(sv)
+    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm (a law and a model per pair)",
+                   "Discrete context, two heads, MLP and layer norm, exact F_L, a context law and a model per "
+                   "pair of streams.",
                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
 
-    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=xd)
+    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=torch.cat(xs))
     for d in (gmlp, dattn, dmlp):
         r.merge(d)
     verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is, for some model"
-    for name, value in dict(polar_err=polar_err, n_pilot=n_pilot, scale_d=_range_text(scales), chi_pilot=chi_pilot,
-                            chi_verdict=verdict, chi_gauss=gauss.chi, chi_run_start=max(chis_start),
+    for name, value in dict(polar_err=polar_err, n_pilot=PILOT_CONTEXTS, scale_d=_range_text(scales),
+                            chi_pilot=chi_pilot, chi_verdict=verdict, chi_run_start=max(chis_start),
                             chi_run_end=max(chis_end)).items():
         r.glue(name, value)
     return r
@@ -687,36 +712,34 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
     return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
-def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positions:
+def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
     The context variance E Var(h^(L)_t | x_t, t) (:func:`context_variance`) and the gap
     E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on ``n_streams`` (an even number; default the
-    setting's) paired discrete contexts of its own (the ``"positions"`` stream; Experiment 3's token law),
-    for a model per pair with two heads, MLP and layer norm (the ``("positions", k)`` weights) read
-    without positions and with each kind of position, the other weights kept.  The bias part is gap −
-    variance.  The context-variance slopes without and with rotary positions are the mean of the pairs'
-    log-log slopes (Student-t SE over the pairs).
+    laws') paired discrete contexts: pair k draws its token law and its two contexts from the stream
+    ``("positions", k)`` and goes through a model of its own with two heads, MLP and layer norm (the
+    ``("positions", k)`` weights), read without positions and with each kind of position, the other
+    weights kept.  The bias part is gap − variance.  The context-variance slopes without and with rotary
+    positions are the mean of the pairs' log-log slopes (Student-t SE over the pairs).
     Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position models' depth-L reach),
     ``context_variance_learned`` (−1, checkpoints as replicates), ``context_variance_rotary``
     (below 0), ``gap_plateau_learned`` (0) and ``gap_plateau_rotary`` (−1); glues ``gap_ratio_learned``,
-    ``gap_ratio_rotary`` (the gap at t_max over the gap at the fit's start) and ``t_span_text``.
+    ``gap_ratio_rotary`` (the gap at t_max over the gap at the fit's start), ``t_span_text`` and
+    ``n_pairs_positions``.
     """
-    if not isinstance(m, Models):
-        raise ValueError(f"m must be the result of depth.models (Experiment 3), got {type(m).__name__}")
     n = s.n_streams if n_streams is None else check_positive_int(n_streams, "n_streams")
     if n % 2:
         raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
     streams, cp, fit, tf, n_pairs = s.streams, s.checkpoints, s.fit, s.t_fit, n // 2
-    xd = s.discrete_contexts(n, streams.torch_generator("positions"))  # (n, T)
     parts: dict[str, list[tuple[np.ndarray, torch.Tensor]]] = {"none": [], "learned": [], "rotary": []}
     svs = []
-    for k in range(n_pairs):  # a model per pair: the ("positions", k) weights without and with positions
-        x = xd[2 * k: 2 * k + 2]  # (2, T): the pair
+    for k in range(n_pairs):  # a law and a model per pair: the ("positions", k) weights without and with positions
+        freqs, x, _ = s.discrete_pair("positions", k)  # (V,), (2, T)
         base = _discrete_mlp(s, "positions", k)
-        F, sq, hs, _ = _discrete(s, base, x, reach=False)
+        F, sq, hs, sv = _discrete(s, base, freqs, x)
         parts["none"].append((sq, hs))
-        svs.append(_discrete_logit_variances(s, base, x))  # (L, 2 n_t)
+        svs.append(sv)  # (L, 2 n_t)
         for pos in ("learned", "rotary"):
             model = _discrete_mlp(s, "positions", k, pos=pos, max_len=s.t_max)  # the same weights, with positions
             parts[pos].append(squared_gaps(model, x, F[:, x[:, cp - 1]], cp))
@@ -762,37 +785,54 @@ def positions(s: Setting, m: Models, *, n_streams: int | None = None) -> Positio
 
 @dataclass
 class Markov(Result):
-    """Markov contexts at depths one and two: the rate and the constant of the one-layer rate."""
+    """Markov contexts at depths one and two: the rate, and the constant of the one-layer rate."""
 
     checkpoints: np.ndarray = field(repr=False)  # (n_t,)
-    sq: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # depth → (R, n_t)
+    sq: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # depth → (R, n_t), per-chain kernels
+    sq_constant: np.ndarray = field(default=None, repr=False)  # (R_c, n_t): the constant's kernel and model
     c_markov: float = 0.0
     c_iid: float = 0.0
 
     def plot(self, ax: plt.Axes) -> None:
-        """t times the mean gap against t per depth, with the predicted constants (Markov, iid)."""
-        for depth, c in ((1, "C0"), (2, "C1")):
-            ax.loglog(self.checkpoints, self.checkpoints * self.sq[depth].mean(0), "o-", ms=4, color=c,
-                      label=f"L = {depth}")
-        ax.axhline(self.c_markov, color="C0", ls="--", lw=1, label="predicted constant, Markov CLT")
+        """t times the mean gap against t: the constant's model with its predicted constants, and the slopes' chains."""
+        ax.loglog(self.checkpoints, self.checkpoints * self.sq_constant.mean(0), "o-", ms=4, color="C0",
+                  label="L = 1, the constant's kernel and model")
+        ax.axhline(self.c_markov, color="C0", ls="--", lw=1, label="its predicted constant, Markov CLT")
         ax.axhline(self.c_iid, color="k", ls=":", lw=1, label="the same with the iid variance")
+        for depth, c in ((1, "C1"), (2, "C2")):
+            ax.loglog(self.checkpoints, self.checkpoints * self.sq[depth].mean(0), "s:", ms=3, color=c,
+                      label=f"L = {depth}, a kernel and a model per chain")
         ax.set(xlabel="context length $t$", ylabel=r"$t\,\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$",
                title="Markov context: the rate and its constant")
         sparse_log_ticks(ax)  # the default labels 2, 3, 4, 6 × 10^k, which collide
         ax.legend()
 
 
-def markov(s: Setting, *, stickiness: float) -> Markov:
-    """Experiment 5: stationary Markov contexts P = ρI + (1 − ρ)Q, the constant of the rate.
+def markov_kernel(V: int, stickiness: float, generator: torch.Generator) -> torch.Tensor:
+    """P = ρI + (1 − ρ)Q, ρ = ``stickiness``, Q with rows drawn from the flat Dirichlet law: shape (V, V)."""
+    return stickiness * torch.eye(V, dtype=torch.float64) + (1 - stickiness) * flat_dirichlet((V, V), generator)
 
-    Q has rows E_ij / Σ_j E_ij with E_ij ~ Exp(1) and the R chains come from the ``"draws"``
-    stream.  For one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the Markov-chain
-    variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance D_π − ππᵀ
-    gives the alternative.  On :data:`CONSTANT_CHAINS` × R chains of its own (the
-    ``"markov-constant"`` stream) C is read as the mean over chains of the intercept of
-    t·gap = c + a/t at the checkpoints t ≥ t_max/8 (:func:`covbook.stats.inverse_t_intercept_weights`:
-    the delta method's remainder is O(1/t)), with the SD the
-    delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
+
+def _markov_model(s: ContextLaws, depth: int, seed: int) -> CausalTransformer:
+    """A discrete model of ``depth`` layers with two heads, MLP and layer norm, weights from ``seed``."""
+    return CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=depth, n_heads=2, mlp=True,
+                             layer_norm=True, seed=seed).to(s.device)
+
+
+def markov(s: ContextLaws, *, stickiness: float) -> Markov:
+    """Experiment 5: stationary Markov contexts P = ρI + (1 − ρ)Q, the rate and the constant of the rate.
+
+    The slopes: chain k draws its kernel (:func:`markov_kernel`) and its stationary path from the
+    stream ``("markov", k)`` and goes through a model of its own at each depth (the
+    ``("markov-models", (depth, k))`` weights), so the R chains are independent replicates of kernel,
+    model and path and the bootstrap SE over them is unconditional.  The constant is a property of one
+    kernel and one model: for one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the
+    Markov-chain variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance
+    D_π − ππᵀ gives the alternative.  Its kernel and :data:`CONSTANT_CHAINS` × R paths come from the
+    ``"markov-constant"`` stream and its model from the ``"markov-constant"`` weights; C is read as the
+    mean over paths of the intercept of t·gap = c + a/t at the checkpoints t ≥ t_max/8
+    (:func:`covbook.stats.inverse_t_intercept_weights`: the delta method's remainder is O(1/t)), with
+    the SD the delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
     ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
 
@@ -801,37 +841,41 @@ def markov(s: Setting, *, stickiness: float) -> Markov:
     if check_nonnegative_float(stickiness, "stickiness") >= 1:
         raise ValueError(f"stickiness must lie in [0, 1), got {stickiness!r}")
     streams, dev, cp, V = s.streams, s.device, s.checkpoints, s.vocab
-    e = -torch.log(torch.rand(V, V, generator=s.generator, dtype=torch.float64))  # (V, V)
-    P = stickiness * torch.eye(V, dtype=torch.float64) + (1 - stickiness) * e / e.sum(1, keepdim=True)
+    r = Markov(checkpoints=cp)
+    sqs: dict[int, list[np.ndarray]] = {1: [], 2: []}
+    svs: dict[int, list[np.ndarray]] = {1: [], 2: []}
+    for k in range(s.n_streams):  # a kernel, a path and a model per depth for each chain
+        g = streams.torch_generator("markov", k)
+        P = markov_kernel(V, stickiness, g)  # (V, V)
+        pi_P = stationary_distribution(P).to(dev)  # (V,)
+        xm = sample_markov_chain(P, 1, s.t_max, generator=g).to(dev)  # (1, T)
+        x_at = xm[:, cp - 1]  # (1, n_t)
+        for depth in (1, 2):
+            model = _markov_model(s, depth, streams.seed_for("markov-models", (depth, k)))
+            h = hidden_states_at(model, xm, cp)[-1]  # (1, n_t, d)
+            sqs[depth].append(((h - mean_field_discrete(model, pi_P)[x_at]) ** 2).sum(-1).cpu().numpy())
+            s_m = _logit_variances(model, torch.arange(V), pi_P, x_at.reshape(-1), dev)  # (L, n_t)
+            svs[depth].append(torch.cummax(s_m, dim=0).values[-1].cpu().numpy())  # (n_t,)
+    reach = {depth: reach_allowance(np.concatenate(svs[depth]), s.t_fit)[0] for depth in (1, 2)}
+    r.sq = {depth: np.concatenate(sqs[depth]) for depth in (1, 2)}  # (R, n_t)
+
+    g = streams.torch_generator("markov-constant")
+    P = markov_kernel(V, stickiness, g)  # (V, V)
     pi_P = stationary_distribution(P)  # (V,)
     sigma_markov = asymptotic_covariance(P)  # (V, V)
     sigma_iid = torch.diag(pi_P) - torch.outer(pi_P, pi_P)  # (V, V)
-    xm = sample_markov_chain(P, s.n_streams, s.t_max, generator=s.generator).to(dev)  # (R, T)
-    x_at = xm[:, cp - 1]  # (R, n_t)
-    r = Markov(checkpoints=cp)
-    reach: dict[int, float] = {}
-    for depth in (1, 2):
-        model = CausalTransformer(vocab_size=V, d_model=s.d_model, n_layers=depth, n_heads=2, mlp=True,
-                                  layer_norm=True, seed=streams.seed_for("markov-models")).to(dev)
-        F_m = mean_field_discrete(model, pi_P.to(dev))  # (V, d)
-        h_m = hidden_states_at(model, xm, cp)[-1]  # (R, n_t, d)
-        r.sq[depth] = ((h_m - F_m[x_at]) ** 2).sum(-1).cpu().numpy()  # (R, n_t)
-        s_m = _logit_variances(model, torch.arange(V), pi_P, x_at.reshape(-1), dev)  # (L, m)
-        s_m = torch.cummax(s_m, dim=0).values[-1].cpu().numpy()  # (m,)
-        reach[depth] = reach_allowance(s_m, s.t_fit)[0]
-        if depth == 1:
-            one_layer = model
+    one_layer = _markov_model(s, 1, streams.seed_for("markov-constant"))
     jac = mean_field_jacobian(one_layer, pi_P.to(dev))  # (V, d, V): once for the constants and the SD
     r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov, jacobian=jac)
     r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid, jacobian=jac)
     late = cp >= s.t_max / 8  # the constant's checkpoints
     w = inverse_t_intercept_weights(cp[late])  # (n_late,): the intercept of c + a/t
     n_const = CONSTANT_CHAINS * s.n_streams  # the constant's own chains: its SE is the claim's power
-    xc = sample_markov_chain(P, n_const, s.t_max, generator=streams.torch_generator("markov-constant")).to(dev)
-    h_c = hidden_states_at(one_layer, xc, cp[late])[-1]  # (R_c, n_late, d)
+    xc = sample_markov_chain(P, n_const, s.t_max, generator=g).to(dev)  # (R_c, T)
+    h_c = hidden_states_at(one_layer, xc, cp)[-1]  # (R_c, n_t, d)
     F_1 = mean_field_discrete(one_layer, pi_P.to(dev))  # (V, d)
-    sq_c = ((h_c - F_1[xc[:, cp[late] - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_late)
-    c_meas = float(((sq_c * cp[late]) @ w).mean())  # mean over chains of each chain's intercept
+    r.sq_constant = ((h_c - F_1[xc[:, cp - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_t)
+    c_meas = float(((r.sq_constant[:, late] * cp[late]) @ w).mean())  # mean over chains of each chain's intercept
     c_se = collapse_readout_sd(one_layer, pi_P.to(dev), sigma_markov, cp[late], w, jacobian=jac) / np.sqrt(n_const)
     for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
