@@ -16,7 +16,7 @@ import pytest
 
 from helpers import ROOT
 
-CHAPTERS = ("01", "02", "03", "04", "05", "06", "07", "09", "10", "11")
+CHAPTERS = ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11")
 MAX_LINES = 20
 HIDDEN = {"hide-input", "remove-input", "remove-cell", "parameters"}
 #: Names a computation cell must not use: the chapter's streams, claims and session.

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from covbook.experiments import depth  # noqa: E402
+from covbook.processes import flat_dirichlet  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
@@ -86,7 +87,7 @@ def test_a_pair_draws_its_law_and_contexts_from_its_own_stream(run) -> None:
 
 def test_flat_dirichlet_is_normalised_exponentials_with_the_dirichlet_moments() -> None:
     g = torch.Generator().manual_seed(0)
-    pi = depth.flat_dirichlet((40_000, 5), g)  # (n, V)
+    pi = flat_dirichlet((40_000, 5), g)  # (n, V)
     assert pi.dtype == torch.float64 and (pi > 0).all()
     assert torch.allclose(pi.sum(-1), torch.ones(40_000, dtype=torch.float64))
     # Dirichlet(1, ..., 1): E π_v = 1/V, Var π_v = (V − 1)/(V²(V + 1)) = 4/150
@@ -95,9 +96,9 @@ def test_flat_dirichlet_is_normalised_exponentials_with_the_dirichlet_moments() 
     assert torch.allclose(pi.var(0), torch.full((5,), 4 / 150, dtype=torch.float64), rtol=0.05)
     g = torch.Generator().manual_seed(1)
     e = torch.empty(5, dtype=torch.float64).exponential_(generator=g)
-    assert torch.equal(depth.flat_dirichlet(5, torch.Generator().manual_seed(1)), e / e.sum())
+    assert torch.equal(flat_dirichlet(5, torch.Generator().manual_seed(1)), e / e.sum())
     with pytest.raises(ValueError, match="shape must end in a vocabulary of at least 2"):
-        depth.flat_dirichlet(1, g)
+        flat_dirichlet(1, g)
 
 
 def test_markov_kernel_is_stochastic_and_sticky() -> None:

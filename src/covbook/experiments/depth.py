@@ -30,10 +30,11 @@ from matplotlib.ticker import NullFormatter
 
 from covbook._validate import check_nonnegative_float, check_positive_int, resolve_device
 from covbook.attention import readout_paths
+from covbook.experiments._common import log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
 from covbook.plotting import loglog_with_fit, sparse_log_ticks
-from covbook.processes import GaussianIID
+from covbook.processes import GaussianIID, flat_dirichlet
 from covbook.rules import Z
 from covbook.stats import (
     inverse_t_intercept_weights,
@@ -65,7 +66,7 @@ from covbook.transformer import (
 __all__ = [
     "CHAPTER", "SCALES", "ContextLaws", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
     "context_laws", "recursion", "recursion_error", "gaussian", "tail", "models", "positions", "markov",
-    "flat_dirichlet", "markov_kernel", "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
+    "markov_kernel", "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
 ]
 
 CHAPTER = "08"
@@ -85,22 +86,6 @@ KAPPA_MIN = 2.0
 
 
 # --------------------------------------------------------------------------- the context laws
-
-
-def flat_dirichlet(shape: int | tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    r"""Draws of the flat Dirichlet law on the simplex of the last axis, float64 of shape ``shape``.
-
-    .. math:: \pi_v = E_v / \textstyle\sum_u E_u, \qquad E_v \sim \mathrm{Exp}(1)\ \text{iid},
-
-    which is Dirichlet(1, ..., 1) (each π_v has mean 1/V and variance (V − 1)/(V²(V + 1))).
-    Several rows (``shape`` (n, V)) are n independent draws, e.g. the rows of a random stochastic
-    matrix.  Raises ``ValueError`` for a last axis below 2.
-    """
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not shape or shape[-1] < 2:
-        raise ValueError(f"shape must end in a vocabulary of at least 2, got {shape!r}")
-    e = torch.empty(shape, dtype=torch.float64).exponential_(generator=generator)  # (..., V)
-    return e / e.sum(-1, keepdim=True)
 
 
 @dataclass
@@ -197,7 +182,7 @@ def context_laws(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: i
     if sizes["vocab"] < 2:
         raise ValueError(f"vocab must be at least 2, got {vocab}")
     dev = resolve_device(device)
-    checkpoints = np.unique(np.logspace(np.log10(16), np.log10(t_max), 24).astype(int))  # (n_t,)
+    checkpoints = log_checkpoints(t_max, 24, start=16)  # (n_t,)
     s = ContextLaws(**sizes, checkpoints=checkpoints, streams=streams, device=dev)
     for name, value in dict(t_max=t_max, n_streams=n_streams, n_pairs=s.n_pairs, vocab=vocab,
                             d_model=d_model, fit_from=int(s.t_fit[0])).items():
@@ -462,7 +447,7 @@ def tail(s: ContextLaws, *, t_tail: int, n_tail: int) -> Tail:
         raise ValueError(f"n_tail must be at least 2 streams, got {n_tail}")
     streams, d_in, d_model = s.streams, s.d_in, s.d_model
     cov = s.covariance(streams.torch_generator("tail-law"))  # (d_in, d_in)
-    t_stream = np.unique(np.logspace(2, np.log10(t_tail), 10).astype(int))  # (n_t,)
+    t_stream = log_checkpoints(t_tail, 10)  # (n_t,)
     unit = CausalTransformer(d_in=d_in, d_model=d_model, n_layers=1, logit_scale=1.0,
                              seed=streams.seed_for("tail"))
     kappa_unit = gaussian_tail_exponents(unit, cov)[0]  # κ at logit scale 1
