@@ -40,7 +40,6 @@ from covbook.linalg import stationary_covariance
 Sampler = Callable[[int], torch.Tensor]
 
 __all__ = [
-    "flat_dirichlet",
     "Process", "IIDProcess", "GaussianIID", "Replay", "Sampler",
     "MixingLaw", "DiscreteMixing", "ExponentialMixing", "InverseGaussianMixing", "mixing_law", "MIXING_LAWS",
     "InputLaw", "INPUT_LAWS", "input_law",
@@ -884,18 +883,3 @@ class BimodalGaussian(_ZeroMeanWithCovariance, _Symmetric, IIDProcess):
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
         return z + sign[..., None] * self.m.to(dev)  # (R, n, d)
 
-
-def flat_dirichlet(shape: int | tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    r"""Draws of the flat Dirichlet law on the simplex of the last axis, float64 of shape ``shape``.
-
-    .. math:: \pi_v = E_v / \textstyle\sum_u E_u, \qquad E_v \sim \mathrm{Exp}(1)\ \text{iid},
-
-    which is Dirichlet(1, ..., 1) (each π_v has mean 1/V and variance (V − 1)/(V²(V + 1))).
-    Several rows (``shape`` (n, V)) are n independent draws, e.g. the rows of a random stochastic
-    matrix.  Raises ``ValueError`` for a last axis below 2.
-    """
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not shape or shape[-1] < 2:
-        raise ValueError(f"shape must end in a vocabulary of at least 2, got {shape!r}")
-    e = torch.empty(shape, dtype=torch.float64).exponential_(generator=generator)  # (..., V)
-    return e / e.sum(-1, keepdim=True)

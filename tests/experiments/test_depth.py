@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from covbook.experiments import depth  # noqa: E402
-from covbook.processes import flat_dirichlet  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
+from covbook.token_laws import flat_dirichlet  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
 SIZES = dict(d_in=2, d_model=4, n_layers=4, vocab=5, t_max=64, n_streams=6, quad_nodes=8, n_boot=20)

@@ -34,7 +34,7 @@ from covbook.experiments._common import log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
 from covbook.plotting import loglog_with_fit, sparse_log_ticks
-from covbook.processes import GaussianIID, flat_dirichlet
+from covbook.processes import GaussianIID
 from covbook.rules import Z
 from covbook.stats import (
     inverse_t_intercept_weights,
@@ -44,6 +44,7 @@ from covbook.stats import (
     slope_with_se,
 )
 from covbook.theory import reach_allowance
+from covbook.token_laws import flat_dirichlet
 from covbook.transformer import (
     CausalTransformer,
     collapse_constant,
