@@ -16,6 +16,7 @@ from covbook.experiments import repetition  # noqa: E402
 from covbook.markov import CycleRecord  # noqa: E402
 from covbook.rules import load_rules, rules_path  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
+from covbook.token_laws import flat_dirichlet  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
 torch.set_num_threads(1)
@@ -72,6 +73,22 @@ def test_depth_one_is_exact(results) -> None:
     assert gap.measurements["shuffle_L1_max"]["value"] < 1e-12
     assert gap.gaps[2].max() > 1e-6  # beyond depth one the gap is not zero
     assert gap.measurements["gap_slope_L2"]["prediction"] == -0.5 and gap.measurements["gap_slope_L2"]["dof"] == 1
+
+
+def test_context_laws_are_the_flat_dirichlet_of_token_laws(monkeypatch) -> None:
+    """Each gap model's contexts draw their token law by covbook.token_laws.flat_dirichlet from ``draws``."""
+    calls = []
+
+    def spy(shape, generator):
+        calls.append((shape, generator))
+        return flat_dirichlet(shape, generator)
+
+    monkeypatch.setattr(repetition, "flat_dirichlet", spy)
+    s = _streams()
+    draws = s.torch_generator("draws")
+    repetition.markov_gap_rates(**GAP, streams=s, draws=draws)
+    assert calls == [(GAP["vocab"], draws)] * (3 * GAP["gap_models"])  # one law per model, at L = 1, 2, 3
+    assert not hasattr(repetition, "random_law")
 
 
 def _runs(r: repetition.GreedyCycles) -> list:

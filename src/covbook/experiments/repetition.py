@@ -52,9 +52,10 @@ from covbook.markov import (
 )
 from covbook.rules import LEVEL, quantile
 from covbook.stats import mean_with_se, slope_with_group_se
+from covbook.token_laws import flat_dirichlet
 from covbook.transformer import CausalTransformer
 
-__all__ = ["CHAPTER", "random_model", "random_law", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
+__all__ = ["CHAPTER", "random_model", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
            "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS", "measure_above", "counted"]
 
 CHAPTER = "09"
@@ -72,12 +73,6 @@ def random_model(n_layers: int, model_seed: int, *, vocab: int, d_model: int, lo
     """A random causal transformer without positional encoding (float64), initialised from ``model_seed``."""
     return CausalTransformer(vocab_size=vocab, d_model=d_model, n_layers=n_layers, logit_scale=logit_scale,
                              seed=model_seed).to(device)
-
-
-def random_law(vocab: int, draws: torch.Generator) -> torch.Tensor:
-    r"""A token law from the flat Dirichlet on the simplex: :math:`e_x/\sum_y e_y`, :math:`e_x\sim\mathrm{Exp}(1)`."""
-    e = -torch.log(torch.rand(vocab, generator=draws, dtype=torch.float64))  # (V,)
-    return e / e.sum()
 
 
 def measure_above(out: Result, cid: str, value: float, *, prediction: float, se: float, dof: int,
@@ -172,7 +167,7 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
         for i in range(gap_models if L > 1 else min(gap_models, 3)):
             model = random_model(L, streams.seed_for("gap-models", (L, i)), vocab=vocab, d_model=d_model,
                                  logit_scale=logit_scale, device=device)
-            x = torch.multinomial(random_law(vocab, gen).expand(gap_seqs, vocab), t_gap, replacement=True,
+            x = torch.multinomial(flat_dirichlet(vocab, gen).expand(gap_seqs, vocab), t_gap, replacement=True,
                                   generator=gen)  # (gap_seqs, t_gap)
             g_rows.append(markov_gap(model, x, checkpoints))  # (gap_seqs, n_t)
             s_rows.append(shuffle_test(model, x, checkpoints, generator=gen))  # (gap_seqs, n_t)
