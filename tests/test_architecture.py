@@ -11,7 +11,8 @@ import ast
 from helpers import ROOT
 
 SRC = ROOT / "src" / "covbook"
-SCIENCE = {"attention", "processes", "theory", "linalg", "stats", "icl", "transformer", "markov", "prior_work", "token_laws"}
+SCIENCE = {"attention", "processes", "theory", "linalg", "stats", "icl", "transformer", "markov", "prior_work",
+           "token_laws"}
 NOTEBOOK_FACING = {"claims", "session", "streams", "plotting", "profiles"}
 #: What the chapters' experiments may import besides the science and the shared helpers.
 EXPERIMENTS_MAY_USE = {"rules", "plotting", "streams"}
