@@ -29,19 +29,18 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import platform
 import warnings
 from functools import lru_cache
 from pathlib import Path
 
 from covbook._devices import device_name
+from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths, UsageError, _myst_code_cells
 from covbook.book.provenance import versions
-from covbook.book.records import RunRecord, read_run
-from covbook._jsonio import DamagedFile, read_json
+from covbook.book.records import read_run
 
-__all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device", "content_hash", "is_cached",
-           "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+__all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device",
+           "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
@@ -275,7 +274,8 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key ``digest``."""
+    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key
+    ``digest``."""
     if not all(p.is_file() for p in _outputs(paths, name)):
         return False
     try:

@@ -47,7 +47,16 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from covbook.book.config import (
-    DEFAULT_PROFILE, DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
+    DEFAULT_PROFILE,
+    DEVICES,
+    PROFILES,
+    Paths,
+    Terminated,
+    UsageError,
+    discover,
+    project_root,
+    select,
+    stop_on_sigterm,
 )
 
 __all__ = ["main", "parser"]
@@ -354,7 +363,6 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     import time
 
     from covbook.book.checks import check
-
     from covbook.book.edition import edition_problems
 
     start = time.perf_counter()
@@ -438,7 +446,6 @@ def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
-
     from covbook.book.runner import clean_stale
 
     with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held:

@@ -21,7 +21,8 @@ from pathlib import Path
 from covbook._devices import DEVICES
 
 __all__ = [
-    "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
+    "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
+    "PROFILES_FILE", "UsageError", "Paths", "project_root",
     "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
     "stop_on_sigterm",
 ]
@@ -354,8 +355,8 @@ def resolve_parameters(
 
     With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
     take their ``smoke`` value (or the notebook's default), or the value given
-    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of the wrong type or sign, are
-    usage errors.
+    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of
+    the wrong type or sign, are usage errors.
     """
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")

@@ -39,8 +39,15 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import without_docstrings
 from covbook.book.checks import claim_problems, id_problems, judged, read_rules
-from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters,
-                                 resolve_parameters)
+from covbook.book.config import (
+    Paths,
+    UsageError,
+    _myst_code_cells,
+    discover,
+    load_profiles,
+    notebook_parameters,
+    resolve_parameters,
+)
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
            "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV"]
@@ -193,7 +200,8 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
             shown += [c for c in claims if c.notebook == name]
     lines = ["## The stored edition", "",
              f"Chapters shown from the stored **{manifest['profile']}** edition (`book/edition`: "
-             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}, "
+             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, "
+             f"CUDA {manifest.get('cuda') or 'none'}, "
              f"commit {manifest.get('commit', '?')}) where their stored run is current; their claims below are that "
              "run's, judged by the current rules.", "",
              "| notebook | stored run | run time (s) | finished | shown from |", "| --- | --- | --- | --- | --- |"]

@@ -36,10 +36,10 @@ import math
 import operator
 from pathlib import Path
 
+from covbook._jsonio import DamagedFile, read_json
 from covbook.book.cache import resolve_device
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, load_profiles
 from covbook.book.records import read_run
-from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR",
            "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
@@ -91,7 +91,8 @@ def work_of(expr: str, params: dict) -> float:
 
 
 def _merged_timings(paths: Paths) -> dict:
-    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's ``.covbook/timings.json``."""
+    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's
+    ``.covbook/timings.json``."""
     merged: dict = {}
     files = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
     for f in [*files, paths.timings]:
@@ -288,8 +289,9 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
     print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_range(low_total, high_total):>7}"
           + (f"  + {len(unknown)} notebook(s) without an estimate: {', '.join(unknown)}" if unknown else ""))
     if workers and highs:
-        print(f"  {'wall':<{w0}}  {'':<{w1}}  {_fmt_seconds(wall_time(highs, workers)):>7}  with {workers} notebooks at "
-              "a time (longest first; the upper ends)")
+        wall = _fmt_seconds(wall_time(highs, workers))
+        print(f"  {'wall':<{w0}}  {'':<{w1}}  {wall:>7}  with {workers} notebooks at a time "
+              "(longest first; the upper ends)")
     print(f"How: the work is each notebook's `work:` expression in {Path('notebooks') / 'profiles.yml'} on the "
           f"profile's parameters; the time is calibrated on measured runs on {dev} ({SHIPPED}/*.json, shipped, and "
           f"{Path('.covbook') / 'timings.json'}, written by every `covbook run`): the start-up plus a power law "

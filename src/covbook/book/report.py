@@ -18,22 +18,20 @@ import hashlib
 import json
 import platform
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
-from covbook.book.cache import file_digest
+from covbook._jsonio import write_json_atomic
 from covbook.book.checks import Verdict, check
+from covbook.book.config import Paths
 from covbook.book.costs import run_costs_markdown
-from covbook.book.records import read_run
 from covbook.book.edition import edition_problems, shown_claims
+from covbook.book.provenance import git_commit, versions
+from covbook.book.records import read_run
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
-from covbook._jsonio import write_json_atomic
-from covbook.claims import KINDS, LEVEL, Z, Claim, anchor, familywise, fmt, verdict_markdown
-from covbook.book.config import Paths
-from covbook.book.provenance import git_commit, versions
+from covbook.claims import KINDS, LEVEL, Claim, Z, anchor, familywise, fmt, verdict_markdown
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
@@ -142,22 +140,19 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
                         out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
                         n += 1
         if n:
-            _commit_notebook(paths, name, nb, dict(record))
+            _commit_notebook(paths, name, nb)
             changed += n
     return changed
 
 
-def _commit_notebook(paths: Paths, name: str, nb: dict, record: dict) -> None:
-    """Replace chapter ``name``'s executed notebook by ``nb`` and its run record by one naming its digest, as one unit."""
-    from covbook.book.runner import commit_files  # the one atomic commit of a run's outputs
+def _commit_notebook(paths: Paths, name: str, nb: dict) -> None:
+    """Replace chapter ``name``'s executed notebook by ``nb``, its run record following (:func:`commit_rewritten`)."""
+    from covbook.book.runner import commit_rewritten  # the one atomic commit of a run's outputs
 
     paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="refresh-", dir=paths.tmp) as d:
-        tmp_nb, tmp_record = Path(d) / f"{name}.ipynb", Path(d) / f"{name}.run.json"
-        write_json_atomic(tmp_nb, nb)
-        record["outputs"] = {**record["outputs"], "notebook": file_digest(tmp_nb)}
-        write_json_atomic(tmp_record, record)
-        commit_files([(tmp_nb, paths.generated / f"{name}.ipynb"), (tmp_record, paths.runs / f"{name}.json")])
+        write_json_atomic(Path(d) / f"{name}.ipynb", nb)
+        commit_rewritten(paths, name, Path(d) / f"{name}.ipynb")
 
 
 def write_report(paths: Paths) -> Path:

@@ -66,9 +66,9 @@ from covbook.book.config import (
 )
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool", "clean_stale",
-           "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_with_checkpoints",
-           "checkpoint_folder", "prune_checkpoints", "pack_checkpoints", "unpack_checkpoints", "CHECKPOINT_ENV",
-           "CHECKPOINT_MAX_BYTES"]
+           "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_rewritten",
+           "commit_with_checkpoints", "checkpoint_folder", "prune_checkpoints", "pack_checkpoints", "unpack_checkpoints",
+           "CHECKPOINT_ENV", "CHECKPOINT_MAX_BYTES"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
@@ -402,6 +402,26 @@ def commit_files(moves: list[tuple[Path, Path]]) -> None:
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+
+
+def commit_rewritten(paths: Paths, name: str, new_nb: Path) -> None:
+    """Put ``new_nb``, a rewritten copy of chapter ``name``'s executed notebook, in its place.
+
+    When the chapter's run record names the SHA-256 of the notebook as it was, the record, naming
+    ``new_nb``'s instead, is committed with it as one unit (:func:`commit_files`): the record stays
+    true and the chapter is still served from the cache.  ``new_nb``'s folder takes the record's temporary.
+    """
+    from covbook.book.records import read_run
+
+    nb_path, rec_path = paths.generated / f"{name}.ipynb", paths.runs / f"{name}.json"
+    moves = [(new_nb, nb_path)]
+    rec = read_run(rec_path)
+    outputs = rec.outputs if rec is not None else None
+    if outputs and nb_path.is_file() and outputs.get("notebook") == file_digest(nb_path):
+        tmp_rec = new_nb.with_name(f"{name}.run.json")
+        write_json_atomic(tmp_rec, {**rec, "outputs": {**outputs, "notebook": file_digest(new_nb)}})
+        moves.append((tmp_rec, rec_path))
+    commit_files(moves)
 
 
 def _oserror_text(err: OSError) -> str:

@@ -37,10 +37,10 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile
 from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
-from covbook.claims import LEVEL, Claim, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.provenance import git_commit
 from covbook.book.records import run_ok
+from covbook.claims import LEVEL, Claim, Z, fmt, load_claims, write_json_atomic
 
 __all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
            "CALIBRATION_JSON", "FLAG_P"]
