@@ -40,7 +40,8 @@ from covbook.book.provenance import versions
 from covbook.book.records import read_run
 
 __all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device",
-           "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+           "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest", "failed_runs",
+           "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book

@@ -135,6 +135,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+JOBS_HELP = "notebooks run at the same time in local processes (default 1)"
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
                 "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
@@ -165,7 +166,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="sizes from notebooks/profiles.yml")
     r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
-    r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
+    r.add_argument("--jobs", type=_positive, default=None, help=JOBS_HELP)
     r.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
@@ -184,7 +185,7 @@ def parser() -> argparse.ArgumentParser:
                    "each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
     s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    s.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
+    s.add_argument("--jobs", type=_positive, default=None, help=JOBS_HELP)
     s.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")

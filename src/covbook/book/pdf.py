@@ -94,7 +94,8 @@ def _contents_page(title: str, entries: list[tuple[str, int]], version_line: str
     rows = "\n".join(f"<tr><td>{html.escape(t)}</td><td class='n'>{n}</td></tr>" for t, n in entries)
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title>
 <style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}}
-table{{width:100%;border-collapse:collapse}} td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
+table{{width:100%;border-collapse:collapse}}
+td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
 <body><h1>{html.escape(title)}</h1><p>{html.escape(version_line)}</p><h2>Contents</h2><table>{rows}</table></body></html>"""
 
 

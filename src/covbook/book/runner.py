@@ -67,8 +67,8 @@ from covbook.book.config import (
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool", "clean_stale",
            "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_rewritten",
-           "commit_with_checkpoints", "checkpoint_folder", "prune_checkpoints", "pack_checkpoints", "unpack_checkpoints",
-           "CHECKPOINT_ENV", "CHECKPOINT_MAX_BYTES"]
+           "commit_with_checkpoints", "checkpoint_folder", "prune_checkpoints", "pack_checkpoints",
+           "unpack_checkpoints", "CHECKPOINT_ENV", "CHECKPOINT_MAX_BYTES"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
