@@ -163,11 +163,11 @@ def test_chance_flags_follow_the_flag_rule():
 
 
 def test_detectable_rate_solves_the_flag_rules_power():
-    from covbook.book.sweep import FLAG_FAILURES, _at_least, detectable_rate
+    from covbook.book.sweep import FLAG_FAILURES, detectable_rate
 
     for n in (3, 20, 50):
         r = detectable_rate(n, 0.8)
-        assert _at_least(FLAG_FAILURES, n, r) == pytest.approx(0.8, abs=1e-9)
+        assert binomial_tail(FLAG_FAILURES, n, r) == pytest.approx(0.8, abs=1e-9)
     assert detectable_rate(1) == 1.0  # one seed cannot show two failures
     assert detectable_rate(20, 0.5) < detectable_rate(20, 0.8) < detectable_rate(5, 0.8)
 

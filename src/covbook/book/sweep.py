@@ -133,11 +133,9 @@ def binomial_tail(k: int, n: int, p: float = LEVEL) -> float:
     """
     if not (0 <= k and 0 <= n) or not 0.0 <= p <= 1.0:
         raise ValueError(f"need 0 <= k, 0 <= n and 0 <= p <= 1, got k={k}, n={n}, p={p}")
-    if k == 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    return min(1.0, sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)))
+    from scipy.stats import binom  # the regularized incomplete beta: exact to rounding at any n, tiny tails too
+
+    return 1.0 if k == 0 else float(binom.sf(k - 1, n, p))
 
 
 def seed_root(paths: Paths, profile: str, seed: int) -> Path:
@@ -392,18 +390,9 @@ def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bo
     return fails >= FLAG_FAILURES or too_wide or bool(missing)
 
 
-def _at_least(k: int, n: int, p: float) -> float:
-    """``P(X >= k)`` for ``X ~ Binomial(n, p)``, as ``1 - P(X < k)`` (exact; cheap for small ``k``)."""
-    if k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    return float(min(1.0, max(0.0, 1.0 - sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k)))))
-
-
 def _flag_chance(n: int) -> float:
     """Chance that a correct claim judged at ``n`` seeds fails at ``FLAG_FAILURES`` of them or more."""
-    return _at_least(FLAG_FAILURES, n, LEVEL)
+    return binomial_tail(FLAG_FAILURES, n, LEVEL)
 
 
 def detectable_rate(n: int, power: float = 0.8) -> float:
@@ -421,7 +410,7 @@ def detectable_rate(n: int, power: float = 0.8) -> float:
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _at_least(FLAG_FAILURES, n, mid) < power else (lo, mid)
+        lo, hi = (mid, hi) if binomial_tail(FLAG_FAILURES, n, mid) < power else (lo, mid)
     return hi
 
 
@@ -475,7 +464,7 @@ def _summary(profile: str, entries: dict) -> dict:
             "out_of_sample": all(e.get("out_of_sample") for e in entries.values()),
             "commits": sorted({e.get("rules_commit", "unknown") for e in entries.values()}),
             "n_claims": len(rows), "n_statistical": len(stat), "n_notebooks": len(entries),
-            "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL, "p_fail": _at_least(n_fail, n_eval, LEVEL),
+            "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL, "p_fail": binomial_tail(n_fail, n_eval, LEVEL),
             "flagged": [r["id"] for r in rows if r["flagged"]], "k": k,
             "none": 1.0 - _chance_of_at_least(entries, 1), "p_k": _chance_of_at_least(entries, k),
             "spread_flags": _spread_flags(entries), "n_seeds": n_seeds, "flag_chance": _flag_chance(n_seeds),
