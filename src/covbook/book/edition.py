@@ -50,7 +50,8 @@ from covbook.book.config import (
 )
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV"]
+           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV",
+           "refresh_verdict_lines"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
@@ -258,29 +259,36 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     manifest = read_manifest(paths) if manifest is None else manifest
     st = status(paths, manifest).get(name, Status(name, "absent"))
     if st.current:
-        from covbook.claims import anchor, verdict_markdown
-
         nb = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8"))
         try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
             claims = edition_claims(paths, name, manifest["profile"])
         except (UsageError, ValueError, OSError):
             claims = []
-        _refresh(nb, {anchor(c.notebook, c.id): c for c in claims}, verdict_markdown)
+        refresh_verdict_lines(nb, claims)
         return _with_banner(nb, banner(st, manifest, None))
     return _with_banner(own, banner(st, manifest, record, commit))
 
 
-_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (as covbook.book.report reads it)
+_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (covbook.claims.anchor)
 
 
-def _refresh(nb: dict, by_anchor: dict, render) -> None:
+def refresh_verdict_lines(nb: dict, claims: list) -> int:
+    """Rewrite, in place, the verdict lines of executed notebook ``nb`` (found by their anchors) as ``claims``
+    (judged by the current rules) give them; returns how many changed."""
+    from covbook.claims import anchor, verdict_markdown
+
+    by_anchor = {anchor(c.notebook, c.id): c for c in claims}
+    n = 0
     for cell in nb.get("cells", []):
         for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             md = out.get("data", {}).get("text/markdown")
             text = "".join(md) if isinstance(md, list) else md
             m = _SPAN.match(text or "")
-            if m and m.group(1) in by_anchor and render(by_anchor[m.group(1)]) != text:
-                out["data"]["text/markdown"] = render(by_anchor[m.group(1)])
+            if m and m.group(1) in by_anchor and verdict_markdown(by_anchor[m.group(1)]) != text:
+                out["data"]["text/markdown"] = verdict_markdown(by_anchor[m.group(1)])
+                out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
+                n += 1
+    return n
 
 
 # --- making the edition -----------------------------------------------------------------------------------------

@@ -25,14 +25,14 @@ from covbook._jsonio import write_json_atomic
 from covbook.book.checks import Verdict, check
 from covbook.book.config import Paths
 from covbook.book.costs import run_costs_markdown
-from covbook.book.edition import edition_problems, shown_claims
+from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
 from covbook.book.provenance import git_commit, versions
 from covbook.book.records import read_run
 from covbook.book.render import render
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
-from covbook.claims import KINDS, LEVEL, Claim, Z, anchor, familywise, fmt, verdict_markdown
+from covbook.claims import KINDS, LEVEL, Claim, Z, familywise, fmt
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
@@ -95,9 +95,6 @@ def _row(name: str, c: Claim, labels: set[str]) -> str:
             f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {kind} | {power} | {basis} |")
 
 
-_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')
-
-
 def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
     """Rewrite the verdict lines in the executed chapters from ``claims`` (judged by the current rules).
 
@@ -109,7 +106,6 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
     from the cache.  A notebook that is not the file its record names is left alone (``check`` and
     ``build`` report it as damaged).  Returns the number of lines changed.
     """
-    by_anchor = {anchor(c.notebook, c.id): c for c in claims}
     changed = 0
     for name in sorted({c.notebook for c in claims}):
         f = paths.generated / f"{name}.ipynb"
@@ -121,18 +117,7 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
         if committed != hashlib.sha256(data).hexdigest():
             continue  # not the file its record was committed with: never rewritten, reported as damaged
         nb = json.loads(data.decode("utf-8"))
-        n = 0
-        for cell in nb.get("cells", []):
-            for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-                md = out.get("data", {}).get("text/markdown")
-                text = "".join(md) if isinstance(md, list) else md
-                m = _SPAN.match(text or "")
-                if m and m.group(1) in by_anchor:
-                    new = verdict_markdown(by_anchor[m.group(1)])
-                    if new != text:
-                        out["data"]["text/markdown"] = new
-                        out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
-                        n += 1
+        n = refresh_verdict_lines(nb, [c for c in claims if c.notebook == name])
         if n:
             _commit_notebook(paths, name, nb)
             changed += n

@@ -464,8 +464,8 @@ def _summary(profile: str, entries: dict) -> dict:
             "out_of_sample": all(e.get("out_of_sample") for e in entries.values()),
             "commits": sorted({e.get("rules_commit", "unknown") for e in entries.values()}),
             "n_claims": len(rows), "n_statistical": len(stat), "n_notebooks": len(entries),
-            "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL, "p_fail": binomial_tail(n_fail, n_eval, LEVEL),
-            "flagged": [r["id"] for r in rows if r["flagged"]], "k": k,
+            "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL,
+            "p_fail": binomial_tail(n_fail, n_eval, LEVEL), "flagged": [r["id"] for r in rows if r["flagged"]], "k": k,
             "none": 1.0 - _chance_of_at_least(entries, 1), "p_k": _chance_of_at_least(entries, k),
             "spread_flags": _spread_flags(entries), "n_seeds": n_seeds, "flag_chance": _flag_chance(n_seeds),
             "detect_half": 100 * detectable_rate(n_seeds, 0.5), "detect_80": 100 * detectable_rate(n_seeds, 0.8)}
