@@ -252,19 +252,21 @@ def publish_notebook(paths, nb_path: Path, repo: Repository) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m covbook.book.repository [publish]``."""
+    import argparse
+
     from covbook.book.config import project_root
 
-    args = sys.argv[1:] if argv is None else argv
-    if args not in ([], ["publish"]):
-        print("usage: python -m covbook.book.repository [publish]", file=sys.stderr)
-        return 2
+    p = argparse.ArgumentParser(prog="python -m covbook.book.repository",
+                                description="print the book's repository, or publish the executed notebooks")
+    p.add_argument("command", nargs="?", choices=["publish"], help="rewrite book/generated/*.ipynb as published")
+    publish = p.parse_args(argv).command == "publish"
     root = project_root()
     try:
         repo = resolve_repository(root)
     except ValueError as err:
         print(f"covbook repository: error: {err}", file=sys.stderr)
         return 2
-    if not args:
+    if not publish:
         print(repo.slug if repo else "none")
         return 0
     if repo is None:
