@@ -39,9 +39,9 @@ from covbook.book.config import Paths, UsageError, _myst_code_cells
 from covbook.book.provenance import versions
 from covbook.book.records import read_run
 
-__all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device",
-           "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest", "failed_runs",
-           "last_failure"]
+__all__ = ["PACKAGE", "science_hash", "science_modules", "science_files", "notebook_modules", "notebook_science",
+           "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs", "verify_outputs",
+           "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
@@ -89,19 +89,18 @@ def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> 
     ``.ipynb_checkpoints`` folders do not change the key.
     """
     h = hashlib.sha256()
-    pipeline = package / "book"
-    for f in sorted(package.rglob("*.py") if modules is None else modules):
-        rel = f.relative_to(package)
-        if not f.is_file() or pipeline in f.parents or any(part.startswith(".") or part == "__pycache__"
-                                                            for part in rel.parts):
-            continue
-        h.update(rel.as_posix().encode() + b"\0")
+    for f in science_files(package, modules):
+        h.update(f.relative_to(package).as_posix().encode() + b"\0")
         h.update(_code_of(f) + b"\0")
     return h.hexdigest()
 
 
-def _is_science(rel: Path) -> bool:
-    return not any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> list[Path]:
+    """The science files among ``files`` (default: every ``.py`` file of ``package``), sorted: those outside
+    the pipeline (``book/``), hidden folders and ``__pycache__``."""
+    return sorted(f for f in (package.rglob("*.py") if files is None else files)
+                  if f.is_file() and (package / "book") not in f.parents
+                  and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
 def _module_file(package: Path, dotted: str) -> Path | None:
@@ -174,7 +173,6 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
     >>> any(m.parent.name == "transformer" for m in mods)
     False
     """
-    pipeline = package / "book"
     seen: set[Path] = set()
     todo: list[Path] = []
     for source in sources:
@@ -192,16 +190,21 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
         if dynamic:
             return None
         todo += found - seen
-    return sorted(f for f in seen if pipeline not in f.parents and _is_science(f.relative_to(package)))
+    return science_files(package, list(seen))
 
 
-def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
-    """Hash of the science code notebook ``nb_path`` runs (:func:`science_modules` of its code cells);
-    the whole package's :func:`science_hash` when its imports cannot be followed statically."""
+def notebook_modules(nb_path: Path, package: Path = PACKAGE) -> list[Path]:
+    """The science modules notebook ``nb_path`` runs: :func:`science_modules` of its code cells (IPython's magics
+    and shell lines left out), or every :func:`science_files` when its imports cannot be followed statically."""
     sources = [src for _, src in _myst_code_cells(nb_path.read_text(encoding="utf-8"))]
     sources = ["\n".join(ln for ln in s.splitlines() if not ln.lstrip().startswith(("%", "!"))) for s in sources]
     modules = science_modules(sources, package)
-    return science_hash(package) if modules is None else science_hash(package, modules)
+    return science_files(package) if modules is None else modules
+
+
+def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
+    """Hash of the science code notebook ``nb_path`` runs (:func:`science_hash` of :func:`notebook_modules`)."""
+    return science_hash(package, notebook_modules(nb_path, package))
 
 
 @lru_cache(maxsize=1)

@@ -78,23 +78,17 @@ def _portable(text: str) -> str:
 
 def science_key(paths: Paths, name: str, profile: str) -> str:
     """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells, the science
-    modules they import (:func:`covbook.book.cache.science_modules`, each as :func:`_portable` source)
+    modules they import (:func:`covbook.book.cache.notebook_modules`, each as :func:`_portable` source)
     and its parameters there (``notebooks/profiles.yml``).  Comments, docstrings and prose do not count."""
-    from covbook.book.cache import PACKAGE, science_modules
+    from covbook.book.cache import PACKAGE, notebook_modules
 
     nb = discover(paths).get(name)
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
-    cells = [src for _, src in _myst_code_cells(nb.read_text(encoding="utf-8"))]
     h = hashlib.sha256()
-    for src in cells:
+    for _, src in _myst_code_cells(nb.read_text(encoding="utf-8")):
         h.update(_portable(src).encode() + b"\0")
-    runnable = ["\n".join(ln for ln in c.splitlines() if not ln.lstrip().startswith(("%", "!"))) for c in cells]
-    modules = science_modules(runnable, PACKAGE)
-    if modules is None:  # a dynamic import: the whole package outside the pipeline
-        modules = sorted(f for f in PACKAGE.rglob("*.py") if "book" not in f.relative_to(PACKAGE).parts[:1]
-                         and "__pycache__" not in f.parts)
-    for f in modules:
+    for f in notebook_modules(nb, PACKAGE):
         h.update(f.relative_to(PACKAGE).as_posix().encode() + b"\0")
         h.update(_portable(f.read_text(encoding="utf-8")).encode() + b"\0")
     params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
