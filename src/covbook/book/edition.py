@@ -193,19 +193,9 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
             shown += edition_claims(paths, name, manifest["profile"])
         except (UsageError, ValueError, OSError):
             shown += [c for c in claims if c.notebook == name]
-    lines = ["## The stored edition", "",
-             f"Chapters shown from the stored **{manifest['profile']}** edition (`book/edition`: "
-             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, "
-             f"CUDA {manifest.get('cuda') or 'none'}, "
-             f"commit {manifest.get('commit', '?')}) where their stored run is current; their claims below are that "
-             "run's, judged by the current rules.", "",
-             "| notebook | stored run | run time (s) | finished | shown from |", "| --- | --- | --- | --- | --- |"]
-    for name, s in st.items():
-        e = s.entry or {}
-        where = {"current": f"the {manifest['profile']} edition", "pending": "the book's run (edition pending)",
-                 "failed": "the book's run (edition run failed)", "absent": "the book's run"}[s.state]
-        lines.append(f"| {name} | {s.state} | {e.get('seconds', '—')} | {e.get('when', '—')} | {where} |")
-    return shown, [*lines, ""]
+    from covbook.book.render import render
+
+    return shown, render("edition_section.md.j2", m=manifest, statuses=st).split("\n")
 
 
 # --- the published page -----------------------------------------------------------------------------------------
@@ -217,20 +207,12 @@ def banner(st: Status, manifest: dict | None, record: dict | None, commit: str |
     ``record`` is the book's own run record of the chapter and ``commit`` the commit the book is built at
     (a run record names no commit); the edition's manifest names its own.
     """
-    if st.current and manifest is not None:
-        e = st.entry or {}
-        return (f"This chapter shows its **{manifest['profile']}** run on {e.get('device_used', manifest['device'])} "
-                f"(torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}), "
-                f"{e.get('when', manifest.get('made', '?'))}, commit {manifest.get('commit', '?')}; its claims are "
-                "judged by the current rules.")
+    from covbook.book.render import render
+
     rec = record or {}
-    params = rec.get("parameters") or {}
-    ran = (f"its **{params.get('profile', '?')}** run on {rec.get('device_used') or '?'}"
-           + (f", {rec['finished']}" if rec.get("finished") else "") + (f", commit {commit}" if commit else ""))
-    if st.state == "pending" and manifest is not None:
-        return (f"This chapter shows {ran}. Its paper-scale ({manifest['profile']}) run is pending: the chapter's "
-                "science changed after the stored run, which is therefore not shown.")
-    return f"This chapter shows {ran}."
+    return render("edition_banner.md.j2", current=st.current and manifest is not None, m=manifest, e=st.entry or {},
+                  rec=rec, params=rec.get("parameters") or {}, commit=commit,
+                  pending=st.state == "pending" and manifest is not None).strip()
 
 
 def _banner_cell(text: str) -> dict:
