@@ -147,18 +147,12 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Help that shows every option's default (argparse adds it to options that have a help text)."""
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("covbook")
-    except PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "unknown (not installed)"
-
-
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
-    p.add_argument("--version", action="version", version=f"covbook {_version()}")
+    from covbook.book.provenance import versions
+
+    version = versions(("covbook",), missing="unknown (not installed)")["covbook"]  # a source tree on sys.path
+    p.add_argument("--version", action="version", version=f"covbook {version}")
     sub = p.add_subparsers(dest="command", required=True)
     wait = _Parser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
