@@ -47,16 +47,6 @@ PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
 
 
-def _version(f: Path) -> bytes:
-    return f.read_bytes()  # the file's version is its content (cheap to read; parsing is what is saved)
-
-
-def _code_of(f: Path) -> bytes:
-    """What in a ``.py`` file can change a result: its syntax tree without docstrings (no comments, no formatting)."""
-    return _code_of_version(f, _version(f))
-
-
-@lru_cache(maxsize=1024)
 def without_docstrings(tree: ast.AST) -> ast.AST:
     """``tree`` with the docstring of every module, class and function removed (in place): what keys code."""
     for node in ast.walk(tree):
@@ -68,16 +58,17 @@ def without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _code_of_version(f: Path, text: bytes) -> bytes:
-    """:func:`_code_of` of ``f`` holding ``text``: each version of a file parsed once per process."""
+@lru_cache(maxsize=1024)
+def _code_of(f: Path, text: bytes) -> bytes:
+    """What in ``.py`` file ``f`` holding ``text`` can change a result: its syntax tree without docstrings (no
+    comments, no formatting).  Each version of a file (its bytes: cheap to read) is parsed once per process."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. an invalid escape sequence: the bytes still key it
             tree = ast.parse(text, filename=str(f))
     except (SyntaxError, ValueError):
         return text  # not Python this interpreter reads: key on its bytes
-    without_docstrings(tree)
-    return ast.dump(tree).encode()
+    return ast.dump(without_docstrings(tree)).encode()
 
 
 def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> str:
@@ -91,7 +82,7 @@ def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> 
     h = hashlib.sha256()
     for f in science_files(package, modules):
         h.update(f.relative_to(package).as_posix().encode() + b"\0")
-        h.update(_code_of(f) + b"\0")
+        h.update(_code_of(f, f.read_bytes()) + b"\0")
     return h.hexdigest()
 
 
@@ -186,7 +177,7 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
         if f in seen:
             continue
         seen.add(f)
-        found, dynamic = _file_imports(package, f, _version(f))
+        found, dynamic = _file_imports(package, f, f.read_bytes())
         if dynamic:
             return None
         todo += found - seen
