@@ -89,3 +89,15 @@ def test_each_chapter_is_keyed_on_its_own_experiment_module():
     assert "experiments/depth.py" in eighth and "transformer/mean_field.py" in eighth
     assert not {m for m in first | eighth if m.startswith("book/")}  # the pipeline is never keyed
 
+
+
+def test_each_version_of_a_science_file_is_parsed_once(tmp_path):
+    """The code key of a file is cached on its bytes (a second hash of an unchanged tree parses nothing)."""
+    from covbook.book import cache
+
+    f = tmp_path / "m.py"
+    f.write_text('"""doc"""\nx = 1  # comment\n')
+    first = cache._code_of(f, f.read_bytes())
+    hits = cache._code_of.cache_info().hits
+    assert cache._code_of(f, f.read_bytes()) == first and cache._code_of.cache_info().hits == hits + 1
+    assert first == cache._code_of(f, b"x = 1\n")  # docstring, comment and formatting do not count

@@ -74,13 +74,13 @@ def test_unpack_refuses_paths_outside_the_folder_and_writes_nothing(tmp_path, re
 
 
 def test_a_scratch_tree_puts_the_checkpoints_where_the_runner_looks_and_returns_them(tmp_path):
-    """The worker's side: the runner's own folder rule (``_checkpoints``, as a local run) finds what the
+    """The worker's side: the runner's own folder rule (``prune_checkpoints``, as a local run) finds what the
     client sent, and a successful job packs what the notebook left there; a failed one returns nothing."""
     job = {"name": NAME, "digest": DIGEST}
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     runner.scratch_tree(scratch, job, {"profiles.yml": b"{}\n", "rules/x.yml": b"a: 1\n"}, {"10_nope_k.pt": b"old"})
-    here = runner._checkpoints(Paths(scratch), job)  # what the notebook's CHECKPOINT_ENV names
+    here = runner.prune_checkpoints(Paths(scratch), NAME, DIGEST)  # what the notebook's CHECKPOINT_ENV names
     assert (here / "10_nope_k.pt").read_bytes() == b"old"
     assert (scratch / "notebooks" / "rules" / "x.yml").read_bytes() == b"a: 1\n"
     (here / "10_rotary_k.pt").write_bytes(b"new")  # the notebook trained the other model
@@ -88,7 +88,7 @@ def test_a_scratch_tree_puts_the_checkpoints_where_the_runner_looks_and_returns_
         {"10_nope_k.pt": b"old", "10_rotary_k.pt": b"new"}, None)
     assert runner.returned_checkpoints(scratch, job, {"error": "cell 3 raised"}) == (None, None)
     # --force on the worker retrains, as locally (the client sends nothing then, either)
-    assert not any(runner._checkpoints(Paths(scratch), {**job, "force": True}).glob("*"))
+    assert not any(runner.prune_checkpoints(Paths(scratch), NAME, DIGEST, force=True).glob("*"))
 
 
 def test_outgoing_checkpoints_follow_the_local_key_rules(tmp_path, monkeypatch):

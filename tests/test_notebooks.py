@@ -41,7 +41,9 @@ def test_check_and_book_build(smoke_project: Path, smoke_book: subprocess.Comple
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
     report = (html / "generated" / "reproduction.html").read_text()
     assert "claims pass" in report and "torch" in report
+    assert "the claims across seeds" in (html / "generated" / "calibration.html").read_text()  # a page of the book
     for name in NOTEBOOKS:
         page = (html / "generated" / f"{name}.html").read_text()
         assert "mathjax/tex-chtml.js" in page and "cdn.jsdelivr" not in page
+        assert "covbook-claim-value" in page  # the {claim} role (covbook.book.sphinx_claims) rendered
         assert 'class="proof' in page or "prf:theorem" not in (ROOT / "notebooks" / f"{name}.md").read_text()

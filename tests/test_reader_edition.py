@@ -77,7 +77,6 @@ def test_runtime_is_apart_from_the_book_and_dev_extras():
     for tool in ("jupyter-book", "papermill", "jupytext", "ipykernel", "django-static-mathjax", "sphinx-proof"):
         assert tool not in runtime and tool in book, tool
     assert not set(runtime) & set(dev)
-    assert 'install --quiet -e ".[book,dev]"' in (ROOT / "Makefile").read_text(encoding="utf-8")
 
 
 def test_binder_installs_the_cpu_torch_and_no_extras():

@@ -258,10 +258,10 @@ def test_check_json_into_head_is_quiet(project):
 
 
 def test_a_disk_full_error_is_one_line(project):
-    from covbook.book.cli import _one_line
+    from covbook.book.config import oserror_text
 
     err = shutil.Error([(f"/src/f{i}.js", f"/dst/f{i}.js", "[Errno 28] No space left on device") for i in range(900)])
-    line = _one_line(err)
+    line = oserror_text(err)
     assert "\n" not in line and len(line) < 200 and "No space left" in line and "900 file(s)" in line
     fake_run(project, "01_alpha", digest="k1")
     fake_run(project, "02_beta", digest="k2")

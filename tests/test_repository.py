@@ -219,3 +219,28 @@ def test_unpublished_setup_cell_runs_without_covbook_and_calls_no_pip() -> None:
 
 
 # Every chapter's first code cell is SETUP_CELL, tagged remove-cell: tests/test_notebook_pages.py
+
+
+def test_publish_keeps_the_run_records_true(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from covbook.book.cache import damaged_outputs
+    from covbook.book.config import Paths
+    from covbook.book.repository import main
+    from helpers import fake_run
+
+    fake_run(project, "01_alpha", digest="k")
+    nb_file = project / "book" / "generated" / "01_alpha.ipynb"
+    nb = json.loads(nb_file.read_text())
+    nb["cells"].insert(0, nbformat.v4.new_code_cell("COVBOOK_SOURCE = None"))
+    nb_file.write_text(json.dumps(nb))  # as if the run had committed this notebook: its record names it
+    rec_file = project / "book" / "generated" / "runs" / "01_alpha.json"
+    rec = json.loads(rec_file.read_text())
+    from covbook.book.cache import file_digest
+
+    rec["outputs"]["notebook"] = file_digest(nb_file)
+    rec_file.write_text(json.dumps(rec))
+    monkeypatch.chdir(project)
+    monkeypatch.setenv(ENV, OCTO.slug)
+    assert main(["publish"]) == 0
+    assert OCTO.install_source in _source(json.loads(nb_file.read_text())["cells"][0])  # rewritten
+    assert damaged_outputs(Paths(project), ["01_alpha"]) == []  # and its record follows it
+    assert not list((project / ".covbook" / "tmp").iterdir())  # no temporaries left

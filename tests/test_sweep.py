@@ -163,11 +163,11 @@ def test_chance_flags_follow_the_flag_rule():
 
 
 def test_detectable_rate_solves_the_flag_rules_power():
-    from covbook.book.sweep import FLAG_FAILURES, _at_least, detectable_rate
+    from covbook.book.sweep import FLAG_FAILURES, detectable_rate
 
     for n in (3, 20, 50):
         r = detectable_rate(n, 0.8)
-        assert _at_least(FLAG_FAILURES, n, r) == pytest.approx(0.8, abs=1e-9)
+        assert binomial_tail(FLAG_FAILURES, n, r) == pytest.approx(0.8, abs=1e-9)
     assert detectable_rate(1) == 1.0  # one seed cannot show two failures
     assert detectable_rate(20, 0.5) < detectable_rate(20, 0.8) < detectable_rate(5, 0.8)
 
@@ -226,17 +226,33 @@ def test_sd_over_se_of_a_prediction_that_moves_with_the_seed_is_that_of_the_resi
     assert rows[0]["sd"] == pytest.approx(10.0) and rows[0]["sd_over_se"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_flag_count_sentence_compares_the_observed_flags_with_chance():
-    from covbook.book.sweep import _chance_of_at_least, _flag_count_sentence
+def _page(tmp_path, entries: dict) -> str:
+    """The calibration page of a calibration file holding ``entries`` (smoke), with its line breaks as spaces."""
+    (tmp_path / "book").mkdir(exist_ok=True)
+    (tmp_path / "book" / "calibration.json").write_text(json.dumps({"profiles": {"smoke": entries}}))
+    return " ".join(write_calibration_page(Paths(tmp_path)).read_text(encoding="utf-8").split())
 
-    data = {"01_alpha": {"claims": [{"kind": "evidence", "n": 10}] * 100}}
-    none = 1 - _chance_of_at_least(data, 1)
-    zero = _flag_count_sentence(data, 0)
-    assert zero.startswith("No statistical claim is flagged here")
-    assert zero.endswith(f"none by failures with probability {none:.2g}.")
-    assert _flag_count_sentence(data, 1).startswith("1 statistical claim is flagged here")
-    two = _flag_count_sentence(data, 2)
-    assert two.startswith("2 statistical claims are flagged") and f"{_chance_of_at_least(data, 2):.2g}." in two
+
+def _entry(seeds: list[int], claims: int, flagged: int = 0) -> dict:
+    row = {"kind": "evidence", "n": len(seeds), "passed": len(seeds), "mean": 1.0, "sd": 0.1, "sd_over_se": 1.0,
+           "tail_p": 1.0, "fail_seeds": [], "missing_seeds": [], "per_run": False, "expected": "1 ± 0.1"}
+    return {"profile": "smoke", "seeds": seeds, "commit": "c", "date": "d", "rules_commit": "r",
+            "out_of_sample": True, "claims": [{**row, "id": f"c{i}", "flagged": i < flagged} for i in range(claims)]}
+
+
+def test_the_page_compares_the_observed_flags_with_chance(tmp_path):
+    from covbook.book.sweep import _chance_of_at_least
+
+    entries = {"01_alpha": _entry(list(range(10)), 100)}
+    none = 1 - _chance_of_at_least(entries, 1)
+    page = _page(tmp_path, entries)
+    assert f"No statistical claim is flagged here; treating the claims as independent (those of one notebook " \
+           f"share a run), a correct book flags none by failures with probability {none:.2g}." in page
+    assert "1 statistical claim is flagged here;" in _page(tmp_path, {"01_alpha": _entry(list(range(10)), 100, 1)})
+    entries = {"01_alpha": _entry(list(range(10)), 100, 2)}
+    page = _page(tmp_path, entries)
+    assert "2 statistical claims are flagged here" in page
+    assert f"and 2 or more with probability {_chance_of_at_least(entries, 2):.2g}." in page
 
 
 def test_a_per_run_claim_reports_its_spread_but_is_flagged_by_failures_only(tmp_path):
@@ -262,9 +278,8 @@ def test_development_seeds_hold_the_earlier_out_of_sample_calibrations() -> None
             SeedRanges(*bad)
 
 
-def test_the_summary_names_each_set_of_seeds_with_its_notebooks() -> None:
-    from covbook.book.sweep import _seeds_sentence
-
-    assert _seeds_sentence({(1, 2, 3): ["01", "02"]}) == "Seeds 1–3 (3)"
-    assert _seeds_sentence({(1, 2, 3): ["01"], (7, 9): ["03", "08"]}) == (
-        "Seeds 1–3 (3) for notebook 01; 7, 9 (2) for notebooks 03, 08")
+def test_the_summary_names_each_set_of_seeds_with_its_notebooks(tmp_path) -> None:
+    assert "Seeds 1–3 (3), **out of sample**" in _page(tmp_path, {"01_a": _entry([1, 2, 3], 1),
+                                                                  "02_b": _entry([1, 2, 3], 1)})
+    page = _page(tmp_path, {"01_a": _entry([1, 2, 3], 1), "03_c": _entry([7, 9], 1), "08_d": _entry([7, 9], 1)})
+    assert "Seeds 1–3 (3) for notebook 01; 7, 9 (2) for notebooks 03, 08," in page

@@ -29,34 +29,24 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import platform
 import warnings
 from functools import lru_cache
 from pathlib import Path
 
 from covbook._devices import device_name
+from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths, UsageError, _myst_code_cells
 from covbook.book.provenance import versions
-from covbook.book.records import RunRecord, read_run
-from covbook._jsonio import DamagedFile, read_json
+from covbook.book.records import read_run
 
-__all__ = ["PACKAGE", "science_hash", "science_modules", "notebook_science", "environment", "resolve_device", "content_hash", "is_cached",
-           "damaged_outputs", "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+__all__ = ["PACKAGE", "science_hash", "science_modules", "science_files", "notebook_modules", "notebook_science",
+           "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs", "verify_outputs",
+           "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = Path(__file__).resolve().parent  # src/covbook/book
 
 
-def _version(f: Path) -> bytes:
-    return f.read_bytes()  # the file's version is its content (cheap to read; parsing is what is saved)
-
-
-def _code_of(f: Path) -> bytes:
-    """What in a ``.py`` file can change a result: its syntax tree without docstrings (no comments, no formatting)."""
-    return _code_of_version(f, _version(f))
-
-
-@lru_cache(maxsize=1024)
 def without_docstrings(tree: ast.AST) -> ast.AST:
     """``tree`` with the docstring of every module, class and function removed (in place): what keys code."""
     for node in ast.walk(tree):
@@ -68,16 +58,17 @@ def without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _code_of_version(f: Path, text: bytes) -> bytes:
-    """:func:`_code_of` of ``f`` holding ``text``: each version of a file parsed once per process."""
+@lru_cache(maxsize=1024)
+def _code_of(f: Path, text: bytes) -> bytes:
+    """What in ``.py`` file ``f`` holding ``text`` can change a result: its syntax tree without docstrings (no
+    comments, no formatting).  Each version of a file (its bytes: cheap to read) is parsed once per process."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. an invalid escape sequence: the bytes still key it
             tree = ast.parse(text, filename=str(f))
     except (SyntaxError, ValueError):
         return text  # not Python this interpreter reads: key on its bytes
-    without_docstrings(tree)
-    return ast.dump(tree).encode()
+    return ast.dump(without_docstrings(tree)).encode()
 
 
 def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> str:
@@ -89,19 +80,18 @@ def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> 
     ``.ipynb_checkpoints`` folders do not change the key.
     """
     h = hashlib.sha256()
-    pipeline = package / "book"
-    for f in sorted(package.rglob("*.py") if modules is None else modules):
-        rel = f.relative_to(package)
-        if not f.is_file() or pipeline in f.parents or any(part.startswith(".") or part == "__pycache__"
-                                                            for part in rel.parts):
-            continue
-        h.update(rel.as_posix().encode() + b"\0")
-        h.update(_code_of(f) + b"\0")
+    for f in science_files(package, modules):
+        h.update(f.relative_to(package).as_posix().encode() + b"\0")
+        h.update(_code_of(f, f.read_bytes()) + b"\0")
     return h.hexdigest()
 
 
-def _is_science(rel: Path) -> bool:
-    return not any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> list[Path]:
+    """The science files among ``files`` (default: every ``.py`` file of ``package``), sorted: those outside
+    the pipeline (``book/``), hidden folders and ``__pycache__``."""
+    return sorted(f for f in (package.rglob("*.py") if files is None else files)
+                  if f.is_file() and (package / "book") not in f.parents
+                  and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
 def _module_file(package: Path, dotted: str) -> Path | None:
@@ -174,7 +164,6 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
     >>> any(m.parent.name == "transformer" for m in mods)
     False
     """
-    pipeline = package / "book"
     seen: set[Path] = set()
     todo: list[Path] = []
     for source in sources:
@@ -188,20 +177,25 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
         if f in seen:
             continue
         seen.add(f)
-        found, dynamic = _file_imports(package, f, _version(f))
+        found, dynamic = _file_imports(package, f, f.read_bytes())
         if dynamic:
             return None
         todo += found - seen
-    return sorted(f for f in seen if pipeline not in f.parents and _is_science(f.relative_to(package)))
+    return science_files(package, list(seen))
 
 
-def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
-    """Hash of the science code notebook ``nb_path`` runs (:func:`science_modules` of its code cells);
-    the whole package's :func:`science_hash` when its imports cannot be followed statically."""
+def notebook_modules(nb_path: Path, package: Path = PACKAGE) -> list[Path]:
+    """The science modules notebook ``nb_path`` runs: :func:`science_modules` of its code cells (IPython's magics
+    and shell lines left out), or every :func:`science_files` when its imports cannot be followed statically."""
     sources = [src for _, src in _myst_code_cells(nb_path.read_text(encoding="utf-8"))]
     sources = ["\n".join(ln for ln in s.splitlines() if not ln.lstrip().startswith(("%", "!"))) for s in sources]
     modules = science_modules(sources, package)
-    return science_hash(package) if modules is None else science_hash(package, modules)
+    return science_files(package) if modules is None else modules
+
+
+def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
+    """Hash of the science code notebook ``nb_path`` runs (:func:`science_hash` of :func:`notebook_modules`)."""
+    return science_hash(package, notebook_modules(nb_path, package))
 
 
 @lru_cache(maxsize=1)
@@ -275,7 +269,8 @@ def verify_outputs(paths: Paths, name: str) -> dict | None:
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key ``digest``."""
+    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key
+    ``digest``."""
     if not all(p.is_file() for p in _outputs(paths, name)):
         return False
     try:

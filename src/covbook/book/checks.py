@@ -20,16 +20,15 @@ re-judged in well under a second: no kernel starts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from covbook.book.citations import citations, split_target
-from covbook.claims import Claim, Measurement, judge_file, load_measurements
-from covbook.rules import Rule, load_rules, utf8_text
 from covbook._jsonio import DamagedFile
+from covbook.book.citations import citations, split_target
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
+from covbook.claims import Claim, Measurement, judge_file, load_measurements
+from covbook.rules import Rule, load_rules, utf8_text
 
 __all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
            "claim_problems", "id_problems", "citation_problems", "alternative_problems", "source_text",

@@ -47,7 +47,17 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from covbook.book.config import (
-    DEFAULT_PROFILE, DEVICES, PROFILES, Paths, Terminated, UsageError, discover, project_root, select, stop_on_sigterm,
+    DEFAULT_PROFILE,
+    DEVICES,
+    PROFILES,
+    Paths,
+    Terminated,
+    UsageError,
+    discover,
+    oserror_text,
+    project_root,
+    select,
+    stop_on_sigterm,
 )
 
 __all__ = ["main", "parser"]
@@ -126,6 +136,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+JOBS_HELP = "notebooks run at the same time in local processes (default 1)"
 CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
                 "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
                 "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
@@ -136,49 +147,42 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Help that shows every option's default (argparse adds it to options that have a help text)."""
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("covbook")
-    except PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "unknown (not installed)"
-
-
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
-    p.add_argument("--version", action="version", version=f"covbook {_version()}")
+    from covbook.book.provenance import versions
+
+    version = versions(("covbook",), missing="unknown (not installed)")["covbook"]  # a source tree on sys.path
+    p.add_argument("--version", action="version", version=f"covbook {version}")
     sub = p.add_subparsers(dest="command", required=True)
     wait = _Parser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
-    r = sub.add_parser("run", parents=[wait], help="execute notebooks into book/generated", formatter_class=_Help)
+    runs = _Parser(add_help=False)  # the options of every command that runs notebooks
+    runs.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    runs.add_argument("--jobs", type=_positive, default=None, help=JOBS_HELP)
+    runs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cluster = _Parser(add_help=False)
+    cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
+    r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated",
+                       formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
     r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="sizes from notebooks/profiles.yml")
-    r.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
-    r.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    r.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
                         "without an estimate 20 min smoke, 2 h quick, 12 h full)")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at short lengths (the parameters under `lengths:` in profiles.yml)")
     c = sub.add_parser("check", help="verify the claims of the last run", formatter_class=_Help)
     c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
-    s = sub.add_parser("sweep", parents=[wait], help="run notebooks at several seeds; write the calibration table",
-                       formatter_class=_Help)
+    s = sub.add_parser("sweep", parents=[wait, runs, cluster], formatter_class=_Help,
+                       help="run notebooks at several seeds; write the calibration table")
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
     s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, "
                    "each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
-    s.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    s.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time in local processes (default 1)")
-    s.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
     s.add_argument("--force", action="store_true", help="ignore the cache")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--rejudge", action="store_true",
                    help="run nothing: judge the sweep's stored measurements against the current rules")
     s.add_argument("--replace", action="store_true",
@@ -186,15 +190,12 @@ def parser() -> argparse.ArgumentParser:
                         "profile")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book",
                    formatter_class=_Help)
-    e = sub.add_parser("edition", parents=[wait], formatter_class=_Help,
+    e = sub.add_parser("edition", parents=[wait, runs], formatter_class=_Help,
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
     e.add_argument("profile", choices=PROFILES, help="sizes from notebooks/profiles.yml (the paper scale: full)")
     e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
-    e.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    e.add_argument("--jobs", type=_positive, default=None, help="notebooks run at the same time (default 1)")
     e.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
     e.add_argument("--force", action="store_true", help="run chapters whose edition run is cached")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
                    formatter_class=_Help)
     return p
@@ -354,7 +355,6 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
     import time
 
     from covbook.book.checks import check
-
     from covbook.book.edition import edition_problems
 
     start = time.perf_counter()
@@ -438,7 +438,6 @@ def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.lock import tree_lock
-
     from covbook.book.runner import clean_stale
 
     with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held:
@@ -570,18 +569,6 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
-def _one_line(err: OSError) -> str:
-    """An OS error in one line; a ``shutil.Error`` (one entry per file) by its first entry and a count."""
-    if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
-        entries = err.args[0]
-        first = entries[0]
-        why = first[2] if isinstance(first, tuple) and len(first) == 3 else str(first)
-        where = first[1] if isinstance(first, tuple) and len(first) == 3 else ""
-        return f"{why} (writing {where}; {len(entries)} file(s) failed)"
-    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
-    return f"{err.strerror or err}{where}"
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -618,7 +605,7 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         raise
     except OSError as err:  # the environment failed (a full disk, a read-only folder): one line, no traceback
-        print(f"covbook {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        print(f"covbook {args.command}: error: {oserror_text(err)}", file=sys.stderr)
         return 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,10 @@ from pathlib import Path
 from covbook._devices import DEVICES
 
 __all__ = [
-    "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES", "PROFILES_FILE", "UsageError", "Paths", "project_root",
+    "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
+    "PROFILES_FILE", "UsageError", "Paths", "project_root",
     "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
-    "stop_on_sigterm",
+    "stop_on_sigterm", "oserror_text",
 ]
 
 @dataclass(frozen=True)
@@ -172,6 +174,17 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
         if (p / PROFILES_FILE).is_file() and (p / "_config.yml").is_file():
             return p
     raise UsageError(f"not inside a covbook checkout (no {PROFILES_FILE} above {here})")
+
+
+def oserror_text(err: OSError) -> str:
+    """An OS error in one line: what failed, on which file; a ``shutil.Error`` (one entry per file) by its first
+    entry and a count."""
+    entries = err.args[0] if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) else []
+    if entries:
+        first = entries[0] if isinstance(entries[0], tuple) and len(entries[0]) == 3 else ("", "", entries[0])
+        return f"{first[2]} (writing {first[1]}; {len(entries)} file(s) failed)"
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"{err.strerror or err}{where}"
 
 
 def discover(paths: Paths) -> dict[str, Path]:
@@ -356,8 +369,8 @@ def resolve_parameters(
 
     With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
     take their ``smoke`` value (or the notebook's default), or the value given
-    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of the wrong type or sign, are
-    usage errors.
+    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of
+    the wrong type or sign, are usage errors.
     """
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")

@@ -23,25 +23,6 @@ from covbook.book.records import RunRecord, read_run
 
 __all__ = ["CostRow", "run_costs", "run_costs_markdown"]
 
-#: The table as the reproduction page shows it (Jinja2, which ships with Sphinx).
-TEMPLATE = """\
-{% if rows -%}
-Every time below was measured by the run it belongs to and read from its run record: the book's own
-run and every stored seed of a sweep. Wall time depends on the machine and its load; CPU time less so.
-
-| notebook | profile | device | runs | wall time, median (s) | wall time, range (s) | CPU time, median (s) |
-| --- | --- | --- | --- | --- | --- | --- |
-{% for r in rows -%}
-| {{ r.notebook }} | {{ r.profile }} | {{ r.device }} | {{ r.runs }} | {{ "%.1f" | format(r.wall_median) }} \
-| {{ "%.1f" | format(r.wall_min) }}–{{ "%.1f" | format(r.wall_max) }} \
-| {{ "—" if r.cpu_median is none else "%.1f" | format(r.cpu_median) }} |
-{% endfor -%}
-{% else -%}
-No run record holds a time yet: run `covbook run` first.
-{% endif -%}
-"""
-
-
 @dataclass(frozen=True)
 class CostRow:
     """The measured cost of one notebook at one profile on one device, over ``runs`` runs."""
@@ -104,7 +85,6 @@ def run_costs(paths: Paths) -> list[CostRow]:
 
 def run_costs_markdown(paths: Paths) -> str:
     """The run-costs table of the reproduction page (Markdown), or one line saying there is no record yet."""
-    import jinja2  # with the [book] extra (Sphinx's own dependency), which `covbook build` needs anyway
+    from covbook.book.render import render
 
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)  # noqa: S701
-    return env.from_string(TEMPLATE).render(rows=run_costs(paths))
+    return render("costs.md.j2", rows=run_costs(paths))

@@ -39,11 +39,19 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import without_docstrings
 from covbook.book.checks import claim_problems, id_problems, judged, read_rules
-from covbook.book.config import (Paths, UsageError, _myst_code_cells, discover, load_profiles, notebook_parameters,
-                                 resolve_parameters)
+from covbook.book.config import (
+    Paths,
+    UsageError,
+    _myst_code_cells,
+    discover,
+    load_profiles,
+    notebook_parameters,
+    resolve_parameters,
+)
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV"]
+           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV",
+           "refresh_verdict_lines"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
@@ -70,23 +78,17 @@ def _portable(text: str) -> str:
 
 def science_key(paths: Paths, name: str, profile: str) -> str:
     """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells, the science
-    modules they import (:func:`covbook.book.cache.science_modules`, each as :func:`_portable` source)
+    modules they import (:func:`covbook.book.cache.notebook_modules`, each as :func:`_portable` source)
     and its parameters there (``notebooks/profiles.yml``).  Comments, docstrings and prose do not count."""
-    from covbook.book.cache import PACKAGE, science_modules
+    from covbook.book.cache import PACKAGE, notebook_modules
 
     nb = discover(paths).get(name)
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
-    cells = [src for _, src in _myst_code_cells(nb.read_text(encoding="utf-8"))]
     h = hashlib.sha256()
-    for src in cells:
+    for _, src in _myst_code_cells(nb.read_text(encoding="utf-8")):
         h.update(_portable(src).encode() + b"\0")
-    runnable = ["\n".join(ln for ln in c.splitlines() if not ln.lstrip().startswith(("%", "!"))) for c in cells]
-    modules = science_modules(runnable, PACKAGE)
-    if modules is None:  # a dynamic import: the whole package outside the pipeline
-        modules = sorted(f for f in PACKAGE.rglob("*.py") if "book" not in f.relative_to(PACKAGE).parts[:1]
-                         and "__pycache__" not in f.parts)
-    for f in modules:
+    for f in notebook_modules(nb, PACKAGE):
         h.update(f.relative_to(PACKAGE).as_posix().encode() + b"\0")
         h.update(_portable(f.read_text(encoding="utf-8")).encode() + b"\0")
     params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
@@ -191,18 +193,9 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
             shown += edition_claims(paths, name, manifest["profile"])
         except (UsageError, ValueError, OSError):
             shown += [c for c in claims if c.notebook == name]
-    lines = ["## The stored edition", "",
-             f"Chapters shown from the stored **{manifest['profile']}** edition (`book/edition`: "
-             f"{manifest.get('device', '?')}, torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}, "
-             f"commit {manifest.get('commit', '?')}) where their stored run is current; their claims below are that "
-             "run's, judged by the current rules.", "",
-             "| notebook | stored run | run time (s) | finished | shown from |", "| --- | --- | --- | --- | --- |"]
-    for name, s in st.items():
-        e = s.entry or {}
-        where = {"current": f"the {manifest['profile']} edition", "pending": "the book's run (edition pending)",
-                 "failed": "the book's run (edition run failed)", "absent": "the book's run"}[s.state]
-        lines.append(f"| {name} | {s.state} | {e.get('seconds', '—')} | {e.get('when', '—')} | {where} |")
-    return shown, [*lines, ""]
+    from covbook.book.render import render
+
+    return shown, render("edition_section.md.j2", m=manifest, statuses=st).split("\n")
 
 
 # --- the published page -----------------------------------------------------------------------------------------
@@ -214,20 +207,12 @@ def banner(st: Status, manifest: dict | None, record: dict | None, commit: str |
     ``record`` is the book's own run record of the chapter and ``commit`` the commit the book is built at
     (a run record names no commit); the edition's manifest names its own.
     """
-    if st.current and manifest is not None:
-        e = st.entry or {}
-        return (f"This chapter shows its **{manifest['profile']}** run on {e.get('device_used', manifest['device'])} "
-                f"(torch {manifest.get('torch', '?')}, CUDA {manifest.get('cuda') or 'none'}), "
-                f"{e.get('when', manifest.get('made', '?'))}, commit {manifest.get('commit', '?')}; its claims are "
-                "judged by the current rules.")
+    from covbook.book.render import render
+
     rec = record or {}
-    params = rec.get("parameters") or {}
-    ran = (f"its **{params.get('profile', '?')}** run on {rec.get('device_used') or '?'}"
-           + (f", {rec['finished']}" if rec.get("finished") else "") + (f", commit {commit}" if commit else ""))
-    if st.state == "pending" and manifest is not None:
-        return (f"This chapter shows {ran}. Its paper-scale ({manifest['profile']}) run is pending: the chapter's "
-                "science changed after the stored run, which is therefore not shown.")
-    return f"This chapter shows {ran}."
+    return render("edition_banner.md.j2", current=st.current and manifest is not None, m=manifest, e=st.entry or {},
+                  rec=rec, params=rec.get("parameters") or {}, commit=commit,
+                  pending=st.state == "pending" and manifest is not None).strip()
 
 
 def _banner_cell(text: str) -> dict:
@@ -250,29 +235,36 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     manifest = read_manifest(paths) if manifest is None else manifest
     st = status(paths, manifest).get(name, Status(name, "absent"))
     if st.current:
-        from covbook.claims import anchor, verdict_markdown
-
         nb = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8"))
         try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
             claims = edition_claims(paths, name, manifest["profile"])
         except (UsageError, ValueError, OSError):
             claims = []
-        _refresh(nb, {anchor(c.notebook, c.id): c for c in claims}, verdict_markdown)
+        refresh_verdict_lines(nb, claims)
         return _with_banner(nb, banner(st, manifest, None))
     return _with_banner(own, banner(st, manifest, record, commit))
 
 
-_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (as covbook.book.report reads it)
+_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (covbook.claims.anchor)
 
 
-def _refresh(nb: dict, by_anchor: dict, render) -> None:
+def refresh_verdict_lines(nb: dict, claims: list) -> int:
+    """Rewrite, in place, the verdict lines of executed notebook ``nb`` (found by their anchors) as ``claims``
+    (judged by the current rules) give them; returns how many changed."""
+    from covbook.claims import anchor, verdict_markdown
+
+    by_anchor = {anchor(c.notebook, c.id): c for c in claims}
+    n = 0
     for cell in nb.get("cells", []):
         for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             md = out.get("data", {}).get("text/markdown")
             text = "".join(md) if isinstance(md, list) else md
             m = _SPAN.match(text or "")
-            if m and m.group(1) in by_anchor and render(by_anchor[m.group(1)]) != text:
-                out["data"]["text/markdown"] = render(by_anchor[m.group(1)])
+            if m and m.group(1) in by_anchor and verdict_markdown(by_anchor[m.group(1)]) != text:
+                out["data"]["text/markdown"] = verdict_markdown(by_anchor[m.group(1)])
+                out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
+                n += 1
+    return n
 
 
 # --- making the edition -----------------------------------------------------------------------------------------

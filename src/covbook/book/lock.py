@@ -105,7 +105,8 @@ def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[
 
     Raises :class:`Busy`, naming the holder, when another process holds it and
     ``wait`` is false (a holder killed with ``kill -9`` leaves processes that hold the lock until they
-    stop themselves: for those it waits up to :data:`ORPHAN_GRACE` seconds); with ``wait``, blocks until it is free (saying so once).
+    stop themselves: for those it waits up to :data:`ORPHAN_GRACE` seconds); with ``wait``, blocks until it
+    is free (saying so once).
     Raises :class:`Unwritable` when ``.covbook/`` cannot be written.
     """
     info = lock_path.with_name(lock_path.name + ".json")

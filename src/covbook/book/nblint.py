@@ -146,19 +146,18 @@ def fix_notebooks(paths: list[Path] | None = None) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m covbook.book.nblint [--fix] [NOTEBOOK.md ...]``."""
-    args = sys.argv[1:] if argv is None else argv
-    fix = "--fix" in args
-    rest = [a for a in args if a != "--fix"]
-    if any(a.startswith("-") for a in rest):
-        print("usage: python -m covbook.book.nblint [--fix] [NOTEBOOK.md ...]", file=sys.stderr)
-        return 2
-    paths = [Path(a).resolve() for a in rest] or None
-    missing = [str(p) for p in paths or [] if not p.is_file()]
+    """``python -m covbook.book.nblint [--fix] [NOTEBOOK.md ...]``; usage errors exit 2."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m covbook.book.nblint", description="ruff on the chapters' code")
+    p.add_argument("--fix", action="store_true", help="format and apply ruff's safe fixes")
+    p.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK.md", help="default: every chapter")
+    args = p.parse_args(argv)
+    missing = [str(n) for n in args.notebooks if not n.is_file()]
     if missing:
-        print(f"covbook nblint: error: no such notebook: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    report = fix_notebooks(paths) if fix else check_notebooks(paths)
+        p.error(f"no such notebook: {', '.join(missing)}")
+    paths = [n.resolve() for n in args.notebooks] or None
+    report = fix_notebooks(paths) if args.fix else check_notebooks(paths)
     if not report.ok:
         print(report.text())
         return 1

@@ -93,7 +93,8 @@ def _title(page_html: Path) -> str:
 def _contents_page(title: str, entries: list[tuple[str, int]], version_line: str) -> str:
     rows = "\n".join(f"<tr><td>{html.escape(t)}</td><td class='n'>{n}</td></tr>" for t, n in entries)
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title>
-<style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}} table{{width:100%;border-collapse:collapse}}
+<style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}}
+table{{width:100%;border-collapse:collapse}}
 td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
 <body><h1>{html.escape(title)}</h1><p>{html.escape(version_line)}</p><h2>Contents</h2><table>{rows}</table></body></html>"""
 
@@ -140,7 +141,7 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
             server.server_close()
         writer = PdfWriter()
         writer.append(str(work / "contents.pdf"))
-        for (page, part), (title, first) in zip(parts, entries):
+        for (_, part), (title, first) in zip(parts, entries):
             writer.append(str(part))
             writer.add_outline_item(title=title, page_number=first - 1)
         writer.add_metadata({"/Title": entries[0][0], "/Creator": "covbook (Chromium print-to-PDF, pypdf)"})

@@ -36,10 +36,10 @@ import math
 import operator
 from pathlib import Path
 
+from covbook._jsonio import DamagedFile, read_json
 from covbook.book.cache import resolve_device
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, load_profiles
 from covbook.book.records import read_run
-from covbook._jsonio import DamagedFile, read_json
 
 __all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR",
            "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
@@ -91,7 +91,8 @@ def work_of(expr: str, params: dict) -> float:
 
 
 def _merged_timings(paths: Paths) -> dict:
-    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's ``.covbook/timings.json``."""
+    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's
+    ``.covbook/timings.json``."""
     merged: dict = {}
     files = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
     for f in [*files, paths.timings]:
@@ -262,8 +263,6 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
     """
     dev = planned_device(device)
     profiles = load_profiles(paths.profiles)
-    mode = f"profile {profile}" + (" rehearsal (short lengths)" if rehearse else "")
-    print(f"covbook run --plan: {mode}, device {dev}" + (" (from auto)" if device == "auto" else ""))
     startup = startup_of(paths, dev)
     rows, low_total, high_total, unknown, highs = [], 0.0, 0.0, [], []
     for job in jobs:
@@ -281,20 +280,12 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
             high_total += high
             highs.append(high)
         rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_range(low, high), how))
-    w0 = max(len(r[0]) for r in rows) if rows else 8
-    w1 = max(len(r[1]) for r in rows) if rows else 8
-    for name, work, secs, how in rows:
-        print(f"  {name:<{w0}}  {work:<{w1}}  {secs:>7}  {how}")
-    print(f"  {'total':<{w0}}  {'':<{w1}}  {_fmt_range(low_total, high_total):>7}"
-          + (f"  + {len(unknown)} notebook(s) without an estimate: {', '.join(unknown)}" if unknown else ""))
-    if workers and highs:
-        print(f"  {'wall':<{w0}}  {'':<{w1}}  {_fmt_seconds(wall_time(highs, workers)):>7}  with {workers} notebooks at "
-              "a time (longest first; the upper ends)")
-    print(f"How: the work is each notebook's `work:` expression in {Path('notebooks') / 'profiles.yml'} on the "
-          f"profile's parameters; the time is calibrated on measured runs on {dev} ({SHIPPED}/*.json, shipped, and "
-          f"{Path('.covbook') / 'timings.json'}, written by every `covbook run`): the start-up plus a power law "
-          f"in the work, anchored at the nearest measured run, its exponent fitted between {P_MIN:g} and "
-          f"{P_MAX:g}. Run `covbook run --profile smoke --device {dev}` (and quick) on this machine to calibrate.")
+    from covbook.book.render import render
+
+    print(render("plan.txt.j2", profile=profile, rehearse=rehearse, dev=dev, auto=device == "auto", rows=rows,
+                 w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
+                 total=_fmt_range(low_total, high_total), unknown=unknown, workers=workers, p_min=P_MIN, p_max=P_MAX,
+                 wall=_fmt_seconds(wall_time(highs, workers)) if workers and highs else None), end="")
     from covbook.book.power import plan_lines  # each evidence claim's power there, predicted from the last runs
 
     lines = plan_lines(paths.root, [job.name for job in jobs], profile)

@@ -15,8 +15,9 @@ __all__ = ["versions", "git_commit"]
 
 
 def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",
-                                          "papermill", "jupytext", "jupyter-book")) -> dict[str, str]:
-    """Versions of Python and of ``packages`` (read without importing them; "not installed" when absent)."""
+                                          "papermill", "jupytext", "jupyter-book"),
+             missing: str = "not installed") -> dict[str, str]:
+    """Versions of Python and of ``packages`` (read without importing them; ``missing`` when absent)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
@@ -24,7 +25,7 @@ def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", 
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
-            out[pkg] = "not installed"
+            out[pkg] = missing
     return out
 
 

@@ -18,38 +18,29 @@ import hashlib
 import json
 import platform
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
-from covbook.book.cache import file_digest
+from covbook._jsonio import write_json_atomic
 from covbook.book.checks import Verdict, check
+from covbook.book.config import Paths
 from covbook.book.costs import run_costs_markdown
+from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
+from covbook.book.provenance import git_commit, versions
 from covbook.book.records import read_run
-from covbook.book.edition import edition_problems, shown_claims
+from covbook.book.render import render
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
-from covbook._jsonio import write_json_atomic
-from covbook.claims import KINDS, LEVEL, Z, Claim, anchor, familywise, fmt, verdict_markdown
-from covbook.book.config import Paths
-from covbook.book.provenance import git_commit, versions
+from covbook.claims import KINDS, LEVEL, Claim, Z, familywise, fmt
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
 
 def error_rate_text(n_evidence: int) -> str:
     """The statement of the book's error rate for a run with ``n_evidence`` evidence claims."""
-    return (
-        f"Every statistical evidence claim is checked at one per-claim level: two-sided α = {LEVEL:g}, a "
-        f"tolerance of Z = {Z:.2f} standard errors of the run's own uncertainty (plus any stated "
-        f"non-statistical allowance). A correct run fails such a claim by chance with probability α. "
-        f"This run has N = {n_evidence} evidence claims, so a correct run fails at least one of them by chance "
-        f"with probability at most 1 − (1 − α)^N = {100 * familywise(n_evidence):.2g} % (\"at most\": evidence "
-        "claims with exact bounds cannot fail by chance). Identity and sanity claims should never fail. "
-        "A tolerance at a different level says so in its basis. The {doc}`calibration page <calibration>` "
-        "shows how often each claim fails across seeds."
-    )
+    return render("error_rate.md.j2", level=LEVEL, z=Z, n_evidence=n_evidence,
+                  familywise=familywise(n_evidence)).rstrip("\n")
 
 
 def _cell(x: str) -> str:
@@ -93,8 +84,8 @@ def _theorem(c: Claim, labels: set[str]) -> str:
 
 
 def _row(name: str, c: Claim, labels: set[str]) -> str:
-    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if (c.rule_kind or c.kind) == "evidence"
-                                            else "—")
+    needs = (c.rule_kind or c.kind) == "evidence"
+    basis = _cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if needs else "—")
     if c.reason:
         basis += f"; not evaluated: {_cell(c.reason)}"
     power = _cell(c.power_text()) if c.alternatives else "—"
@@ -102,9 +93,6 @@ def _row(name: str, c: Claim, labels: set[str]) -> str:
     kind = c.kind if c.rule_kind in (None, c.kind) else f"{c.kind} (an {c.rule_kind} rule without power here)"
     return (f"| {verdict_chip(c)} | {fmt(c.measured)} in {_cell(c.expected_text())} | "
             f"{{claim-row}}`{name}:{c.id}`: {statement}{_theorem(c, labels)} | {kind} | {power} | {basis} |")
-
-
-_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')
 
 
 def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
@@ -118,7 +106,6 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
     from the cache.  A notebook that is not the file its record names is left alone (``check`` and
     ``build`` report it as damaged).  Returns the number of lines changed.
     """
-    by_anchor = {anchor(c.notebook, c.id): c for c in claims}
     changed = 0
     for name in sorted({c.notebook for c in claims}):
         f = paths.generated / f"{name}.ipynb"
@@ -126,38 +113,25 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
             continue
         data = f.read_bytes()
         record = read_run(paths.runs / f"{name}.json")
-        if record is None or not record.ok or (record.outputs or {}).get("notebook") != hashlib.sha256(data).hexdigest():
+        committed = (record.outputs or {}).get("notebook") if record is not None and record.ok else None
+        if committed != hashlib.sha256(data).hexdigest():
             continue  # not the file its record was committed with: never rewritten, reported as damaged
         nb = json.loads(data.decode("utf-8"))
-        n = 0
-        for cell in nb.get("cells", []):
-            for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-                md = out.get("data", {}).get("text/markdown")
-                text = "".join(md) if isinstance(md, list) else md
-                m = _SPAN.match(text or "")
-                if m and m.group(1) in by_anchor:
-                    new = verdict_markdown(by_anchor[m.group(1)])
-                    if new != text:
-                        out["data"]["text/markdown"] = new
-                        out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
-                        n += 1
+        n = refresh_verdict_lines(nb, [c for c in claims if c.notebook == name])
         if n:
-            _commit_notebook(paths, name, nb, dict(record))
+            _commit_notebook(paths, name, nb)
             changed += n
     return changed
 
 
-def _commit_notebook(paths: Paths, name: str, nb: dict, record: dict) -> None:
-    """Replace chapter ``name``'s executed notebook by ``nb`` and its run record by one naming its digest, as one unit."""
-    from covbook.book.runner import commit_files  # the one atomic commit of a run's outputs
+def _commit_notebook(paths: Paths, name: str, nb: dict) -> None:
+    """Replace chapter ``name``'s executed notebook by ``nb``, its run record following (:func:`commit_rewritten`)."""
+    from covbook.book.runner import commit_rewritten  # the one atomic commit of a run's outputs
 
     paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="refresh-", dir=paths.tmp) as d:
-        tmp_nb, tmp_record = Path(d) / f"{name}.ipynb", Path(d) / f"{name}.run.json"
-        write_json_atomic(tmp_nb, nb)
-        record["outputs"] = {**record["outputs"], "notebook": file_digest(tmp_nb)}
-        write_json_atomic(tmp_record, record)
-        commit_files([(tmp_nb, paths.generated / f"{name}.ipynb"), (tmp_record, paths.runs / f"{name}.json")])
+        write_json_atomic(Path(d) / f"{name}.ipynb", nb)
+        commit_rewritten(paths, name, Path(d) / f"{name}.ipynb")
 
 
 def write_report(paths: Paths) -> Path:
@@ -168,69 +142,25 @@ def write_report(paths: Paths) -> Path:
     problems, notes = edition_problems(paths)
     v.problems += problems
     v.notes += notes
-    n_pass = sum(c.passed for c in v.claims)
-    n_evidence = sum(c.kind == "evidence" for c in v.claims)
-    verdict = (f"all {len(v.claims)} claims pass" if n_pass == len(v.claims) else
-               f"{n_pass} of {len(v.claims)} claims pass")
-    lines = [
-        "# Reproduction report",
-        "",
-        "This page is generated by `covbook build` from the run that produced this book. "
-        "Every quantitative statement in the chapters is a *claim*: a measured value, the value "
-        "theory predicts, and a tolerance derived from theory or from the run's own uncertainty. "
-        "CI executes every notebook and fails when a claim fails. A claim is *evidence* (it tests a "
-        "prediction and could fail if the theory were wrong), *identity* (an exact algebraic identity "
-        "checked to rounding) or *sanity* (a property any reasonable implementation has). "
-        "An evidence claim names the alternative its window must exclude (no decay, no effect, the "
-        "competing formula); one whose window cannot exclude it at this profile is *compatible* with the "
-        "prediction and is not cited as evidence. The kind follows the window's width at the run's profile "
-        "(never the measured value): the same rule can be compatible at a small profile and evidence at paper "
-        "scale. Each claim's rule (kind, statement, window, alternatives) is "
-        "data in `notebooks/rules/NN_name.yml`; `covbook check` re-judges the run's stored measurements against "
-        "it without running a notebook. "
-        "The chapters cite claims inline; a citation links to the claim's row here, and the claim's id "
-        "in its row links back to where the chapter records it.",
-        "",
-        f"**Verdict: {verdict}" + (".**" if v.ok else f"; {len(v.problems)} {'problem' if len(v.problems) == 1 else 'problems'}.**")
-        + (f" By kind: {_counts_text(v.claims)}." if v.claims else ""),
-        "",
-        "## The error rate",
-        "",
-        error_rate_text(n_evidence),
-        "",
-    ]
-    if v.problems:
-        lines += ["## Problems", ""] + [f"- {_quoted(p)}" for p in v.problems] + [""]
-    if v.notes:
-        lines += ["## Notes", ""] + [f"- {_quoted(p)}" for p in v.notes] + [""]
-    lines += edition_lines
-    lines += ["## Claims", ""]
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
+    notebooks = []
     for name in v.runs:
         cl = sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, len(order)))
-        if not cl:
-            continue
-        lines += [f"### {name}", "",
-                  f"{sum(c.passed for c in cl)} of {len(cl)} pass ({_counts_text(cl)}).", "",
-                  "| verdict | measured in window | claim | kind | alternatives | window basis |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        lines += [_row(name, c, labels) for c in cl]
-        lines.append("")
-    lines += ["", "## Runs", "", "| notebook | profile | device | seed | run time (s) | status | finished |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, meta in v.runs.items():
-        p = meta.get("parameters", {})
-        lines.append(f"| {name} | {p.get('profile')} | {meta.get('device_used', p.get('device'))} | {p.get('seed')} | "
-                     f"{meta.get('seconds', float('nan')):.1f} | {meta.get('status')} | {meta.get('finished', '')} |")
-    lines += ["", "## What the runs cost", "", run_costs_markdown(paths).rstrip()]
-    lines += ["", "## Environment", "", "| | |", "| --- | --- |",
-              f"| git commit | {git_commit(paths.root)} |", f"| platform | `{platform.platform()}` |"]
-    lines += [f"| {k} | {val} |" for k, val in versions().items()]
+        if cl:
+            notebooks.append((name, f"{sum(c.passed for c in cl)} of {len(cl)}", _counts_text(cl),
+                              [_row(name, c, labels) for c in cl]))
+    n_evidence = sum(c.kind == "evidence" for c in v.claims)
+    text = render("reproduction.md.j2", n_claims=len(v.claims), n_pass=sum(c.passed for c in v.claims), ok=v.ok,
+                  by_kind=_counts_text(v.claims), level=LEVEL, z=Z, n_evidence=n_evidence,
+                  familywise=familywise(n_evidence), problems=[_quoted(p) for p in v.problems],
+                  notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines), notebooks=notebooks,
+                  runs=v.runs, costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
+                  platform=platform.platform(), versions=versions())
     out = paths.generated / "reproduction.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
     write_calibration_page(paths)
     refresh_verdicts(paths, book_claims)

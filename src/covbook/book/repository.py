@@ -22,7 +22,8 @@ Command line (used by the book workflow)::
     python -m covbook.book.repository            # print the resolved repository, or "none"
     python -m covbook.book.repository publish    # book/generated/*.ipynb as the published edition
                                                  # (covbook.book.standalone), setup cells filled, in
-                                                 # place: for the book workflow, after the build
+                                                 # place: for the book workflow, after the build; each
+                                                 # run record's notebook SHA-256 follows its notebook
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "resolve_repository",
     "fill_setup_source",
     "fill_notebook_file",
+    "publish_notebook",
 ]
 
 ENV = "COVBOOK_REPOSITORY"
@@ -227,32 +229,60 @@ def fill_notebook_file(path: str | os.PathLike, install_source: str) -> bool:
     return changed
 
 
+def publish_notebook(paths, nb_path: Path, repo: Repository) -> bool:
+    """Rewrite the executed notebook ``nb_path`` in place as its published edition (:mod:`covbook.book.standalone`),
+    setup cell filled; True when it had a setup placeholder.  Call it holding the tree's lock.
+
+    Its run record follows it (:func:`covbook.book.runner.commit_rewritten`), so that ``covbook check``
+    still finds the record true.
+    """
+    import tempfile
+
+    from covbook.book.runner import commit_rewritten
+    from covbook.book.standalone import standalone_file
+
+    paths.tmp.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="publish-", dir=paths.tmp) as d:
+        new_nb = Path(d) / nb_path.name
+        standalone_file(nb_path, new_nb, paths.root, repo.pages_url)
+        filled = fill_notebook_file(new_nb, repo.install_source)
+        commit_rewritten(paths, nb_path.stem, new_nb)
+    return filled
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m covbook.book.repository [publish]``."""
+    import argparse
+
     from covbook.book.config import project_root
 
-    args = sys.argv[1:] if argv is None else argv
-    if args not in ([], ["publish"]):
-        print("usage: python -m covbook.book.repository [publish]", file=sys.stderr)
-        return 2
+    p = argparse.ArgumentParser(prog="python -m covbook.book.repository",
+                                description="print the book's repository, or publish the executed notebooks")
+    p.add_argument("command", nargs="?", choices=["publish"], help="rewrite book/generated/*.ipynb as published")
+    publish = p.parse_args(argv).command == "publish"
     root = project_root()
     try:
         repo = resolve_repository(root)
     except ValueError as err:
         print(f"covbook repository: error: {err}", file=sys.stderr)
         return 2
-    if not args:
+    if not publish:
         print(repo.slug if repo else "none")
         return 0
     if repo is None:
         print(f"covbook repository: error: the repository is not known; set {ENV}=owner/name", file=sys.stderr)
         return 2
-    from covbook.book.standalone import standalone_file
+    from covbook.book.config import Paths
+    from covbook.book.lock import Busy, tree_lock
 
-    notebooks = sorted((root / "book" / "generated").glob("[0-9][0-9]_*.ipynb"))
-    for p in notebooks:  # in place: the published edition (roles resolved, no injected cell); CI only
-        standalone_file(p, p, root, repo.pages_url)
-    filled = [p.name for p in notebooks if fill_notebook_file(p, repo.install_source)]
+    paths = Paths(root)
+    notebooks = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb"))
+    try:
+        with tree_lock(paths.lock, "python -m covbook.book.repository publish"):
+            filled = [p.name for p in notebooks if publish_notebook(paths, p, repo)]
+    except Busy as err:
+        print(f"covbook repository: error: {err}", file=sys.stderr)
+        return 2
     print(f"covbook repository: {repo.slug}; setup cells point to {repo.install_source} in "
           f"{len(filled)} of {len(notebooks)} notebooks")
     return 0

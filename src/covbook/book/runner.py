@@ -61,14 +61,15 @@ from covbook.book.config import (
     discover,
     load_profiles,
     notebook_parameters,
+    oserror_text,
     resolve_parameters,
     select,
 )
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool", "clean_stale",
-           "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_with_checkpoints",
-           "checkpoint_folder", "prune_checkpoints", "pack_checkpoints", "unpack_checkpoints", "CHECKPOINT_ENV",
-           "CHECKPOINT_MAX_BYTES"]
+           "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_rewritten",
+           "commit_with_checkpoints", "checkpoint_folder", "prune_checkpoints", "pack_checkpoints",
+           "unpack_checkpoints", "CHECKPOINT_ENV", "CHECKPOINT_MAX_BYTES"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
 KERNEL_DIR_PREFIX = "covbook-kernel-"
@@ -248,27 +249,23 @@ class NotebookTimeout(BaseException):
     """The notebook ran past its time limit (a BaseException, so no ``except Exception`` swallows it)."""
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """Stop the worker: its kernel first (frees the CPU at once), then unwind with ``KeyboardInterrupt``."""
-    for pid_file in _KERNEL_PID_FILE:
-        _kill_kernel(pid_file)
-    raise KeyboardInterrupt
+def _unwind(exc: type[BaseException]):
+    """A signal handler that stops the worker's kernel first (frees the CPU at once), then raises ``exc``:
+    ``KeyboardInterrupt`` for SIGINT and SIGTERM, :class:`NotebookTimeout` for SIGALRM (the time limit)."""
+
+    def handler(signum: int, frame: object) -> None:
+        for pid_file in _KERNEL_PID_FILE:
+            _kill_kernel(pid_file)
+        raise exc
+
+    return handler
 
 
-def _time_is_up(signum: int, frame: object) -> None:
-    """SIGALRM: the notebook's time limit has passed; stop its kernel and unwind."""
-    for pid_file in _KERNEL_PID_FILE:
-        _kill_kernel(pid_file)
-    raise NotebookTimeout
-
-
-def _watch_parent(parent: int) -> None:
-    """Stop this worker (as on SIGTERM) when the covbook process that started it is gone (``kill -9``)."""
-    while True:
+def _watch_parent(parent: int, gone) -> None:
+    """Call ``gone()`` once the process that started this one (``parent``) is gone (``kill -9``)."""
+    while os.getppid() == parent:
         time.sleep(0.5)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
+    gone()
 
 
 def socket_parents() -> list[Path]:
@@ -404,17 +401,31 @@ def commit_files(moves: list[tuple[Path, Path]]) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _oserror_text(err: OSError) -> str:
-    """One line for an OS error: what failed, on which file."""
-    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
-    return f"{err.strerror or err}{where}"
+def commit_rewritten(paths: Paths, name: str, new_nb: Path) -> None:
+    """Put ``new_nb``, a rewritten copy of chapter ``name``'s executed notebook, in its place.
+
+    When the chapter's run record names the SHA-256 of the notebook as it was, the record, naming
+    ``new_nb``'s instead, is committed with it as one unit (:func:`commit_files`): the record stays
+    true and the chapter is still served from the cache.  ``new_nb``'s folder takes the record's temporary.
+    """
+    from covbook.book.records import read_run
+
+    nb_path, rec_path = paths.generated / f"{name}.ipynb", paths.runs / f"{name}.json"
+    moves = [(new_nb, nb_path)]
+    rec = read_run(rec_path)
+    outputs = rec.outputs if rec is not None else None
+    if outputs and nb_path.is_file() and outputs.get("notebook") == file_digest(nb_path):
+        tmp_rec = new_nb.with_name(f"{name}.run.json")
+        write_json_atomic(tmp_rec, {**rec, "outputs": {**outputs, "notebook": file_digest(new_nb)}})
+        moves.append((tmp_rec, rec_path))
+    commit_files(moves)
 
 
 def checkpoint_folder(paths: Paths, name: str, digest: str) -> Path:
     """Where notebook ``name`` keeps its checkpoints under cache key ``digest``: ``checkpoints/NAME/KEY``.
 
     ``KEY`` is the first 16 hex digits of the key.  The one rule for the folder's place, shared by a
-    local run (:func:`_checkpoints`) and a job run in a scratch tree (:func:`scratch_tree`).
+    local run (:func:`execute_uncommitted`) and a job run in a scratch tree (:func:`scratch_tree`).
     """
     return paths.checkpoints / name / digest[:16]
 
@@ -433,16 +444,6 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
             if d != here or force:
                 shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
     return here
-
-
-def _checkpoints(paths: Paths, job: dict) -> Path:
-    """The notebook's checkpoint folder, keyed on its cache key: new code, settings or versions, new folder.
-
-    Checkpoints of the notebook made under other keys are removed (they can never
-    be used again); with ``--force`` the current one is removed too (it retrains).
-    """
-    # made by covbook.session.checkpoint_dir() when a notebook asks for it
-    return prune_checkpoints(paths, job["name"], job["digest"], force=bool(job.get("force")))
 
 
 def execute_uncommitted(job: dict) -> dict:
@@ -475,7 +476,8 @@ def execute_uncommitted(job: dict) -> dict:
     sockets = _socket_dir()
     runtime = sockets or rundir
     try:
-        os.environ[CHECKPOINT_ENV] = str(_checkpoints(paths, job))
+        # keyed on the cache key (made by covbook.session.checkpoint_dir when the notebook asks); --force retrains
+        os.environ[CHECKPOINT_ENV] = str(prune_checkpoints(paths, name, job["digest"], force=bool(job.get("force"))))
         _kernel_environment(paths, runtime)
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
@@ -499,7 +501,7 @@ def execute_uncommitted(job: dict) -> dict:
     except pm.PapermillExecutionError as err:
         error = f"cell {err.exec_count} (index {err.cell_index}) raised {err.ename}: {err.evalue}".strip()
     except OSError as err:  # a full disk, a read-only folder: one line, not a traceback
-        error = f"could not write the notebook: {_oserror_text(err)}"
+        error = f"could not write the notebook: {oserror_text(err)}"
     except Exception as err:  # noqa: BLE001 - report any failure, keep the other notebooks going
         if type(err).__name__ == "DeadKernelError":
             error = f"the kernel died in {_running_cell(tmp_nb)} ({err}; out of memory, or a crash in native code)"
@@ -541,10 +543,9 @@ def commit_outcome(paths: Paths, outcome: dict) -> dict:
             commit_files([(tmp_claims, paths.claims / f"{name}.json"), (tmp_nb, paths.generated / f"{name}.ipynb"),
                           (tmp_record, paths.runs / f"{name}.json")])
         except OSError as err:
-            error = f"could not write the outputs: {_oserror_text(err)}; the last good outputs are kept"
+            error = f"could not write the outputs: {oserror_text(err)}; the last good outputs are kept"
         else:
-            for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
-                stale.unlink(missing_ok=True)  # a failed copy no longer applies
+            _forget_failure(paths, name)  # a failed copy no longer applies
             return asdict(Result(name, "ok", seconds, device_used=device_used, cpu_seconds=cpu))
     _keep_failure(paths, name, tmp_nb, {**meta, "status": "failed", "error": error})
     return asdict(Result(name, "failed", seconds, error, device_used, cpu))
@@ -603,6 +604,12 @@ def _when(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _forget_failure(paths: Paths, name: str) -> None:
+    """Remove the failed copy of ``name`` and its record from ``failed/``."""
+    for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
+        stale.unlink(missing_ok=True)
+
+
 def _whole(nb_path: Path) -> bool:
     """Whether ``nb_path`` is a whole notebook (a write cut short by a full disk is not)."""
     try:
@@ -632,12 +639,14 @@ def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
 
 def _worker_main(job_file: str) -> int:
     """Entry point of a notebook's process: run the job in ``job_file``, write its outcome next to it."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGALRM, _time_is_up)
+    signal.signal(signal.SIGTERM, _unwind(KeyboardInterrupt))
+    signal.signal(signal.SIGINT, _unwind(KeyboardInterrupt))
+    signal.signal(signal.SIGALRM, _unwind(NotebookTimeout))
     job = read_json(job_file, dict)
     _KERNEL_PID_FILE.append(Path(job["rundir"]) / f"{job['name']}.kernel.pid")
-    threading.Thread(target=_watch_parent, args=(job["parent"],), daemon=True).start()
+    # stop (as on SIGTERM) when the covbook process that started it is gone
+    threading.Thread(target=_watch_parent, args=(job["parent"], lambda: os.kill(os.getpid(), signal.SIGTERM)),
+                     daemon=True).start()
     try:
         outcome = execute_uncommitted(job)
     except KeyboardInterrupt:
@@ -1005,7 +1014,7 @@ def commit_with_checkpoints(paths: Paths, outcome: dict, checkpoints: dict[str, 
             swapped = True
         except (OSError, ValueError) as err:
             undo()
-            text = _oserror_text(err) if isinstance(err, OSError) else str(err)
+            text = oserror_text(err) if isinstance(err, OSError) else str(err)
             return commit_outcome(paths, {**outcome, "error": f"could not write the checkpoints: {text}; "
                                                               "the last good outputs are kept"})
         except BaseException:  # Ctrl-C
@@ -1057,13 +1066,7 @@ def _pool_worker(parent: int) -> None:
     stops the jobs in order), and gone when that process is (``kill -9``): its job's process then stops itself."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent, lambda: os._exit(1)), daemon=True).start()
 
 
 @dataclass
@@ -1148,8 +1151,7 @@ def run_trees(
                 todo.append((i, job))
                 continue
             results[i].append(Result(job.name, "cached", 0.0))
-            for stale in (paths.failed / f"{job.name}.ipynb", paths.failed / f"{job.name}.json"):
-                stale.unlink(missing_ok=True)  # a failure under this key no longer applies: its good result stands
+            _forget_failure(paths, job.name)  # a failure under this key no longer applies: its good result stands
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     rundirs = [paths.tmp / run_id for paths, _ in trees]
     profile_key = profile + ("+rehearse" if rehearse else "")

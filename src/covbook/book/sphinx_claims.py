@@ -45,7 +45,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 from covbook.book.citations import split_target
-from covbook.claims import LEVEL, Z, Claim, anchor, familywise, fmt, load_claims
+from covbook.claims import LEVEL, Claim, Z, anchor, familywise, fmt, load_claims
 
 __all__ = ["setup", "split_target"]
 

@@ -55,24 +55,16 @@ def footer_text(version: str, commit: str) -> str:
     return f"Built by covbook {version} from commit {commit}."
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("covbook")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _configure(app, config) -> None:
-    from covbook.book.provenance import git_commit
+    from covbook.book.provenance import git_commit, versions
 
     config.html_static_path = [*config.html_static_path, str(STATIC)]
     context = dict(config.html_context or {})
     context.setdefault("default_mode", "light")  # pydata-sphinx-theme reads it from html_context
     config.html_context = context
     options = dict(config.html_theme_options or {})
-    line = html.escape(footer_text(_version(), git_commit(Path(app.srcdir).resolve().parent)))
+    version = versions(("covbook",), missing="unknown")["covbook"]
+    line = html.escape(footer_text(version, git_commit(Path(app.srcdir).resolve().parent)))
     options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
     extra = options.get("extra_footer") or ""
     options["extra_footer"] = f'{extra}<p class="covbook-build">{line}</p>'

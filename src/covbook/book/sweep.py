@@ -37,13 +37,14 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile
 from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
-from covbook.claims import LEVEL, Claim, Z, familywise, fmt, load_claims, write_json_atomic
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.provenance import git_commit
 from covbook.book.records import run_ok
+from covbook.book.render import seed_text
+from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
-__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate", "binomial_tail", "write_calibration_page",
-           "CALIBRATION_JSON", "FLAG_P"]
+__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate",
+           "binomial_tail", "write_calibration_page", "CALIBRATION_JSON", "FLAG_P"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
 FLAG_P = 0.01
@@ -91,8 +92,6 @@ run before the rules were frozen."""
 _PROFILE_ORDER = {name: i for i, name in enumerate(PROFILES)}
 #: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
 STATISTICAL = ("evidence", "compatible")
-NO_SWEEP = ("No sweep has been run; run `covbook sweep --seeds 0-9 --profile smoke` (then commit "
-            "`book/calibration.json`).")
 
 
 SEED_MAX = 2**63 - 1
@@ -134,11 +133,9 @@ def binomial_tail(k: int, n: int, p: float = LEVEL) -> float:
     """
     if not (0 <= k and 0 <= n) or not 0.0 <= p <= 1.0:
         raise ValueError(f"need 0 <= k, 0 <= n and 0 <= p <= 1, got k={k}, n={n}, p={p}")
-    if k == 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    return min(1.0, sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)))
+    from scipy.stats import binom  # the regularized incomplete beta: exact to rounding at any n, tiny tails too
+
+    return 1.0 if k == 0 else float(binom.sf(k - 1, n, p))
 
 
 def seed_root(paths: Paths, profile: str, seed: int) -> Path:
@@ -228,7 +225,7 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
         raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run `{again}` "
                          "first")
     if never:
-        raise UsageError("; ".join(f"{n} never ran at seed(s) {_seed_text(s)}" for n, s in never.items())
+        raise UsageError("; ".join(f"{n} never ran at seed(s) {seed_text(s)}" for n, s in never.items())
                          + f" (profile {profile}): rejudge only the stored seeds, or run them: `{again} "
                          + " ".join(n.split("_", 1)[0] for n in never) + "`")
     data = calibrate(paths, profile, seeds, chosen)
@@ -393,18 +390,9 @@ def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bo
     return fails >= FLAG_FAILURES or too_wide or bool(missing)
 
 
-def _at_least(k: int, n: int, p: float) -> float:
-    """``P(X >= k)`` for ``X ~ Binomial(n, p)``, as ``1 - P(X < k)`` (exact; cheap for small ``k``)."""
-    if k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    return float(min(1.0, max(0.0, 1.0 - sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k)))))
-
-
 def _flag_chance(n: int) -> float:
     """Chance that a correct claim judged at ``n`` seeds fails at ``FLAG_FAILURES`` of them or more."""
-    return _at_least(FLAG_FAILURES, n, LEVEL)
+    return binomial_tail(FLAG_FAILURES, n, LEVEL)
 
 
 def detectable_rate(n: int, power: float = 0.8) -> float:
@@ -422,7 +410,7 @@ def detectable_rate(n: int, power: float = 0.8) -> float:
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _at_least(FLAG_FAILURES, n, mid) < power else (lo, mid)
+        lo, hi = (mid, hi) if binomial_tail(FLAG_FAILURES, n, mid) < power else (lo, mid)
     return hi
 
 
@@ -430,11 +418,6 @@ def failing_evaluations(entries: dict) -> tuple[int, int]:
     """``(evaluations, failures)`` of the statistical claims (evidence and compatible) over a profile's sweep."""
     rows = [r for e in entries.values() for r in e["claims"] if r["kind"] in STATISTICAL]
     return sum(r["n"] for r in rows), sum(r["n"] - r["passed"] for r in rows)
-
-
-def _chance_flags(data: dict) -> float:
-    """Expected number of statistical claims a sweep flags by failures when every claim is right."""
-    return sum(_flag_chance(r["n"]) for e in data.values() for r in e["claims"] if r["kind"] in STATISTICAL)
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
@@ -450,16 +433,6 @@ def _chance_of_at_least(data: dict, k: int) -> float:
     return float(min(1.0, max(0.0, sum(dist[k:]))))
 
 
-def _flag_count_sentence(data: dict, k: int) -> str:
-    """How the observed number ``k`` of flagged statistical (evidence or compatible) claims compares with chance."""
-    none = 1.0 - _chance_of_at_least(data, 1)
-    first = ("No statistical claim is flagged here" if k == 0 else
-             "1 statistical claim is flagged here" if k == 1 else f"{k} statistical claims are flagged here")
-    tail = "" if k == 0 else f" and {k} or more with probability {_chance_of_at_least(data, k):.2g}"
-    return (f"{first}; treating the claims as independent (those of one notebook share a run), a correct book "
-            f"flags none by failures with probability {none:.2g}{tail}." + _spread_chance_sentence(data))
-
-
 def spread_flag_chance(n: int) -> float:
     """P(SD/SE > FLAG_SPREAD) for a calibrated claim with normal errors over ``n`` seeds: P(χ²_{n−1} > s²(n−1)).
 
@@ -471,84 +444,14 @@ def spread_flag_chance(n: int) -> float:
     return float(chi2.sf(FLAG_SPREAD**2 * (n - 1), n - 1)) if n >= 3 else 0.0
 
 
-def _spread_chance_sentence(data: dict) -> str:
+def _spread_flags(data: dict) -> float:
     """How many statistical claims a calibrated book flags by spread alone, at each notebook's number of seeds."""
-    expected = sum(spread_flag_chance(len(e["seeds"])) for e in data.values() for r in e["claims"]
-                   if r["kind"] in STATISTICAL and not r.get("per_run") and r.get("sd_over_se") is not None)
-    if expected < 0.05:
-        return ""
-    return (f" By spread alone (SD/SE above {FLAG_SPREAD:g}, from so few seeds a noisy statistic) a calibrated book "
-            f"with normal errors flags about {expected:.2g} of these claims: at this number of seeds a spread flag "
-            "is a reason to look, not evidence of a miscalibration.")
+    return sum(spread_flag_chance(len(e["seeds"])) for e in data.values() for r in e["claims"]
+               if r["kind"] in STATISTICAL and not r.get("per_run") and r.get("sd_over_se") is not None)
 
 
-def _num(x: float | None) -> str:
-    return "—" if x is None else fmt(x)
-
-
-def _seeds_sentence(groups: dict[tuple[int, ...], list[str]]) -> str:
-    """``Seeds 1300–1319 (20)``, or per set of seeds with its notebooks when they differ."""
-    if len(groups) == 1:
-        (seeds,) = groups
-        return f"Seeds {_seed_text(list(seeds))} ({len(seeds)})"
-    return "Seeds " + "; ".join(f"{_seed_text(list(k))} ({len(k)}) for {_noun(len(v), 'notebook')} {', '.join(v)}"
-                                for k, v in groups.items())
-
-
-def _noun(n: int, noun: str) -> str:
-    """``noun`` in the number a count of ``n`` takes (``seed``, ``seeds``), for pages readers see."""
-    return noun if n == 1 else noun + "s"
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 notebook``, ``2 notebooks``: a count with its noun in the right number."""
-    return f"{n} {_noun(n, noun)}"
-
-
-def _seed_text(seeds: list[int]) -> str:
-    return (f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else
-            ", ".join(map(str, seeds)))
-
-
-_INTRO = [
-    "# Calibration: the claims across seeds",
-    "",
-    "CI checks every claim at one seed. This page reruns the notebooks at many seeds and counts, for each "
-    f"claim, how often it fails. At the book's per-claim level α = {LEVEL:g} a correct statistical claim "
-    "(evidence or compatible) fails a run with probability α, so over a sweep the number of failing "
-    "evaluations should be close to (number of evaluations) × α; the page gives that expectation and the "
-    "exact probability of at least the observed count (a binomial, the Poisson-binomial of equal levels). "
-    f"A claim is **flagged** when it fails at {FLAG_FAILURES} seeds or more, when the spread of its values "
-    f"across seeds exceeds {FLAG_SPREAD:g} times the standard error it recorded (SD/SE > {FLAG_SPREAD:g}, "
-    "at 3 seeds or more; not for a significance claim, whose window lies beyond k·SE of the value it must "
-    "exclude, so that a varying effect shows only as failures, nor for a *per-run* claim, marked (per run): one "
-    "about an object the run draws or trains, such as its trained model, whose SE is conditional on that object "
-    "and whose true value moves with the seed), or when some seed did not record it. A flagged claim is biased "
-    "or too narrow: it "
-    "is fixed at its cause (its window, prediction or statistic), not by widening, and a fix is followed by "
-    "a calibration on new seeds.",
-    "",
-    "**Out of sample.** The rules (kinds, windows, alternatives: `notebooks/rules/`) are frozen at the "
-    "commit each section names before the sweep; the seeds "
-    f"{DEVELOPMENT_SEEDS.text()} are declared *development seeds* (tolerances were checked against some of "
-    "those below 1000 while the rules were written; the others are the seeds of earlier out-of-sample "
-    "calibrations, whose flagged claims were then fixed), and a sweep at any of them is marked in sample. "
-    "The book's calibration uses seeds never run before the rules were frozen.",
-    "",
-    "The column SD/SE compares the spread across seeds with the standard error the claim recorded: for a "
-    "claim with a numeric prediction and a standard error at every seed it is the SD of the standardized "
-    "residual (measured − predicted)/SE, so a prediction that changes with the seed does not count as "
-    "spread; otherwise the SD of the values over their mean SE. With a Student-t window over ν replicates a "
-    "calibrated claim's SD/SE is about √(ν/(ν − 2)). For a bound or a window whose truth moves with the "
-    "seed (a model trained per seed) the column mixes that movement with the noise.",
-    "",
-    "Generated by `covbook sweep --seeds A-B --profile P` (or `--rejudge` over a stored sweep) from "
-    "`book/calibration.json`.",
-    "",
-]
-
-
-def _profile_summary(profile: str, entries: dict) -> list[str]:
+def _summary(profile: str, entries: dict) -> dict:
+    """The numbers of one profile's section of the calibration page (its sentences: the template's)."""
     rows = [r for e in entries.values() for r in e["claims"]]
     stat = [r for r in rows if r["kind"] in STATISTICAL]
     n_eval, n_fail = failing_evaluations(entries)
@@ -556,70 +459,28 @@ def _profile_summary(profile: str, entries: dict) -> list[str]:
     for name, e in sorted(entries.items()):
         groups.setdefault(tuple(e["seeds"]), []).append(name[:2])
     n_seeds = min(len(k) for k in groups)  # the flag rule's power at the fewest seeds of any notebook
-    flagged = [r for r in rows if r["flagged"]]
-    oos = all(e.get("out_of_sample") for e in entries.values())
-    commits = sorted({e.get("rules_commit", "unknown") for e in entries.values()})
-    expected = n_eval * LEVEL
-    flagged_ids = ", ".join("`" + r["id"] + "`" for r in flagged)
-    lines = [f"## Profile `{profile}`", "",
-             _seeds_sentence(groups) + ", "
-             + ("**out of sample** (none is a development seed)" if oos else
-                "**in sample** (development seeds: tolerances were checked against some of them)")
-             + f"; rules frozen at commit {', '.join(commits)}. {len(rows)} claims ({len(stat)} statistical) "
-             f"over {_count(len(entries), 'notebook')}.", "",
-             f"**Failing evaluations: {n_fail} of {n_eval}**; chance predicts {expected:.2g} at α = {LEVEL:g}, "
-             f"and a correct book fails at least {n_fail} with probability {_at_least(n_fail, n_eval, LEVEL):.2g}. "
-             f"**Flagged claims: {len(flagged)}**"
-             + (f" ({flagged_ids})" if flagged else "") + ". "
-             + _flag_count_sentence(entries, sum(r["flagged"] for r in stat)), "",
-             (f"*Power of the flag rule at {n_seeds} seeds:* a claim that fails a fraction r of runs is flagged "
-              f"when it fails at {FLAG_FAILURES} seeds or more, with probability 1 − (1 − r)^n − n r (1 − r)^(n−1); "
-              f"the rule catches a failure rate of {100 * detectable_rate(n_seeds, 0.5):.2g} % half the time and "
-              f"of {100 * detectable_rate(n_seeds, 0.8):.2g} % with probability 0.8, while a correct claim is "
-              f"flagged by failures with probability {_flag_chance(n_seeds):.2g}. "
-              if n_seeds >= FLAG_FAILURES else
-              f"*Power of the flag rule:* with {_count(n_seeds, 'seed')} no claim can fail at {FLAG_FAILURES} seeds, so the "
-              "rule flags by spread and missing values only. ")
-             + f"The count of failing evaluations is the sharper test: a book whose claims failed at 10 α would "
-             f"show about {10 * expected:.2g} failures here.", ""]
-    return lines
-
-
-def _notebook_table(name: str, e: dict) -> list[str]:
-    lines = [f"### {name}", "",
-             f"Profile `{e['profile']}`, seeds {_seed_text(e['seeds'])} ({len(e['seeds'])}), commit {e['commit']}, "
-             f"{e['date']}."
-             + (f" The notebook failed at {_noun(len(e['failed_seeds']), 'seed')} {', '.join(map(str, e['failed_seeds']))}."
-                if e.get("failed_seeds") else ""), "",
-             "| | claim | kind | passed | mean | SD | SD/SE | expected (first seed) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in e["claims"]:
-        flag = "**⚑ flagged**" if r["flagged"] else ""
-        if r.get("fail_seeds"):
-            flag += f" failed at {_noun(len(r['fail_seeds']), 'seed')} {', '.join(map(str, r['fail_seeds']))}"
-        if r["missing_seeds"]:
-            flag += f" not recorded at {_noun(len(r['missing_seeds']), 'seed')} {', '.join(map(str, r['missing_seeds']))}"
-        spread = _num(r.get("sd_over_se")) + (" (per run)" if r.get("per_run") else "")
-        lines.append(f"| {flag} | `{r['id']}` | {r['kind']} | {r['passed']} of {r['n']} | {_num(r['mean'])} | "
-                     f"{_num(r['sd'])} | {spread} | {r['expected'].replace('|', '/')} |")
-    return [*lines, ""]
+    k = sum(r["flagged"] for r in stat)
+    return {"name": profile, "entries": sorted(entries.items()), "groups": list(groups.items()),
+            "out_of_sample": all(e.get("out_of_sample") for e in entries.values()),
+            "commits": sorted({e.get("rules_commit", "unknown") for e in entries.values()}),
+            "n_claims": len(rows), "n_statistical": len(stat), "n_notebooks": len(entries),
+            "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL,
+            "p_fail": binomial_tail(n_fail, n_eval, LEVEL), "flagged": [r["id"] for r in rows if r["flagged"]], "k": k,
+            "none": 1.0 - _chance_of_at_least(entries, 1), "p_k": _chance_of_at_least(entries, k),
+            "spread_flags": _spread_flags(entries), "n_seeds": n_seeds, "flag_chance": _flag_chance(n_seeds),
+            "detect_half": 100 * detectable_rate(n_seeds, 0.5), "detect_80": 100 * detectable_rate(n_seeds, 0.8)}
 
 
 def write_calibration_page(paths: Paths) -> Path:
     """Write ``book/generated/calibration.md`` from ``book/calibration.json`` (or say that none was run)."""
-    profiles = _profiles(_read_json(paths))
-    lines = list(_INTRO)
-    if not any(profiles.values()):
-        lines += [f"**{NO_SWEEP}**", ""]
-    for profile, entries in sorted(profiles.items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9)):
-        if not entries:
-            continue
-        lines += _profile_summary(profile, entries)
-        for name, e in sorted(entries.items()):  # chapter order
-            lines += _notebook_table(name, e)
+    from covbook.book.render import render
+
+    profiles = sorted(_profiles(_read_json(paths)).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
+    text = render("calibration.md.j2", level=LEVEL, flag_failures=FLAG_FAILURES, flag_spread=FLAG_SPREAD,
+                  development_seeds=DEVELOPMENT_SEEDS.text(), profiles=[_summary(p, e) for p, e in profiles if e])
     out = paths.generated / "calibration.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
     return out
