@@ -115,6 +115,8 @@ def test_cycles_are_counted_once_per_orbit(results) -> None:
     m = cycles.measurements["cycles_attract"]
     assert m["n_orbits"] == n["attract_orbits"] == n["n_orbits_consistent"] and m["kicks"] == repetition.KICKS
     assert m["prediction"] == 0.0 and (m.get("reason") is not None) == (m["n_models"] < 2)
+    if m["n_models"] >= 2:  # the SE is over models, the independent draws, not over their orbits
+        assert m["dof"] == m["n_models"] - 1 <= m["n_orbits"] - 1
 
 
 def test_hold_claims(results) -> None:

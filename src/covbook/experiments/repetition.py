@@ -310,7 +310,10 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prom
     uniform random tokens (stream ``kicks``) and continued greedily for ``t_greedy - t_detect`` steps
     (:func:`covbook.markov.perturbed_returns`): r_o is the share that return.  The base rate b_o is the
     share of its model's random prompts whose runs end in o, the chance of landing on o from a random
-    start.  The measurement is the mean of r_o − b_o over the orbits, with the SE over orbits (Student t;
+    start.  The independent draws are the models, not the orbits (the orbits of one model share its
+    weights), so each model m with a self-consistent orbit contributes its mean excess
+    :math:`\bar d_m = \operatorname{mean}_{o \in m}(r_o - b_o)`, and the measurement is the mean of
+    :math:`\bar d_m` over those models with the SE over models (Student t at (models − 1) degrees of freedom;
     :func:`measure_above`: a significance with ``significance``, else its direction).
     """
     orbits = _orbits(records, n_prompts)
@@ -320,30 +323,35 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prom
     for (i, key), runs in orbits.items():
         if runs[0].self_consistent:
             by_model.setdefault(i, []).append((key, len(runs) / n_prompts))
-    returns, bases = [], []
+    returns, bases, per_model = [], [], []
     for i, found in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
         model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
                              logit_scale=logit_scale, device=device)
         back = perturbed_returns(model, [np.array(key) for key, _ in found], context_len=t_detect,
                                  kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS,
                                  generator=gen)  # (orbits of model i, KICKS)
-        returns += [float(b.mean()) for b in back]
-        bases += [base for _, base in found]
-    d = np.array(returns) - np.array(bases)  # (orbits,)
-    n = d.size
-    mean, se = mean_with_se(d) if n >= 2 else (float("nan"), float("nan"))
+        r_i = [float(b.mean()) for b in back]
+        b_i = [base for _, base in found]
+        returns += r_i
+        bases += b_i
+        per_model.append(float(np.mean(np.array(r_i) - np.array(b_i))))  # the model's mean excess
+    n = len(returns)  # distinct self-consistent orbits
+    d = np.array(per_model)  # (models,)
+    mean, se = mean_with_se(d) if d.size >= 2 else (float("nan"), float("nan"))
     for name, value in dict(attract_return=float(np.mean(returns)) if n else float("nan"),
                             attract_base=float(np.mean(bases)) if n else float("nan"), attract_orbits=n,
                             attract_models=len(by_model), attract_kicks=KICKS, attract_kick_len=kick_len,
-                            attract_z=mean / se if n >= 2 and se > 0 else float("nan"),
-                            attract_orbits_text=counted(n, "orbit")).items():
+                            attract_z=mean / se if d.size >= 2 and se > 0 else float("nan"),
+                            attract_orbits_text=counted(n, "orbit"),
+                            attract_models_text=counted(d.size, "model")).items():
         out.glue(name, value)
-    if n < 2:
-        out.measure("cycles_attract", float("nan"), reason=f"{n} self-consistent orbit(s): the SE needs two",
-                    n_orbits=n, n_models=len(by_model), kicks=KICKS)
+    if d.size < 2:
+        out.measure("cycles_attract", float("nan"),
+                    reason=f"self-consistent orbits in {d.size} model(s): the SE over models needs two",
+                    n_orbits=n, n_models=d.size, kicks=KICKS)
         return
-    measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=n - 1, significance=significance,
-                  n_orbits=n, n_models=len(by_model), kicks=KICKS)
+    measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=d.size - 1, significance=significance,
+                  n_orbits=n, n_models=d.size, kicks=KICKS)
 
 
 def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int) -> None:
