@@ -283,3 +283,14 @@ def test_the_summary_names_each_set_of_seeds_with_its_notebooks(tmp_path) -> Non
                                                                   "02_b": _entry([1, 2, 3], 1)})
     page = _page(tmp_path, {"01_a": _entry([1, 2, 3], 1), "03_c": _entry([7, 9], 1), "08_d": _entry([7, 9], 1)})
     assert "Seeds 1–3 (3) for notebook 01; 7, 9 (2) for notebooks 03, 08," in page
+
+
+def test_an_evidence_rule_keeps_its_kind_and_counts_the_seeds_with_power(tmp_path):
+    """Power varies with each seed's SE: the row keeps the rule's kind and counts the seeds whose window had it."""
+    c = claim("c", "01_alpha")  # evidence, prediction 1, alternative 0
+    paths = Paths(fake_project(tmp_path, {"01_alpha": [c]}))
+    for seed, se in enumerate([0.1, 1.0, 0.1]):  # windows 1 ± Z·SE: only SE 0.1 excludes 0
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0, se=se)], seed=seed)
+    row = calibrate(paths, "smoke", [0, 1, 2], ["01_alpha"])["01_alpha"]["claims"][0]
+    assert (row["kind"], row["powered"], row["n"]) == ("evidence", 2, 3)

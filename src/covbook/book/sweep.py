@@ -325,7 +325,11 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                 spread = None
             rows.append({
                 "id": cid,
-                "kind": got[0].kind if got else "unknown",
+                # the rule's kind; whether a seed's window had the power to exclude the alternatives
+                # varies with that seed's SE, so the evidence rules count the seeds with power
+                "kind": (got[0].rule_kind or got[0].kind) if got else "unknown",
+                "powered": (sum(c.kind == "evidence" for c in got)
+                            if got and (got[0].rule_kind or got[0].kind) == "evidence" else None),
                 "expected": got[0].expected_text() if got else "",
                 "n": n,
                 "passed": n - fails,
