@@ -1,10 +1,11 @@
-"""Each chapter shows its central computation in a few visible lines (issue 40), as QuantEcon's lectures do.
+"""Each chapter shows its central computation in a few visible lines, as QuantEcon's lectures do.
 
-Static, nothing is executed: a chapter (all but 08, whose owner adds its own) has a visible code cell of
-at most :data:`MAX_LINES` lines that prints what it computes with library functions — the readout of one
-context next to Σa, one gradient step as a head, one step of the greedy map — without the chapter's
-experiments, claims or random streams. Such a cell draws only from its own generator, seeded with a
-literal (``torch.Generator().manual_seed(1)``, ``seed=5``), so it never consumes a stream a claim uses.
+Static, nothing is executed: every chapter has a visible code cell of at most :data:`MAX_LINES` lines
+that prints what it computes with library functions — the readout of one context next to Σa, one
+gradient step as a head, one step of the greedy map — without the chapter's experiments or claims. Such
+a cell draws only from the stream :data:`ILLUSTRATION` (``streams.torch_generator("illustration")``,
+``seed=streams.seed_for("illustration")``), which no experiment uses, so it never consumes a stream a
+claim draws from (and, like every cell, derives no seed by hand: tests/test_streams.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from helpers import ROOT
 CHAPTERS = ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11")
 MAX_LINES = 20
 HIDDEN = {"hide-input", "remove-input", "remove-cell", "parameters"}
-#: Names a computation cell must not use: the chapter's streams, claims and session.
-PLUMBING = {"streams", "claims", "setup"}
+#: Names a computation cell must not use: the chapter's claims and session.
+PLUMBING = {"claims", "setup"}
+#: The one stream a computation cell draws from; no experiment draws from it.
+ILLUSTRATION = "illustration"
 
 
 def _code_cells(path: Path) -> list:
@@ -45,15 +48,11 @@ def _calls_on(tree: ast.AST, names: set[str]) -> list[str]:
             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id in names]
 
 
-def _seeds(tree: ast.AST) -> list[ast.AST]:
-    """The seed arguments of ``manual_seed(x)`` and ``seed=x`` calls."""
-    out = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call):
-            if isinstance(n.func, ast.Attribute) and n.func.attr == "manual_seed" and n.args:
-                out.append(n.args[0])
-            out += [k.value for k in n.keywords if k.arg == "seed"]
-    return out
+def _stream_names(tree: ast.AST) -> list[str]:
+    """The stream names of ``streams.f(name, ...)`` calls (``"?"`` for a name that is not a literal)."""
+    return [n.args[0].value if n.args and isinstance(n.args[0], ast.Constant) else "?"
+            for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "streams"]
 
 
 def computation_cells(path: Path) -> list[str]:
@@ -80,10 +79,14 @@ def test_chapter_shows_its_computation(nb: str) -> None:
     assert cells, (f"{path.name}: no visible cell of at most {MAX_LINES} lines that computes the chapter's idea "
                    "with library functions and prints it (without streams, claims or the experiments)")
     for source in cells:
-        for seed in _seeds(ast.parse(source)):
-            assert isinstance(seed, ast.Constant) and isinstance(seed.value, int), (
-                f"{path.name}: a computation cell seeds its own generator with a literal, got "
-                f"`{ast.unparse(seed)}`")
+        names = _stream_names(ast.parse(source))
+        assert set(names) <= {ILLUSTRATION}, (
+            f"{path.name}: a computation cell draws from the stream {ILLUSTRATION!r} only, got {names}")
+
+
+def test_no_experiment_draws_from_the_illustration_stream() -> None:
+    for path in sorted((ROOT / "src" / "covbook" / "experiments").glob("*.py")):
+        assert f'"{ILLUSTRATION}"' not in path.read_text(encoding="utf-8"), path.name
 
 
 def test_the_check_tells_a_computation_from_plumbing(tmp_path: Path) -> None:
@@ -97,5 +100,5 @@ def test_the_check_tells_a_computation_from_plumbing(tmp_path: Path) -> None:
     imports = "from covbook.experiments import readout"
     assert computation_cells(chapter(imports, "r = readout.rate(1, streams=streams)\nprint(r)")) == []
     assert computation_cells(chapter(imports, "x = readout.CHAPTER\nclaims.record(x)\nprint(x)")) == []
-    shown = "import torch\n\nx = torch.randn(3, generator=torch.Generator().manual_seed(1))\nprint(x.sum())"
+    shown = "import torch\n\nx = torch.randn(3, generator=streams.torch_generator(\"illustration\"))\nprint(x.sum())"
     assert computation_cells(chapter(imports, shown)) == [shown]

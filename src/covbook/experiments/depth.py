@@ -324,7 +324,7 @@ class Depths(Result):
                                 label=f"L = {l} (slope {slope:.2f})")
             ax.loglog(tf, np.exp(icpt) * tf**slope, "-", color=line.get_color(), lw=1)
         ax.set(xlabel="context length $t$",
-               ylabel=r"$|h^{(L)}_t - F_L(x_t)|^2$, geometric mean over pairs", title=self.title)
+               ylabel=r"geometric mean of $|h^{(L)}_t - F_L(x_t)|^2$", title=self.title)
         ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less: labelled minor ticks collide
         ax.legend()
 
@@ -390,7 +390,7 @@ def gaussian(s: ContextLaws) -> Depths:
         scales.append(scale)
         kappas.append(float(min(gaussian_tail_exponents(model, cov))))
         chis.append(float(early_attention_ratio(model, x).max()))
-    d = _depths(s, "gauss", "Gaussian context, attention only (a law and a model per pair)",
+    d = _depths(s, "gauss", "Gaussian, attention only",
                 "Gaussian context, attention only, F_L(x) = M_L x, a context law and a model per pair of streams.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
     d.chi, d.scales = max(chis), scales
@@ -541,7 +541,7 @@ def _gaussian_mlp(s: ContextLaws) -> tuple[Depths, float]:
         hss.append(hs)
         svs.append(sv)
     reach = reach_of(torch.cat(svs, 1), s.t_fit)
-    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm (a law and a model per pair)",
+    d = _depths(s, "gmlp", "Gaussian, MLP + layer norm",
                 "Gaussian context, MLP and layer norm, F_L by quadrature, a context law and a model per pair "
                 "of streams.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach)
@@ -605,7 +605,7 @@ def models(s: ContextLaws) -> Models:
         chis_start.append(float(early_attention_ratio(d_attn, x[:, : s.t_fit[0]]).max()))
         chis_end.append(float(early_attention_ratio(d_attn, x).max()))
     chi_pilot = max(chis_pilot)
-    dattn = _depths(s, "dattn", "discrete, attention only (a law and a model per pair)",
+    dattn = _depths(s, "dattn", "discrete, attention only",
                     "Discrete context, attention only, exact F_L, a context law and a model per pair of streams, "
                     "each model at a logit scale without an early-position attention sink (χ ≤ 2 on pilot contexts).",
                     np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
@@ -622,7 +622,7 @@ def models(s: ContextLaws) -> Models:
         sqs.append(sq)
         hss.append(hs)
         svs.append(sv)
-    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm (a law and a model per pair)",
+    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
                    "Discrete context, two heads, MLP and layer norm, exact F_L, a context law and a model per "
                    "pair of streams.",
                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
