@@ -377,3 +377,13 @@ def test_plan_works_for_every_profile_and_device_of_the_book(profile):
         assert lines[0].startswith(f"covbook run --plan: profile {profile}")
         assert sum(line.startswith("  ") for line in lines) == len(list((ROOT / "notebooks").glob("[0-9]*.md"))) + 1
         assert "How:" in res.stdout
+
+
+def test_help_shows_a_default_only_where_there_is_one(capsys) -> None:
+    from covbook.book.cli import parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["run", "--help"])
+    out = capsys.readouterr().out
+    assert "(default: None)" not in out and "(default: False)" not in out
+    assert "(default: quick)" in out and "(default: 0)" in out

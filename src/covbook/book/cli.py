@@ -144,7 +144,12 @@ CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jo
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Help that shows every option's default (argparse adds it to options that have a help text)."""
+    """Help that shows an option's default where it has one (not a flag's False, not None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parser() -> argparse.ArgumentParser:
