@@ -8,7 +8,15 @@ import pytest
 
 from claims_fixtures import claim, fake_project, fake_run, write_rules
 from covbook.book.config import Paths, UsageError
-from covbook.book.sweep import _write, binomial_tail, calibrate, parse_seeds, seed_root, write_calibration_page
+from covbook.book.sweep import (
+    DEVELOPMENT_SEEDS,
+    _write,
+    binomial_tail,
+    calibrate,
+    parse_seeds,
+    seed_root,
+    write_calibration_page,
+)
 from covbook.claims import LEVEL, Z
 from helpers import covbook, make_notebook
 
@@ -193,7 +201,7 @@ def test_page_counts_failing_evaluations_against_chance_per_profile(tmp_path):
     assert res.returncode == 0, res.stderr
     data = json.loads((proj / "book" / "calibration.json").read_text())
     entry = data["profiles"]["smoke"]["01_alpha"]
-    assert entry["out_of_sample"] and data["development_seeds"] == [[0, 999], [1100, 1119], [1200, 1219], [2000, 2002]]
+    assert entry["out_of_sample"] and data["development_seeds"] == DEVELOPMENT_SEEDS.as_json()
     page = (proj / "book" / "generated" / "calibration.md").read_text()
     assert "## Profile `smoke`" in page and "**out of sample**" in page
     assert "**Failing evaluations: 0 of 3**" in page and f"chance predicts {3 * LEVEL:.2g}" in page
@@ -267,10 +275,11 @@ def test_a_per_run_claim_reports_its_spread_but_is_flagged_by_failures_only(tmp_
 
 
 def test_development_seeds_hold_the_earlier_out_of_sample_calibrations() -> None:
-    from covbook.book.sweep import DEVELOPMENT_SEEDS, SeedRanges
+    from covbook.book.sweep import SeedRanges
 
     assert 0 in DEVELOPMENT_SEEDS and 999 in DEVELOPMENT_SEEDS and 1000 not in DEVELOPMENT_SEEDS
     assert 1204 in DEVELOPMENT_SEEDS and 2001 in DEVELOPMENT_SEEDS  # flagged claims were fixed after these
+    assert 7003 in DEVELOPMENT_SEEDS and 7104 in DEVELOPMENT_SEEDS and 7200 not in DEVELOPMENT_SEEDS
     assert 1300 not in DEVELOPMENT_SEEDS and 2010 not in DEVELOPMENT_SEEDS and "5" not in DEVELOPMENT_SEEDS
     assert SeedRanges((3, 3)).text() == "3"
     for bad in [(), ((5, 4),), ((1, 2, 3),)]:
