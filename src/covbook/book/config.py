@@ -13,6 +13,7 @@ This module imports no science (no torch, no numpy): ``covbook check``,
 from __future__ import annotations
 
 import ast
+import operator
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ from covbook._devices import DEVICES
 
 __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
-    "PROFILES_FILE", "UsageError", "Paths", "project_root",
+    "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
     "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
     "stop_on_sigterm", "oserror_text",
 ]
@@ -97,6 +98,49 @@ ENTRY_KEYS = ("lengths", "work", "replicates")
 
 class UsageError(ValueError):
     """Bad command-line input (unknown notebook, profile, parameter, device): exit status 2."""
+
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
+
+
+def expression_value(expr: str, params: dict, *, where: str, calls: bool = True,
+                     error: type[Exception] = UsageError) -> object:
+    """Evaluate an expression of a notebook's parameters from ``profiles.yml`` (``work:``, ``replicates:``).
+
+    Names, numbers and ``+ - * / // **``; with ``calls`` also lists and ``len``/``sum``/``max``/``min``
+    (without, every name must be a number).  Nothing else is evaluated.  A bad expression raises ``error``
+    with a message that starts with ``where``; the caller checks the value's type and range.
+    """
+
+    def ev(node: ast.AST) -> object:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in params:
+                raise error(f"{where}: expression {expr!r} names {node.id!r}, which is not a parameter of the notebook")
+            value = params[node.id]
+            if not calls and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise error(f"{where}: expression {expr!r}: {node.id} = {value!r} is not a number")
+            return value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if calls and isinstance(node, (ast.List, ast.Tuple)):
+            return [ev(e) for e in node.elts]
+        if (calls and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+                and not node.keywords):
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise error(f"{where}: expression {expr!r}: unsupported syntax {ast.unparse(node)!r}")
+
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as err:
+        raise error(f"{where}: expression {expr!r} is not an expression: {err.msg}") from None
+    try:
+        return ev(tree.body)
+    except (ZeroDivisionError, OverflowError, TypeError) as err:
+        raise error(f"{where}: expression {expr!r}: {err}") from None
 
 
 class Terminated(KeyboardInterrupt):

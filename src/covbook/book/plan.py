@@ -31,14 +31,12 @@ gets no estimate, and the output says so.
 
 from __future__ import annotations
 
-import ast
 import math
-import operator
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json
 from covbook.book.cache import resolve_device
-from covbook.book.config import PROFILE_TABLE, Paths, UsageError, load_profiles
+from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
 from covbook.book.records import read_run
 
 __all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR",
@@ -54,39 +52,11 @@ P_MIN, P_MAX = 0.5, 1.0
 #: the shipped calibrations: timings measured on named machines (the same layout as ``.covbook/timings.json``)
 SHIPPED = Path("notebooks") / "timings"
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
-_FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
-
-
 def work_of(expr: str, params: dict) -> float:
     """Evaluate a work expression (names, numbers, ``+ - * / // **``, len/sum/max/min) on ``params``."""
-
-    def ev(node: ast.AST) -> object:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in params:
-                raise UsageError(f"work expression {expr!r} names {node.id!r}, which is not a parameter")
-            return params[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [ev(e) for e in node.elts]
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
-                and not node.keywords):
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise UsageError(f"work expression {expr!r}: unsupported syntax {ast.unparse(node)!r}")
-
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as err:
-        raise UsageError(f"work expression {expr!r} is not an expression: {err.msg}") from None
-    value = ev(tree)
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UsageError(f"work expression {expr!r} does not evaluate to a finite number")
+    value = expression_value(expr, params, where="work")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"work: expression {expr!r} does not evaluate to a finite number")
     return float(value)
 
 

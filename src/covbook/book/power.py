@@ -39,13 +39,12 @@ This module is part of the pipeline: it imports no science (no numpy, no torch).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import math
-import operator
 from dataclasses import dataclass
 from pathlib import Path
 
+from covbook.book.config import expression_value
 from covbook.rules import Measurement, Rule, judge, quantile
 
 __all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
@@ -162,10 +161,6 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     return Replicates(notebook, default, claims)
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow}
-
-
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
     """The value of a replicates expression (names, numbers, ``+ - * / **``) on a notebook's parameters.
 
@@ -176,34 +171,10 @@ def replicate_count(expr: str, params: dict, where: str = "replicates") -> float
     ...
     ValueError: replicates: expression 'n_pairs' names 'n_pairs', which is not a parameter of the notebook
     """
-
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return float(node.value)
-        if isinstance(node, ast.Name):
-            value = params.get(node.id)
-            if value is None:
-                raise ValueError(f"{where}: expression {expr!r} names {node.id!r}, which is not a parameter of the "
-                                 "notebook")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{where}: expression {expr!r}: {node.id} = {value!r} is not a number")
-            return float(value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(f"{where}: expression {expr!r}: unsupported syntax {ast.unparse(node)!r} (names, numbers, "
-                         "+ - * / **)")
-
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as err:
-        raise ValueError(f"{where}: expression {expr!r} is not an expression: {err.msg}") from None
-    try:
-        n = ev(tree.body)
-    except (ZeroDivisionError, OverflowError) as err:
-        raise ValueError(f"{where}: expression {expr!r}: {err}") from None
+    n = expression_value(expr, params, where=where, calls=False, error=ValueError)
     if not (math.isfinite(n) and n > 0):
         raise ValueError(f"{where}: expression {expr!r} gives {n:g} replicates; expected a positive count")
-    return n
+    return float(n)
 
 
 def scaled_se(se: float, n_from: float, n_to: float) -> float:
