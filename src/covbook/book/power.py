@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from covbook.book.config import expression_value
+from covbook.book.config import expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
 __all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
@@ -403,8 +403,6 @@ def fmt_count(n: float | None) -> str:
 
 def profile_parameters(root: str | Path, notebook: str, profile: str) -> dict:
     """The parameters notebook ``notebook`` runs with at ``profile`` (its parameters cell and profiles.yml)."""
-    from covbook.book.config import load_profiles, notebook_parameters, resolve_parameters
-
     root = Path(root)
     defaults = notebook_parameters(root / "notebooks" / f"{notebook}.md")
     table = load_profiles(root / "notebooks" / "profiles.yml")
