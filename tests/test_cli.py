@@ -300,7 +300,7 @@ def test_claims_write_through_the_one_atomic_writer():
 def test_work_expressions_are_evaluated_safely():
     assert work_of("n * t + sum(ns) + len(ns) ** 2", {"n": 2, "t": 10, "ns": [1, 2]}) == 27
     for bad, match in [("__import__('os')", "unsupported"), ("n +", "not an expression"), ("m * 2", "'m'"),
-                       ("ns", "finite number")]:
+                       ("ns", "finite number"), ("n / 0", "division")]:
         with pytest.raises(UsageError, match=match):
             work_of(bad, {"n": 1, "ns": [1]})
 
