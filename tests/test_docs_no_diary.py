@@ -18,7 +18,6 @@ from covbook.rules import parse_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Files other branches are still clearing of their diary; the lead empties this list when merging.
 # a word of 7-40 hex digits with at least one letter (what `git log --oneline` prints), except English words
 _HASH = re.compile(r"(?<![0-9A-Za-z_#./-])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
 _WORDS = frozenset({"acceded", "defaced", "effaced", "deadbeef"})
