@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -49,37 +50,26 @@ __all__ = ["main", "parser"]
 LOCAL_WORKERS_PER_CPU = 4
 
 
-def _integer(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type``: an integer in [``minimum``, ``maximum``], else a usage error saying ``expected``."""
+def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> float:
         try:
-            n = int(text) if len(text) <= 100 else minimum - 1  # int() refuses thousands of digits
+            x = cast(text) if len(text) <= 100 else None  # int() refuses thousands of digits
         except ValueError:
-            n = minimum - 1
-        if n < minimum or (maximum is not None and n > maximum):
+            x = None
+        if x is None or not ok(x):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return n
+        return x
 
     return parse
-
-
-def _seconds(text: str) -> float:
-    """An argparse ``type``: a positive, finite number of seconds."""
-    try:
-        x = float(text)
-    except ValueError:
-        x = -1.0
-    if not 0 < x < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return x
 
 
 def _seed(text: str) -> int:
     """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
     from covbook.book.sweep import SEED_MAX
 
-    return _integer(0, "a non-negative integer below 2**63", SEED_MAX)(text)
+    return _number(int, "a non-negative integer below 2**63", lambda n: 0 <= n <= SEED_MAX)(text)
 
 
 def _cluster_spec(text: str) -> str:
@@ -132,11 +122,10 @@ def parser() -> argparse.ArgumentParser:
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     runs = _Parser(add_help=False)  # the options of every command that runs notebooks
     runs.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    runs.add_argument("--jobs", type=_integer(1, "a positive integer"), default=None,
+    runs.add_argument("--jobs", type=_number(int, "a positive integer", lambda n: n >= 1), default=None,
                       help="notebooks run at the same time in local processes (default 1)")
     runs.add_argument("--no-progress", action="store_true", help="no progress bar")
-    runs.add_argument("--force", action="store_true", help="ignore the cache (run: and retrain checkpoints; "
-                      "edition: run chapters whose edition run is cached)")
+    runs.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     cluster = _Parser(add_help=False)
     cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=(
         "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
@@ -144,12 +133,13 @@ def parser() -> argparse.ArgumentParser:
         "--scheduler-file); workers need this covbook checkout installed, not this filesystem; needs the "
         "cluster extra: pip install -e '.[cluster]'"))
     sizes = "sizes from notebooks/profiles.yml"
+    seconds = _number(float, "a positive number of seconds", lambda x: 0 < x < math.inf)
     r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated",
                        formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
     r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes)
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
-    r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+    r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
                         "without an estimate 20 min smoke, 2 h quick, 12 h full)")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
@@ -173,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
     e.add_argument("profile", choices=PROFILES, help=f"{sizes} (the paper scale: full)")
     e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
-    e.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
+    e.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
                    formatter_class=_Help)
     return p

@@ -1,12 +1,10 @@
-"""One writer per tree: the commands that write it hold ``.covbook/lock``.
+"""One writer per tree: the commands that write it hold an ``flock`` on ``.covbook/lock``.
 
-An ``flock`` on that file belongs to the open file: the kernel releases it when the last process holding
-the file exits, so ``kill -9`` leaves no stale lock, and a child given :attr:`TreeLock.fd` in ``pass_fds``
-(a run's workers, the build's ``jupyter-book``) holds the tree until it exits.  ``.covbook/lock.json``
-names the holder (pid, command, start time), so that a second command can say whom it waits for.
-
-Not ``filelock``: its release unlocks the open file (``LOCK_UN``) and it closes the file in a forked child,
-so a child could go on writing into a tree whose lock is released.
+The lock belongs to the open file: the kernel releases it when the last process holding the file exits, so
+``kill -9`` leaves no stale lock, and a child given :attr:`TreeLock.fd` in ``pass_fds`` (a run's workers, the
+build's ``jupyter-book``) holds the tree until it exits.  ``.covbook/lock.json`` names the holder.
+Not ``filelock``: its release unlocks the file for every process (``LOCK_UN``) and it closes the file in a
+forked child, so a child could go on writing into a tree whose lock is released.
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ class TreeLock:
     fd: int
 
 
+#: seconds to wait for the processes a holder killed with ``kill -9`` left holding the lock (they stop within ~1 s)
 ORPHAN_GRACE = 10.0
-"""Seconds a command waits for a lock whose recorded holder has exited (``kill -9``): the processes it
-left hold the file until they notice, within about a second, and stop themselves."""
 
 
 def _try_lock(fd: int) -> bool:
@@ -76,12 +73,10 @@ def _holder(info: Path) -> tuple[str, bool]:
 
 @contextmanager
 def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[TreeLock]:
-    """Hold the tree's lock for the block.
+    """Hold the tree's lock for the block, recording ``command`` as its holder's (with pid and start time).
 
-    Raises :class:`Busy`, naming the holder, when another process holds it; with ``wait`` it blocks until the
-    lock is free instead, saying so once.  A holder gone by ``kill -9`` leaves processes that hold the lock
-    until they stop: for those it waits up to :data:`ORPHAN_GRACE` seconds.  Raises :class:`Unwritable` when
-    ``.covbook/`` cannot be written.
+    Raises :class:`Busy`, naming the holder, when another process holds it (after :data:`ORPHAN_GRACE` for a
+    holder that has exited); with ``wait`` it blocks instead, saying so once.  Raises :class:`Unwritable`.
     """
     info = lock_path.with_name(lock_path.name + ".json")
     try:
