@@ -1,16 +1,8 @@
 """The ``covbook`` command: run the notebooks, check the claims, build the book (``covbook --help``).
 
-Exit status: 0 success (``run``: every notebook ran or was cached and its claims pass ``covbook check``);
-1 a failed notebook, claim (``run`` judges the notebooks it ran, a rehearsal excepted), seed (``sweep``: or a
-flagged claim) or build, a damaged or missing output, a tree locked by another covbook command (or a
-``.covbook/`` that cannot be written), an error of the environment (a full disk: one line);
-2 bad usage, found before any kernel starts: an unknown command, option, profile, notebook or parameter, a
-value out of range (``--seed`` above 2**63 - 1, ``--seeds`` naming more than 10000, ``--cluster local:N``
-beyond 4 workers per CPU, a port outside 1-65535), a rules file missing or invalid, a notebook that is not
-UTF-8 or has a syntax error, a sweep that would replace a larger or out-of-sample calibration without
-``--replace``, a damaged ``book/calibration.json``;
-130 interrupted (Ctrl-C); 141 the reader of the output went away (``covbook check --json | head``);
-143 stopped by SIGTERM (handled like Ctrl-C: what finished is kept and named).
+Exit status (the full table is in CONTRIBUTING.md): 0 success; 1 a failed notebook, claim, seed or build, a
+damaged or missing output, a locked tree, an error of the environment (one line); 2 bad usage, found before any
+kernel starts; 130 Ctrl-C; 141 the output's reader went away; 143 SIGTERM (what finished is kept and named).
 Only ``run`` (without ``--plan``) imports the execution machinery; the other commands import no torch.
 """
 
