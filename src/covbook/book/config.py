@@ -260,7 +260,7 @@ def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
     """The code cells of a MyST notebook as ``(options, source)``; options are the ``:key: value`` lines or the
     ``---`` YAML block that open a cell (jupytext's two forms).  A test checks it against jupytext.
 
-    Not jupytext: importing it costs about 0.75 s on every command that plans or serves the cache.
+    Not jupytext: its import (with nbformat's) takes several times this module's, on every command that plans.
     """
     import yaml
 
