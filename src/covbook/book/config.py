@@ -331,10 +331,8 @@ def check_value(where: str, value: object, default: object) -> None:
         raise UsageError(f"{where} = {value!r} must be {sign} (the notebook's default is {default!r})")
 
 
-def resolve_parameters(
-    name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
-    *, rehearse: bool = False,
-) -> dict[str, object]:
+def resolve_parameters(name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
+                       *, rehearse: bool = False) -> dict[str, object]:
     """Parameters injected into notebook ``name`` for ``profile``.
 
     With ``rehearse``, the parameters listed under the notebook's ``lengths`` key take the value given there
