@@ -387,3 +387,42 @@ def test_help_shows_a_default_only_where_there_is_one(capsys) -> None:
     out = capsys.readouterr().out
     assert "(default: None)" not in out and "(default: False)" not in out
     assert "(default: quick)" in out and "(default: 0)" in out
+
+
+@pytest.mark.parametrize("command, module, function, kept", [
+    (["run", "--profile", "smoke"], "runner", "run_notebooks", "finished and kept: 01_alpha (ok)"),
+    (["sweep", "--seeds", "0-1"], "sweep", "run_sweep", "finished and kept: 1 notebook run(s)"),
+    (["edition", "smoke"], "edition", "make", "nothing stored"),
+])
+def test_an_interrupted_run_names_what_it_kept_and_exits_as_its_signal_says(project, monkeypatch, capsys, command,
+                                                                           module, function, kept):
+    """Ctrl-C exits 130 and SIGTERM 143 in every command that runs notebooks; the tree's lock is released."""
+    import importlib
+
+    from covbook.book import cli, runner
+
+    def interrupted(*args, **kwargs):
+        raise runner.Interrupted([runner.Result("01_alpha", "ok", 1.0)], ["02_beta"], 143, "stopped by SIGTERM")
+
+    monkeypatch.setattr(importlib.import_module(f"covbook.book.{module}"), function, interrupted)
+    monkeypatch.setattr(cli, "stop_on_sigterm", lambda: None)
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(command)
+    assert stopped.value.code == 143
+    assert capsys.readouterr().err.strip() == f"covbook {command[0]}: stopped by SIGTERM; {kept}; not finished: 02_beta"
+    with tree_lock(Paths(project).lock, "next"):
+        pass
+
+
+def test_a_damaged_file_met_by_any_command_is_one_line_exit_1(project, monkeypatch, capsys):
+    from covbook.book import checks, cli
+
+    def damaged(paths):
+        raise DamagedFile(paths.root / "book" / "generated" / "x.json", "not valid JSON")
+
+    monkeypatch.setattr(checks, "check", damaged)
+    monkeypatch.setattr(cli, "stop_on_sigterm", lambda: None)
+    monkeypatch.chdir(project)
+    assert cli.main(["check"]) == 1
+    assert capsys.readouterr().err.strip() == "covbook check: book/generated/x.json is damaged (not valid JSON)"

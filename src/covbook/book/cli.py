@@ -1,51 +1,27 @@
-"""The ``covbook`` command: run the notebooks, check the claims, build the book.
+"""The ``covbook`` command: run the notebooks, check the claims, build the book (``covbook --help``).
 
-    covbook run [NOTEBOOK ...] [--profile smoke|quick|full] [--device auto|cpu|cuda]
-                [--seed N] [--jobs N | --cluster SPEC] [--timeout SECONDS] [--force] [--rehearse] [--wait]
-    covbook run --plan [NOTEBOOK ...] [--profile P] [--device D]
-    covbook check [--json]
-    covbook sweep --seeds A-B [NOTEBOOK ...] [--profile P] [--device D] [--jobs N | --cluster SPEC] [--force]
-                  [--rejudge] [--replace]
-    covbook build [--wait]
-    covbook edition PROFILE [NOTEBOOK ...] [--device D] [--jobs N] [--timeout SECONDS] [--force] [--wait]
-    covbook clean [--wait]
-    covbook --version
-
-Exit status:
-
-0    success (``run``: every notebook ran or was cached and its claims pass ``covbook check``)
-1    a failed notebook; a claim that fails ``covbook check`` (``run`` judges the notebooks it ran, a
-     rehearsal excepted; ``sweep``: a flagged claim or a failed seed); a failed build; a damaged or
-     missing output; a tree locked by another covbook command (or a ``.covbook/`` that cannot be
-     written); an error of the environment (a full disk: one line)
-2    bad usage, found before any kernel starts: an unknown command, option, profile, notebook or
-     parameter; a value out of range (``--seed`` above 2**63 - 1, ``--seeds`` naming more than
-     10000, ``--cluster local:N`` beyond 4 workers per CPU, a port outside 1-65535); a rules file
-     missing or invalid; a notebook that is not UTF-8 or has a syntax error; a sweep that would
-     replace a larger or out-of-sample calibration without ``--replace``; a damaged
-     ``book/calibration.json``
-130  interrupted (Ctrl-C)
-141  the reader of the output went away (``covbook check --json | head``)
-143  stopped by SIGTERM (handled like Ctrl-C: what finished is kept and named)
-
-Only ``run`` (without ``--plan``) imports the execution machinery; the other
-commands import no torch.
+Exit status (the full table is in CONTRIBUTING.md): 0 success; 1 a failed notebook, claim, seed or build, a
+damaged or missing output, a locked tree, an error of the environment (one line); 2 bad usage, found before any
+kernel starts; 130 Ctrl-C; 141 the output's reader went away; 143 SIGTERM (what finished is kept and named).
+Only ``run`` (without ``--plan``) imports the execution machinery; the other commands import no torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from covbook._jsonio import DamagedFile
 from covbook.book.config import (
     DEFAULT_PROFILE,
     DEVICES,
@@ -62,54 +38,36 @@ from covbook.book.config import (
 
 __all__ = ["main", "parser"]
 
+#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
+LOCAL_WORKERS_PER_CPU = 4
 
-def _integer(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type``: an integer in [``minimum``, ``maximum``], else a usage error saying ``expected``."""
 
-    def parse(text: str) -> int:
+def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
+
+    def parse(text: str) -> float:
         try:
-            n = int(text) if len(text) <= 100 else minimum - 1  # int() refuses thousands of digits
+            x = cast(text) if len(text) <= 100 else None  # int() refuses thousands of digits
         except ValueError:
-            n = minimum - 1
-        if n < minimum or (maximum is not None and n > maximum):
+            x = None
+        if x is None or not ok(x):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return n
+        return x
 
     return parse
-
-
-_positive = _integer(1, "a positive integer")
-
-
-def _seconds(text: str) -> float:
-    """An argparse ``type``: a positive, finite number of seconds."""
-    try:
-        x = float(text)
-    except ValueError:
-        x = -1.0
-    if not 0 < x < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return x
 
 
 def _seed(text: str) -> int:
     """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
     from covbook.book.sweep import SEED_MAX
 
-    return _integer(0, "a non-negative integer below 2**63", SEED_MAX)(text)
-
-
-#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
-LOCAL_WORKERS_PER_CPU = 4
-PORT_RANGE = (1, 65535)
+    return _number(int, "a non-negative integer below 2**63", lambda n: 0 <= n <= SEED_MAX)(text)
 
 
 def _cluster_spec(text: str) -> str:
     """An argparse ``type`` for ``--cluster``: ``local:N`` with 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this
-    machine's CPUs, or an address whose port (when given) is a number in :data:`PORT_RANGE`.
-
-    The scheme and the scheduler file are checked by :func:`covbook.book.distributed.parse_cluster`.
-    """
+    machine's CPUs, or an address whose port (when given) is in 1-65535; the scheme and the scheduler file are
+    checked by :func:`covbook.book.distributed.parse_cluster`."""
     if text.startswith("local:"):
         n, most = text.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
         if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
@@ -123,9 +81,9 @@ def _cluster_spec(text: str) -> str:
             host, port = urlsplit(text).hostname, urlsplit(text).port
         except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
             host, port = None, None
-        if not host or (port is not None and not PORT_RANGE[0] <= port <= PORT_RANGE[1]):
-            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from "
-                                             f"{PORT_RANGE[0]} to {PORT_RANGE[1]}, got {text!r}")
+        if not host or (port is not None and not 1 <= port <= 65535):
+            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535, "
+                                             f"got {text!r}")
     return text
 
 
@@ -134,13 +92,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-JOBS_HELP = "notebooks run at the same time in local processes (default 1)"
-CLUSTER_HELP = ("run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N "
-                "(a local cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or "
-                "PATH.json (its --scheduler-file); workers need this covbook checkout installed, not this "
-                "filesystem; needs the cluster extra: pip install -e '.[cluster]'")
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -153,9 +104,9 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
     from covbook.book.provenance import versions
 
+    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
     version = versions(("covbook",), missing="unknown (not installed)")["covbook"]  # a source tree on sys.path
     p.add_argument("--version", action="version", version=f"covbook {version}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -163,17 +114,24 @@ def parser() -> argparse.ArgumentParser:
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     runs = _Parser(add_help=False)  # the options of every command that runs notebooks
     runs.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
-    runs.add_argument("--jobs", type=_positive, default=None, help=JOBS_HELP)
+    runs.add_argument("--jobs", type=_number(int, "a positive integer", lambda n: n >= 1), default=None,
+                      help="notebooks run at the same time in local processes (default 1)")
     runs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    runs.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     cluster = _Parser(add_help=False)
-    cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=CLUSTER_HELP)
+    cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=(
+        "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
+        "cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or PATH.json (its "
+        "--scheduler-file); workers need this covbook checkout installed, not this filesystem; needs the "
+        "cluster extra: pip install -e '.[cluster]'"))
+    sizes = "sizes from notebooks/profiles.yml"
+    seconds = _number(float, "a positive number of seconds", lambda x: 0 < x < math.inf)
     r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated",
                        formatter_class=_Help)
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
-    r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="sizes from notebooks/profiles.yml")
+    r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes)
     r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
-    r.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
-    r.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+    r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
                         "without an estimate 20 min smoke, 2 h quick, 12 h full)")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
@@ -184,59 +142,32 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", parents=[wait, runs, cluster], formatter_class=_Help,
                        help="run notebooks at several seeds; write the calibration table")
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
-    s.add_argument("--seeds", required=True, help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, "
-                   "each at most 2**63 - 1)")
-    s.add_argument("--profile", choices=PROFILES, default="smoke", help="sizes from notebooks/profiles.yml")
-    s.add_argument("--force", action="store_true", help="ignore the cache")
+    s.add_argument("--seeds", required=True,
+                   help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, each at most 2**63 - 1)")
+    s.add_argument("--profile", choices=PROFILES, default="smoke", help=sizes)
     s.add_argument("--rejudge", action="store_true",
                    help="run nothing: judge the sweep's stored measurements against the current rules")
-    s.add_argument("--replace", action="store_true",
-                   help="replace a notebook's calibration in book/calibration.json made with more seeds or another "
-                        "profile")
+    s.add_argument("--replace", action="store_true", help="replace a notebook's calibration in "
+                   "book/calibration.json made with more seeds or another profile")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book",
                    formatter_class=_Help)
     e = sub.add_parser("edition", parents=[wait, runs], formatter_class=_Help,
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
-    e.add_argument("profile", choices=PROFILES, help="sizes from notebooks/profiles.yml (the paper scale: full)")
+    e.add_argument("profile", choices=PROFILES, help=f"{sizes} (the paper scale: full)")
     e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
-    e.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
-    e.add_argument("--force", action="store_true", help="run chapters whose edition run is cached")
+    e.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
                    formatter_class=_Help)
     return p
 
 
-def _copy_mathjax(paths: Paths) -> None:
-    """Serve MathJax 3 from the book itself, so an offline copy renders math."""
-    import mathjax  # the django-static-mathjax distribution
-
-    src = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
-    dst = paths.generated / "_mathjax" / "mathjax"
-    if not (dst / "tex-chtml.js").is_file():
-        tmp = dst.with_name("mathjax.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("sre", "*-full*", "*-svg*", "mml-*", "node-main.js"))
-        shutil.rmtree(dst, ignore_errors=True)
-        tmp.rename(dst)
+def _say(lines: Iterable[str], prefix: str = "  ") -> None:
+    """Print each line on stderr after ``prefix``."""
+    for line in lines:
+        print(prefix + line, file=sys.stderr)
 
 
-def _command_line(args: argparse.Namespace) -> str:
-    return "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
-
-
-def _cluster(args: argparse.Namespace):
-    """The Dask cluster of ``--cluster`` for the block (:mod:`covbook.book.distributed`), else ``None``."""
-    if args.cluster is None:
-        return nullcontext(None)
-    if args.jobs is not None:
-        raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
-    from covbook.book.distributed import open_cluster, parse_cluster
-
-    parse_cluster(args.cluster)  # a bad spec is a usage error before the lock
-    return open_cluster(args.cluster)
-
-
-def _inputs(paths: Paths, names: list[str] | None) -> dict[str, Path]:
+def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
     """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
     the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
     from covbook.book.checks import read_rules, source_text
@@ -245,7 +176,47 @@ def _inputs(paths: Paths, names: list[str] | None) -> dict[str, Path]:
     for name, src in chosen.items():
         source_text(paths, src)
         read_rules(paths, name)
-    return chosen
+    return list(chosen)
+
+
+@contextmanager
+def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[tuple]:
+    """Hold the tree's lock and the ``--cluster``'s Dask executor (``None``: local processes) for the block.
+
+    A bad ``--cluster`` (or one with ``--jobs``) is a usage error before the lock.  An interrupted run says what
+    finished and is kept and what did not, and exits 130 (143 for SIGTERM).
+    """
+    from covbook.book.lock import tree_lock
+    from covbook.book.runner import Interrupted
+
+    engine = nullcontext(None)
+    if cluster and getattr(args, "cluster", None) is not None:
+        if args.jobs is not None:
+            raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
+        from covbook.book.distributed import open_cluster, parse_cluster
+
+        parse_cluster(args.cluster)
+        engine = open_cluster(args.cluster)
+    command = "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
+    try:
+        with tree_lock(paths.lock, command, wait=args.wait) as held, engine as executor:
+            yield held, executor
+    except Interrupted as stop:
+        if args.command == "edition":
+            kept = "nothing stored"
+        elif args.command == "sweep":
+            kept = f"finished and kept: {len(stop.results)} notebook run(s)"
+        else:
+            kept = "finished and kept: " + (", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none")
+        print(f"covbook {args.command}: {stop.how}; {kept}; not finished: {', '.join(stop.unfinished) or 'none'}",
+              file=sys.stderr)
+        raise SystemExit(stop.exit_status) from None
+
+
+def _failures(failed: list, problems: list[str]) -> int:
+    """Print the failed notebooks (with their errors) and the problems on stderr; 1 if there is any, else 0."""
+    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
+    return 1 if failed or problems else 0
 
 
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
@@ -258,110 +229,67 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))
         return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse,
                           workers=args.jobs)
-    from covbook.book.lock import tree_lock
-    from covbook.book.runner import Interrupted, run_notebooks
+    from covbook.book.runner import run_notebooks
 
-    cluster = _cluster(args)
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held, cluster as engine:
-        try:
-            results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
-                                    jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
-                                    rehearse=args.rehearse, cluster=engine, timeout=args.timeout, lock_fd=held.fd)
-        except Interrupted as stop:
-            done = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
-            print(f"covbook run: {stop.how}; finished and kept: {done}; not finished: "
-                  f"{', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
-            return stop.exit_status
+    with _writer(args, paths) as (held, engine):
+        results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
+                                jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
+                                rehearse=args.rehearse, cluster=engine, timeout=args.timeout, lock_fd=held.fd)
     failed = [r for r in results if r.status == "failed"]
-    ran = sum(r.status == "ok" for r in results)
-    cached = sum(r.status == "cached" for r in results)
-    total = sum(r.seconds for r in results)
     done = [r.name for r in results if r.status != "failed"]
-    problems: list[str] = []
+    claims_text, problems = "", []
     if args.rehearse:  # short lengths: its claims say nothing about the theory, only that every cell ran
         claims_text = "; claims not judged (a rehearsal)"
-    elif done:
-        n_claims, bad_claims, problems = _claim_problems(paths, done)
-        claims_text = (f"; {bad_claims} of {n_claims} claims failed"
+    elif done:  # judged as `covbook check` judges them, with every problem it finds in these notebooks
+        from covbook.book.checks import check
+
+        v = check(paths)
+        claims = [c for c in v.claims if c.notebook in done]
+        problems = [p for n in done for p in v.problems_of(n)]
+        claims_text = (f"; {sum(not c.passed for c in claims)} of {len(claims)} claims failed"
                        + (f" in the {len(done)} notebook(s) that ran" if failed else "")
                        + (" (see covbook check)" if problems else ""))
-    else:
-        claims_text = ""
-    print(f"covbook run: {ran} executed, {cached} cached, {len(failed)} failed ({total:.1f} s of notebook time)"
-          f"{claims_text}")
-    for r in failed:
-        print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
-    for p in problems:
-        print(f"  {p}", file=sys.stderr)
-    return 1 if failed or problems else 0
+    print(f"covbook run: {sum(r.status == 'ok' for r in results)} executed, "
+          f"{sum(r.status == 'cached' for r in results)} cached, {len(failed)} failed "
+          f"({sum(r.seconds for r in results):.1f} s of notebook time){claims_text}")
+    return _failures(failed, problems)
 
 
 def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book import edition
-    from covbook.book.config import select
-    from covbook.book.lock import tree_lock
-    from covbook.book.runner import Interrupted
 
     names = list(select(paths, args.notebooks)) if args.notebooks else None
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
-        try:
-            results, manifest = edition.make(paths, names, profile=args.profile, device=args.device,
-                                             jobs=args.jobs or 1, timeout=args.timeout, force=args.force,
-                                             progress=not args.no_progress)
-        except Interrupted as stop:
-            print(f"covbook edition: {stop.how}; nothing stored", file=sys.stderr)
-            return stop.exit_status
+    with _writer(args, paths):
+        results, manifest = edition.make(paths, names, profile=args.profile, device=args.device, jobs=args.jobs or 1,
+                                         timeout=args.timeout, force=args.force, progress=not args.no_progress)
     failed = [r for r in results if r.status == "failed"]
     size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
     print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
           f"({args.profile}, {manifest['device']}; {size / 2**20:.1f} MiB)")
-    for r in failed:
-        print(f"  FAILED {r.name}: {r.error}", file=sys.stderr)
-    problems, _ = edition.edition_problems(paths)
-    for p in problems:
-        print(f"  {p}", file=sys.stderr)
-    return 1 if failed or problems else 0
+    return _failures(failed, edition.edition_problems(paths)[0])
 
 
-def _claim_problems(paths: Paths, names: list[str]) -> tuple[int, int, list[str]]:
-    """The claims of notebooks ``names`` judged as ``covbook check`` judges them: how many, how many failed, and
-    every problem ``check`` finds with these notebooks (a failed claim, an id without a rule, ...)."""
-    from covbook.book.checks import check
-
-    v = check(paths)
-    claims = [c for c in v.claims if c.notebook in set(names)]
-    return len(claims), sum(not c.passed for c in claims), [p for n in names for p in v.problems_of(n)]
-
-
-def _damaged(paths: Paths, command: str) -> bool:
-    """Print every damaged output (file and repair command); True if there is one."""
-    from covbook.book.cache import damaged_outputs
-
-    problems = damaged_outputs(paths, list(discover(paths)))
-    for p in problems:
-        print(f"covbook {command}: {p}", file=sys.stderr)
-    return bool(problems)
-
-
-def _failed(paths: Paths, command: str) -> list[str]:
-    """Print every notebook whose last run failed (its error, what to do); their names."""
-    from covbook.book.cache import failed_runs, last_failure
-
-    names = [n for n in discover(paths) if last_failure(paths, n) is not None]
-    for line in failed_runs(paths, names):
-        print(f"covbook {command}: {line}", file=sys.stderr)
+def _broken(paths: Paths, command: str, find: Callable[[Paths, list[str]], list[str]]) -> list[str]:
+    """The notebooks ``find`` (``cache.damaged_outputs`` or ``cache.failed_runs``) reports; its lines printed."""
+    names = []
+    for name in discover(paths):
+        lines = find(paths, [name])
+        _say(lines, f"covbook {command}: ")
+        if lines:
+            names.append(name)
     return names
 
 
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
-    if _damaged(paths, "check"):
-        return 1
-    failed = _failed(paths, "check")
     import time
 
+    from covbook.book.cache import damaged_outputs, failed_runs
     from covbook.book.checks import check
     from covbook.book.edition import edition_problems
 
+    if _broken(paths, "check", damaged_outputs):
+        return 1
+    failed = _broken(paths, "check", failed_runs)
     start = time.perf_counter()
     v = check(paths)
     problems, notes = edition_problems(paths)  # the stored edition, re-judged by the current rules
@@ -380,10 +308,7 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
               f"{sum(c.kind == 'evidence' for c in v.claims)} evidence, "
               f"{sum(c.kind == 'compatible' for c in v.claims)} compatible ({weak} of them evidence rules "
               f"without power at their profile; judged in {seconds:.2f} s)")
-    for n in v.notes:
-        print(f"  note: {n}", file=sys.stderr)
-    for p in v.problems:
-        print(f"  {p}", file=sys.stderr)
+    _say([f"note: {n}" for n in v.notes] + v.problems)
     return 0 if v.ok and not failed else 1
 
 
@@ -391,11 +316,9 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
     """Remove the built pages of chapters ``names`` (a failed chapter must not show its old results)."""
     build = paths.root / "_build"
     for name in names:
-        for p in [build / "html" / "generated" / f"{name}.html", *(build / "html" / "_sources" / "generated").glob(
-                f"{name}.*"), build / "html" / "_sources" / "generated" / f"{name}.ipynb",
-                  *(build / ".doctrees" / "generated").glob(f"{name}.*"),
-                  *(build / "jupyter_execute" / "generated").glob(f"{name}.*")]:
-            p.unlink(missing_ok=True)
+        for folder in ("html/generated", "html/_sources/generated", ".doctrees/generated", "jupyter_execute/generated"):
+            for page in (build / folder).glob(f"{name}.*"):
+                page.unlink(missing_ok=True)
 
 
 def _die_with_parent() -> None:
@@ -403,8 +326,7 @@ def _die_with_parent() -> None:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: the child still holds the lock's file, so the tree stays locked while it runs
 
@@ -412,8 +334,7 @@ def _die_with_parent() -> None:
 def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[str]]:
     """Run the book build as a child that holds the tree's lock; returns its status and the chapters it warned about.
 
-    On Ctrl-C or SIGTERM the child's process group is stopped and waited for
-    before the exception goes on (and the lock is released).
+    On Ctrl-C or SIGTERM the child's process group is stopped and waited for before the exception goes on.
     """
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -441,21 +362,33 @@ def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[
         raise
 
 
+def _copy_mathjax(paths: Paths) -> None:
+    """Serve MathJax 3 from the book itself, so an offline copy renders math."""
+    import mathjax  # the django-static-mathjax distribution
+
+    dst = paths.generated / "_mathjax" / "mathjax"
+    if not (dst / "tex-chtml.js").is_file():
+        tmp = dst.with_name("mathjax.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(Path(mathjax.__file__).parent / "static" / "mathjax" / "es5", tmp,
+                        ignore=shutil.ignore_patterns("sre", "*-full*", "*-svg*", "mml-*", "node-main.js"))
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+
+
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.lock import tree_lock
+    from covbook.book.cache import damaged_outputs, failed_runs
+    from covbook.book.report import write_report
     from covbook.book.runner import clean_stale
 
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait) as held:
-        if _damaged(paths, "build"):
-            from covbook.book.cache import damaged_outputs
-
-            _forget_pages(paths, [n for n in discover(paths) if damaged_outputs(paths, [n])])
-            return 1
-        failed = _failed(paths, "build")
-        if failed:
-            _forget_pages(paths, failed)
-            print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
-                  "from _build/html", file=sys.stderr)
+    with _writer(args, paths) as (held, _):
+        damaged = _broken(paths, "build", damaged_outputs)
+        failed = [] if damaged else _broken(paths, "build", failed_runs)
+        if damaged or failed:
+            _forget_pages(paths, damaged or failed)
+            if failed:
+                print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
+                      "from _build/html", file=sys.stderr)
             return 1
         missing = [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]
         if missing:
@@ -463,110 +396,80 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
                   "run `covbook run` first (e.g. `covbook run --profile smoke`)", file=sys.stderr)
             return 1
         clean_stale(paths)  # what an interrupted run left must not reach the book
-        from covbook.book.report import write_report
-
-        report = write_report(paths)
-        print(f"covbook build: wrote {report.relative_to(paths.root)}")
+        print(f"covbook build: wrote {write_report(paths).relative_to(paths.root)}")
         _copy_mathjax(paths)
         jb = Path(sys.executable).with_name("jupyter-book")
         if not jb.is_file():
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
-        cmd = [str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n", "--keep-going"]
+        doctrees = paths.root / "_build" / ".doctrees"  # Sphinx's memory of the pages it read
         try:
-            status, warned = _jupyter_book(cmd, paths, held.fd)
+            status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
+                                            "--keep-going"], paths, held.fd)
         except KeyboardInterrupt:
-            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
+            shutil.rmtree(doctrees, ignore_errors=True)
             raise
-        if status:
-            # Sphinx re-reads only changed pages, so a warning in an unchanged page would not come back on
-            # the next build and -W would pass: forget the environment so that the next build reads all pages
-            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
+        if status:  # Sphinx re-reads only changed pages: the next build must read them all, or -W would pass
+            shutil.rmtree(doctrees, ignore_errors=True)
             _forget_pages(paths, sorted(warned))
             if warned:
                 print(f"covbook build: failed; removed the pages of {', '.join(sorted(warned))} from _build/html",
                       file=sys.stderr)
-    if status == 0:
-        from covbook.book.checks import check
+            return 1
+    from covbook.book.checks import check
 
-        for n in check(paths).notes:
-            if n.startswith("chapters were run at mixed"):
-                print(f"covbook build: warning: {n}", file=sys.stderr)
-        print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
-    return 1 if status else 0
+    _say([n for n in check(paths).notes if n.startswith("chapters were run at mixed")], "covbook build: warning: ")
+    print(f"covbook build: open {paths.root / '_build' / 'html' / 'index.html'}")
+    return 0
 
 
-def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], profile: str,
-                                rejudge: bool = False, replace: bool = False) -> None:
-    """A :class:`UsageError` when the sweep (or the rejudge of stored seeds) would replace a calibration of this
-    profile at more seeds, or an out-of-sample calibration by one at development seeds, unless ``replace``;
-    and, before anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
+def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
+    """A :class:`UsageError`, unless ``--replace``, when the sweep (or the rejudge of stored seeds) would replace
+    a calibration of this profile at more seeds, or an out-of-sample one by one at development seeds; and, before
+    anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
     from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles, _read_json
 
-    old = _profiles(_read_json(paths)).get(profile, {})
-    if replace:
-        return
+    old = _profiles(_read_json(paths)).get(args.profile, {})
     in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
-    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds"
-             + (", out of sample)" if old[n].get("out_of_sample") else ")") for n in names
-             if isinstance(old.get(n), dict)
+    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds" + (", out of sample)" if old[n].get("out_of_sample") else ")")
+             for n in names if isinstance(old.get(n), dict) and not args.replace
              and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
     if worse:
-        what = "rejudge" if rejudge else "sweep"
-        raise UsageError(f"book/calibration.json holds a {profile} calibration this {what} ({len(seeds)} seeds"
+        raise UsageError(f"book/calibration.json holds a {args.profile} calibration this "
+                         f"{'rejudge' if args.rejudge else 'sweep'} ({len(seeds)} seeds"
                          + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
                          "pass --replace to replace it")
 
 
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook._jsonio import DamagedFile
-    from covbook.book.lock import tree_lock
-    from covbook.book.runner import Interrupted
     from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    _inputs(paths, args.notebooks)
-    _refuse_smaller_calibration(paths, list(select(paths, args.notebooks)), seeds, args.profile, args.rejudge,
-                                args.replace)
-    cluster = nullcontext(None) if args.rejudge else _cluster(args)
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait), cluster as engine:
-        try:
-            if args.rejudge:
-                data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
-            else:
-                data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
-                                 jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
-                                 cluster=engine)
-        except Interrupted as stop:
-            print(f"covbook sweep: interrupted; finished and kept: {len(stop.results)} notebook run(s); not "
-                  f"finished: {', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
-            return 130
-        except DamagedFile as err:
-            rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
-            print(f"covbook sweep: {rel} is damaged ({err.reason})", file=sys.stderr)
-            return 1
+    _refuse_smaller_calibration(paths, _inputs(paths, args.notebooks), seeds, args)
+    with _writer(args, paths, cluster=not args.rejudge) as (_, engine):
+        if args.rejudge:
+            data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
+        else:
+            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                             jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "
           "wrote book/calibration.json and book/generated/calibration.md")
-    for f in flagged:
-        print(f"  flagged {f}", file=sys.stderr)
-    for n in failed:
-        print(f"  {n} failed at seed(s) {', '.join(map(str, data[n]['failed_seeds']))}", file=sys.stderr)
+    _say([f"flagged {f}" for f in flagged]
+         + [f"{n} failed at seed(s) {', '.join(map(str, data[n]['failed_seeds']))}" for n in failed])
     return 1 if flagged or failed else 0
 
 
 def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.lock import tree_lock
     from covbook.book.runner import clean_stale
 
-    with tree_lock(paths.lock, _command_line(args), wait=args.wait):
+    with _writer(args, paths):
         stale = clean_stale(paths)
         targets = [p for p in (paths.generated, paths.root / "_build", paths.tmp) if p.exists()]
         for p in targets:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    gone = [str(p.relative_to(paths.root)) for p in targets]
-    if gone:
-        print(f"covbook clean: removed {', '.join(gone)}")
+    if targets:
+        print(f"covbook clean: removed {', '.join(str(p.relative_to(paths.root)) for p in targets)}")
     elif stale:
         print(f"covbook clean: removed {len(stale)} leftover(s) of interrupted runs")
     else:
@@ -574,30 +477,36 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+COMMANDS = {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean, "sweep": cmd_sweep,
+            "edition": cmd_edition}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:  # `covbook check --json | head`: the reader left; say nothing more
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
         return 141  # 128 + SIGPIPE, as a tool killed by the pipe would exit
 
 
 def _main(argv: list[str] | None) -> int:
-    args = parser().parse_args(argv)
     from covbook.book.lock import Busy
 
+    args = parser().parse_args(argv)
     stop_on_sigterm()  # SIGTERM (CI systems, `timeout`) is handled like Ctrl-C
     try:
         paths = Paths(project_root())
-        return {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean,
-                "sweep": cmd_sweep, "edition": cmd_edition}[args.command](args, paths)
+        return COMMANDS[args.command](args, paths)
     except UsageError as err:
         print(f"covbook {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except DamagedFile as err:
+        rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
+        print(f"covbook {args.command}: {rel} is damaged ({err.reason})", file=sys.stderr)
+        return 1
     except Busy as err:
         print(f"covbook {args.command}: {err}", file=sys.stderr)
         return 1

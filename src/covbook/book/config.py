@@ -1,13 +1,9 @@
 """Where the pipeline reads and writes, the profiles file, and a notebook's parameters.
 
-A profile (``smoke``, ``quick``, ``full``) is a set of papermill parameters per
-notebook, kept in the one visible file ``notebooks/profiles.yml`` (its header
-documents the format).  A notebook's own ``parameters`` cell holds the quick
-values and is the reference for names, types and signs: a profile value of the
-wrong type or sign is a usage error, found before any kernel starts.
-
-This module imports no science (no torch, no numpy): ``covbook check``,
-``clean`` and ``build`` start in a fraction of a second.
+A profile (``smoke``, ``quick``, ``full``) is a set of papermill parameters per notebook in
+``notebooks/profiles.yml`` (its header documents the format).  A notebook's ``parameters`` cell is the
+reference for names, types and signs: a profile value that disagrees is a usage error before any kernel
+starts.  This module imports no science, so ``covbook check``, ``clean`` and ``build`` start fast.
 """
 
 from __future__ import annotations
@@ -15,9 +11,10 @@ from __future__ import annotations
 import ast
 import operator
 import os
+import re
 import shutil
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from covbook._devices import DEVICES
@@ -29,44 +26,32 @@ __all__ = [
     "stop_on_sigterm", "oserror_text",
 ]
 
+
+class UsageError(ValueError):
+    """Bad command-line input (unknown notebook, profile, parameter, device): exit status 2."""
+
+
 @dataclass(frozen=True)
 class Profile:
-    """One profile of ``notebooks/profiles.yml``'s ``profiles:`` table (smallest first).
+    """One profile of ``notebooks/profiles.yml``'s ``profiles:`` table (smallest first)."""
 
-    Attributes
-    ----------
-    name : str
-        The profile's name (``--profile NAME``).
-    description : str
-        What it is for.
-    defaults : bool
-        Whether its sizes are the notebooks' own ``parameters`` cells (exactly one profile): the
-        default of ``covbook run`` and of a notebook opened in Jupyter; it sets no parameters.
-    power : bool
-        Whether the book is built at it: an evidence claim without power fails ``covbook check`` there.
-    time_limit : int
-        A notebook's time limit in seconds when ``covbook run --plan`` has no estimate.
-    """
-
-    name: str
-    description: str
-    defaults: bool = False
-    power: bool = False
-    time_limit: int = 3600
-
-
-_PROFILE_KEYS = {"description", "defaults", "power", "time_limit"}
+    name: str  # --profile NAME
+    description: str  # what it is for
+    defaults: bool = False  # its sizes are the notebooks' own parameters cells (one profile: the default)
+    power: bool = False  # the book is built at it: an evidence claim without power fails `covbook check`
+    time_limit: int = 3600  # a notebook's time limit in seconds when `covbook run --plan` has no estimate
 
 
 def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile]:
     """``{name: Profile}`` from the ``profiles:`` mapping of a profiles file; :class:`UsageError` if malformed."""
+    keys = {"description", "defaults", "power", "time_limit"}
     if not isinstance(raw, dict) or not raw:
         raise UsageError(f"{where}: `profiles:` must map profile names to {{description, defaults, power, time_limit}}")
     table = {}
     for name, spec in raw.items():
         if not isinstance(name, str) or not name.isidentifier() or not isinstance(spec, dict) \
-                or not set(spec) <= _PROFILE_KEYS or not isinstance(spec.get("description", ""), str):
-            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {sorted(_PROFILE_KEYS)}")
+                or not set(spec) <= keys or not isinstance(spec.get("description", ""), str):
+            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {sorted(keys)}")
         limit = spec.get("time_limit", 3600)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UsageError(f"{where}: profile {name}.time_limit must be a positive number of seconds")
@@ -92,14 +77,6 @@ PROFILES = tuple(PROFILE_TABLE)
 DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
 COMMON_PARAMETERS = ("profile", "device", "seed")
 PROFILES_FILE = Path("notebooks") / "profiles.yml"
-#: keys of a notebook's entry in profiles.yml besides the profile names
-ENTRY_KEYS = ("lengths", "work", "replicates")
-
-
-class UsageError(ValueError):
-    """Bad command-line input (unknown notebook, profile, parameter, device): exit status 2."""
-
-
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
 _FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
@@ -134,11 +111,9 @@ def expression_value(expr: str, params: dict, *, where: str, calls: bool = True,
         raise error(f"{where}: expression {expr!r}: unsupported syntax {ast.unparse(node)!r}")
 
     try:
-        tree = ast.parse(expr, mode="eval")
+        return ev(ast.parse(expr, mode="eval").body)
     except SyntaxError as err:
         raise error(f"{where}: expression {expr!r} is not an expression: {err.msg}") from None
-    try:
-        return ev(tree.body)
     except (ZeroDivisionError, OverflowError, TypeError) as err:
         raise error(f"{where}: expression {expr!r}: {err}") from None
 
@@ -156,59 +131,37 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+_LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "generated": "book/generated",
+           "claims": "book/generated/claims", "runs": "book/generated/runs", "failed": "book/generated/failed",
+           "checkpoints": "book/generated/checkpoints", "state": ".covbook", "tmp": ".covbook/tmp",
+           "lock": ".covbook/lock", "timings": ".covbook/timings.json"}
+
+
 @dataclass(frozen=True)
 class Paths:
-    """Where the pipeline reads and writes, relative to the project root."""
+    """Where the pipeline reads and writes under the project ``root``.
+
+    ``generated``: the executed notebooks, their ``claims``, run records (``runs``), ``failed`` runs and training
+    ``checkpoints`` (one folder per notebook and cache key).  ``state`` (``.covbook/``, never read by the book
+    build): the ``lock``, run temporaries (``tmp/<run-id>/``) and measured run ``timings`` (for ``--plan``).
+    """
 
     root: Path
+    notebooks: Path = field(init=False, repr=False)
+    profiles: Path = field(init=False, repr=False)
+    generated: Path = field(init=False, repr=False)
+    claims: Path = field(init=False, repr=False)
+    runs: Path = field(init=False, repr=False)
+    failed: Path = field(init=False, repr=False)
+    checkpoints: Path = field(init=False, repr=False)
+    state: Path = field(init=False, repr=False)
+    tmp: Path = field(init=False, repr=False)
+    lock: Path = field(init=False, repr=False)
+    timings: Path = field(init=False, repr=False)
 
-    @property
-    def notebooks(self) -> Path:
-        return self.root / "notebooks"
-
-    @property
-    def profiles(self) -> Path:
-        return self.notebooks / "profiles.yml"
-
-    @property
-    def generated(self) -> Path:
-        return self.root / "book" / "generated"
-
-    @property
-    def claims(self) -> Path:
-        return self.generated / "claims"
-
-    @property
-    def runs(self) -> Path:
-        return self.generated / "runs"
-
-    @property
-    def checkpoints(self) -> Path:
-        """Training checkpoints, one folder per notebook and cache key (see ``covbook.session.checkpoint_dir``)."""
-        return self.generated / "checkpoints"
-
-    @property
-    def failed(self) -> Path:
-        return self.generated / "failed"
-
-    @property
-    def state(self) -> Path:
-        """``.covbook/``: the lock, run temporaries and timings; never read by the book build."""
-        return self.root / ".covbook"
-
-    @property
-    def tmp(self) -> Path:
-        """Run temporaries, one folder per run: ``.covbook/tmp/<run-id>/``."""
-        return self.state / "tmp"
-
-    @property
-    def lock(self) -> Path:
-        return self.state / "lock"
-
-    @property
-    def timings(self) -> Path:
-        """Measured run times per notebook and device (the calibration of ``covbook run --plan``)."""
-        return self.state / "timings.json"
+    def __post_init__(self) -> None:
+        for name, relative in _LAYOUT.items():
+            object.__setattr__(self, name, self.root / relative)
 
 
 def project_root(start: str | os.PathLike | None = None) -> Path:
@@ -233,30 +186,36 @@ def oserror_text(err: OSError) -> str:
 
 def discover(paths: Paths) -> dict[str, Path]:
     """The book's notebooks, ``NN_name.md``, in order."""
-    found = sorted(p for p in paths.notebooks.glob("[0-9][0-9]_*.md"))
-    return {p.stem: p for p in found}
+    return {p.stem: p for p in sorted(paths.notebooks.glob("[0-9][0-9]_*.md"))}
 
 
 def select(paths: Paths, names: list[str] | None) -> dict[str, Path]:
     """Resolve notebook names (``01``, ``01_covariance_readout`` or a path) to sources."""
     available = discover(paths)
-    if not names:
-        return available
     chosen: dict[str, Path] = {}
-    for raw in names:
-        key = Path(raw).stem
-        hits = [n for n in available if n == key or n.split("_", 1)[0] == key]
+    for raw in names or []:
+        hits = [n for n in available if Path(raw).stem in (n, n.split("_", 1)[0])]
         if len(hits) != 1:
             raise UsageError(f"unknown notebook {raw!r}; valid: {', '.join(available)}")
         chosen[hits[0]] = available[hits[0]]
-    return chosen
+    return chosen or available
+
+
+def _entry_problem(key: str, value: object) -> str | None:
+    """What is wrong with a notebook's ``lengths`` or ``work`` entry, or ``None`` (``replicates``: see power)."""
+    if key == "lengths" and not (isinstance(value, (list, dict)) and all(isinstance(v, str) for v in value)):
+        return ("must be a list of parameter names, or a mapping of parameter names to rehearsal values "
+                "(null: the smoke value)")
+    if key == "work" and not (isinstance(value, dict) and isinstance(value.get("expr"), str)
+                              and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
+        return "must be a mapping {expr: '...', unit: '...'}"
+    return None
 
 
 def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
     """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``.
 
-    Raises :class:`UsageError` naming the file (and the line, for a YAML syntax
-    error) on anything malformed.
+    Raises :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed.
     """
     import yaml
 
@@ -275,57 +234,39 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
         raise UsageError(f"{path}: expected a mapping of notebook names to profiles")
     if "profiles" in raw:
         profile_table(raw.pop("profiles"), str(path))  # the table itself is the package's (PROFILE_TABLE)
+    entry_keys = ("lengths", "work", "replicates")
     for nb, per in raw.items():
         if not isinstance(per, dict):
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
         for key, value in per.items():
-            if key == "lengths":
-                names = list(value) if isinstance(value, (list, dict)) else None
-                if names is None or not all(isinstance(v, str) for v in names):
-                    raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of "
-                                     "parameter names to rehearsal values (null: the smoke value)")
-                continue
-            if key == "replicates":  # what counts a claim's replicates: parsed by covbook.book.power
-                continue
-            if key == "work":
-                if not (isinstance(value, dict) and isinstance(value.get("expr"), str)
-                        and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
-                    raise UsageError(f"{path}: {nb}.work must be a mapping {{expr: '...', unit: '...'}}")
-                continue
-            if key not in PROFILES:
-                raise UsageError(f"{path}: {nb}: unknown profile {key!r}; valid: {', '.join(PROFILES + ENTRY_KEYS)}")
-            if value is not None and not isinstance(value, dict):
+            if key in entry_keys:
+                if problem := _entry_problem(key, value):
+                    raise UsageError(f"{path}: {nb}.{key} {problem}")
+            elif key not in PROFILES:
+                raise UsageError(f"{path}: {nb}: unknown profile {key!r}; valid: {', '.join(PROFILES + entry_keys)}")
+            elif value is not None and not isinstance(value, dict):
                 raise UsageError(f"{path}: {nb}.{key} must be a mapping of parameter names to values")
-            per[key] = value or {}
+            else:
+                per[key] = value or {}
     return raw
 
 
-def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
-    """The code cells of a MyST notebook as ``(options, source)``: ```` ```{code-cell} ```` fences.
+#: a ```{code-cell} fence (3 or 4 backticks), its body, and its closing fence (or the end of the text)
+_CELL = re.compile(r"^[^\S\n]*(?P<fence>````?)\{code-cell\}[^\n]*\n?(?P<body>.*?)(?:^[^\S\n]*(?P=fence)[^\S\n]*$|\Z)",
+                   re.MULTILINE | re.DOTALL)
 
-    Options are the ``:key: value`` lines or the ``---`` YAML block that open a
-    cell (the two forms jupytext writes).  A light reader, so that planning and
-    serving from the cache need not import jupytext (whose import, with nbformat's and
-    jsonschema's, would make ``covbook run --plan`` markedly slower); a test checks that both
-    read every chapter's code cells alike.
+
+def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
+    """The code cells of a MyST notebook as ``(options, source)``; options are the ``:key: value`` lines or the
+    ``---`` YAML block that open a cell (jupytext's two forms).  A test checks it against jupytext.
+
+    Not jupytext: its import (with nbformat's) takes several times this module's, on every command that plans.
     """
     import yaml
 
-    lines = text.splitlines()
-    cells, i = [], 0
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.lstrip()
-        if not (stripped.startswith("```{code-cell}") or stripped.startswith("````{code-cell}")):
-            i += 1
-            continue
-        fence = stripped[: len(stripped) - len(stripped.lstrip("`"))]
-        body, i = [], i + 1
-        while i < len(lines) and lines[i].strip() != fence:
-            body.append(lines[i])
-            i += 1
-        i += 1
-        options: dict = {}
+    cells = []
+    for match in _CELL.finditer("\n".join(text.splitlines())):
+        body, options = match["body"].splitlines(), {}
         if body and body[0].strip() == "---":
             end = next((k for k in range(1, len(body)) if body[k].strip() == "---"), None)
             if end is not None:
@@ -333,24 +274,23 @@ def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
                 body = body[end + 1:]
         else:
             while body and body[0].startswith(":") and body[0].count(":") >= 2:
-                key, value = body[0][1:].split(":", 1)
+                key, value = body.pop(0)[1:].split(":", 1)
                 options[key.strip()] = yaml.safe_load(value.strip())
-                body = body[1:]
         cells.append((options if isinstance(options, dict) else {}, "\n".join(body).strip("\n")))
     return cells
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
-    """Names and default values of the notebook's ``parameters`` cell."""
+    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text)."""
     text = Path(path).read_text(encoding="utf-8")
     cells = [src for opts, src in _myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
     if len(cells) != 1:
         raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
-    params: dict[str, object] = {}
     try:
         body = ast.parse(cells[0]).body
     except SyntaxError as err:
         raise UsageError(f"{path.name}: the parameters cell is not valid Python: {err.msg}") from None
+    params: dict[str, object] = {}
     for node in body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
@@ -363,81 +303,57 @@ def notebook_parameters(path: Path) -> dict[str, object]:
     return params
 
 
+_KINDS = ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), ((list, tuple), "list"), (type(None), "None"))
+
+
 def _kind(v: object) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return "str"
-    if isinstance(v, (list, tuple)):
-        return "list"
-    if v is None:
-        return "None"
-    return type(v).__name__
+    return next((name for types, name in _KINDS if isinstance(v, types)), type(v).__name__)
 
 
 def check_value(where: str, value: object, default: object) -> None:
     """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
 
-    int where the default is an int; int or float where it is a float; the same
-    for each element of a list; a positive (negative) default wants a positive
-    (negative) value.  A default of ``None`` or of another type is not checked.
+    int where the default is an int; int or float where it is a float; the same for each element of a list; a
+    positive (negative) default wants a positive (negative) value.  A default of ``None`` or another type is not
+    checked.
     """
     dk, vk = _kind(default), _kind(value)
-    if dk in ("None",) or dk not in ("bool", "int", "float", "str", "list"):
+    if dk not in ("bool", "int", "float", "str", "list"):
         return
-    ok = vk == dk or (dk == "float" and vk == "int")
-    if not ok:
+    if vk != dk and not (dk == "float" and vk == "int"):
         raise UsageError(f"{where} = {value!r} is a {vk}, but the notebook's default {default!r} is a {dk}")
-    if dk == "list":
-        elems = [e for e in default if e is not None]
-        if elems and len({_kind(e) for e in elems}) == 1:
-            for i, e in enumerate(value):
-                check_value(f"{where}[{i}]", e, elems[0])
-        return
-    if dk in ("int", "float"):
-        if default > 0 and not value > 0:
-            raise UsageError(f"{where} = {value!r} must be positive (the notebook's default is {default!r})")
-        if default < 0 and not value < 0:
-            raise UsageError(f"{where} = {value!r} must be negative (the notebook's default is {default!r})")
+    elems = [e for e in default if e is not None] if dk == "list" else []
+    if elems and len({_kind(e) for e in elems}) == 1:
+        for i, e in enumerate(value):
+            check_value(f"{where}[{i}]", e, elems[0])
+    if dk in ("int", "float") and ((default > 0 and not value > 0) or (default < 0 and not value < 0)):
+        sign = "positive" if default > 0 else "negative"
+        raise UsageError(f"{where} = {value!r} must be {sign} (the notebook's default is {default!r})")
 
 
-def resolve_parameters(
-    name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
-    *, rehearse: bool = False,
-) -> dict[str, object]:
+def resolve_parameters(name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
+                       *, rehearse: bool = False) -> dict[str, object]:
     """Parameters injected into notebook ``name`` for ``profile``.
 
-    With ``rehearse``, the parameters listed under the notebook's ``lengths`` key
-    take their ``smoke`` value (or the notebook's default), or the value given
-    there when ``lengths`` is a mapping: the profile's shapes at short lengths.  Unknown names, and values of
-    the wrong type or sign, are usage errors.
+    With ``rehearse``, the parameters listed under the notebook's ``lengths`` key take the value given there
+    (when ``lengths`` is a mapping), else their ``smoke`` value, else the notebook's default: the profile's
+    shapes at short lengths.  Unknown names, and values of the wrong type or sign, are usage errors.
     """
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     entry = profiles.get(name, {})
+    where = f"notebooks/profiles.yml: {name}"
     overrides = dict(entry.get(profile, {}))
-    unknown = sorted(set(overrides) - set(defaults))
-    if unknown:
-        raise UsageError(
-            f"notebooks/profiles.yml: {name}.{profile} sets unknown parameter(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(sorted(defaults))}"
-        )
-    clash = sorted(set(overrides) & set(COMMON_PARAMETERS))
-    if clash:
-        raise UsageError(
-            f"notebooks/profiles.yml: {name}.{profile} must not set {', '.join(clash)} (command-line options)"
-        )
+    if unknown := sorted(set(overrides) - set(defaults)):
+        raise UsageError(f"{where}.{profile} sets unknown parameter(s) {', '.join(unknown)}; "
+                         f"valid: {', '.join(sorted(defaults))}")
+    if clash := sorted(set(overrides) & set(COMMON_PARAMETERS)):
+        raise UsageError(f"{where}.{profile} must not set {', '.join(clash)} (command-line options)")
     lengths = entry.get("lengths", [])
-    bad = sorted(set(lengths) - (set(defaults) - set(COMMON_PARAMETERS)))
-    if bad:
-        raise UsageError(f"notebooks/profiles.yml: {name}.lengths names unknown parameter(s) {', '.join(bad)}")
+    if bad := sorted(set(lengths) - (set(defaults) - set(COMMON_PARAMETERS))):
+        raise UsageError(f"{where}.lengths names unknown parameter(s) {', '.join(bad)}")
     if rehearse:
-        smoke = entry.get("smoke", {})
-        explicit = lengths if isinstance(lengths, dict) else {}
+        smoke, explicit = entry.get("smoke", {}), lengths if isinstance(lengths, dict) else {}
         for key in lengths:
             if explicit.get(key) is not None:
                 overrides[key] = explicit[key]
@@ -446,5 +362,5 @@ def resolve_parameters(
             else:
                 overrides.pop(key, None)  # the notebook's default (quick) length
     for key, value in overrides.items():
-        check_value(f"notebooks/profiles.yml: {name}.{profile}.{key}", value, defaults[key])
+        check_value(f"{where}.{profile}.{key}", value, defaults[key])
     return {**overrides, "profile": profile, "device": device, "seed": seed}

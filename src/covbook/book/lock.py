@@ -1,20 +1,14 @@
-"""One writer per tree: ``covbook run``, ``build`` and ``clean`` hold ``.covbook/lock``.
+"""One writer per tree: the commands that write it hold an ``flock`` on ``.covbook/lock``.
 
-The lock is an OS file lock (``flock``) on ``.covbook/lock``, released by the
-kernel when the last process holding it dies, so ``kill -9`` leaves no stale
-lock.  It belongs to the open file, not to the process: a child started with
-:attr:`TreeLock.fd` in ``pass_fds`` (the build's ``jupyter-book``, a run's
-workers) holds the tree until it exits too, even if its parent was killed.
-Next to it, ``.covbook/lock.json`` says who holds it (pid, command, start time),
-so a second invocation can say whom it is waiting for.
-
-Not ``filelock``: its release unlocks the open file (``LOCK_UN``) and it drops the lock in a
-forked child, so a child holding the file (the pool's processes, ``jupyter-book``) would lose the tree.
+The lock belongs to the open file: the kernel releases it when the last process holding the file exits, so
+``kill -9`` leaves no stale lock, and a child given :attr:`TreeLock.fd` in ``pass_fds`` (a run's workers, the
+build's ``jupyter-book``) holds the tree until it exits.  ``.covbook/lock.json`` names the holder.
+Not ``filelock``: its release unlocks the file for every process (``LOCK_UN``) and it closes the file in a
+forked child, so a child could go on writing into a tree whose lock is released.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import sys
@@ -36,6 +30,10 @@ class Busy(RuntimeError):
 class Unwritable(Busy):
     """``.covbook/`` cannot be written, so the tree cannot be locked (exit status 1)."""
 
+    def __init__(self, path: Path, err: OSError) -> None:
+        super().__init__(f"cannot lock the tree: {path} cannot be written ({err.strerror}); covbook keeps its lock, "
+                         f"temporaries and timings in {path.parent}, which must be writable")
+
 
 @dataclass(frozen=True)
 class TreeLock:
@@ -44,91 +42,67 @@ class TreeLock:
     fd: int
 
 
+#: seconds to wait for the processes a holder killed with ``kill -9`` left holding the lock (they stop within ~1 s)
 ORPHAN_GRACE = 10.0
-"""Seconds a command waits for a lock whose recorded holder is gone (``kill -9``): its pool and notebook
-processes hold the file until they notice, within about a second, and stop themselves."""
-
-
-def _holder_gone(info: Path) -> bool:
-    """Whether the process the lock's record names has exited (its children may still hold the lock)."""
-    try:
-        pid = read_json(info, dict).get("pid")
-    except (OSError, DamagedFile):
-        return False
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _try_lock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
+    except (BlockingIOError, PermissionError):  # EWOULDBLOCK; EACCES on some filesystems
         return False
     return True
 
 
-def _wait_for_orphans(fd: int, info: Path) -> bool:
-    """Take the lock once the processes a killed holder left behind are gone (at most :data:`ORPHAN_GRACE` s)."""
-    deadline = time.monotonic() + ORPHAN_GRACE
-    while _holder_gone(info) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        if _try_lock(fd):
-            return True
-    return False
-
-
-def _holder(info: Path) -> str:
+def _holder(info: Path) -> tuple[str, bool]:
+    """Who holds the lock, by its record, and whether that process has exited."""
     try:
         who = read_json(info, dict)
     except (OSError, DamagedFile):
-        return "another covbook process"
-    return f"pid {who.get('pid')} ({who.get('command')}, since {who.get('since')})"
-
-
-def _unwritable(path: Path, err: OSError) -> Unwritable:
-    return Unwritable(f"cannot lock the tree: {path} cannot be written ({err.strerror}); covbook keeps its lock, "
-                      f"temporaries and timings in {path.parent}, which must be writable")
+        return "another covbook process", False
+    pid, gone = who.get("pid"), False
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            gone = True
+        except (OSError, OverflowError):  # EPERM: it lives; a pid no process can have
+            pass
+    return f"pid {pid} ({who.get('command')}, since {who.get('since')})", gone
 
 
 @contextmanager
 def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[TreeLock]:
-    """Hold the tree's lock for the duration of the block.
+    """Hold the tree's lock for the block, recording ``command`` as its holder's (with pid and start time).
 
-    Raises :class:`Busy`, naming the holder, when another process holds it and
-    ``wait`` is false (a holder killed with ``kill -9`` leaves processes that hold the lock until they
-    stop themselves: for those it waits up to :data:`ORPHAN_GRACE` seconds); with ``wait``, blocks until it
-    is free (saying so once).
-    Raises :class:`Unwritable` when ``.covbook/`` cannot be written.
+    Raises :class:`Busy`, naming the holder, when another process holds it (after :data:`ORPHAN_GRACE` for a
+    holder that has exited); with ``wait`` it blocks instead, saying so once.  Raises :class:`Unwritable`.
     """
     info = lock_path.with_name(lock_path.name + ".json")
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
-        raise _unwritable(lock_path, err) from None
+        raise Unwritable(lock_path, err) from None
     try:
-        if not _try_lock(fd) and not _wait_for_orphans(fd, info):
+        deadline = time.monotonic() + ORPHAN_GRACE
+        while not _try_lock(fd):
+            who, gone = _holder(info)
+            if gone and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
             if not wait:
-                raise Busy(f"this tree is locked by {_holder(info)}; wait for it to finish, or pass --wait")
-            print(f"covbook: waiting for {_holder(info)} to release {lock_path} ...", file=sys.stderr, flush=True)
+                raise Busy(f"this tree is locked by {who}; wait for it to finish, or pass --wait")
+            print(f"covbook: waiting for {who} to release {lock_path} ...", file=sys.stderr, flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             write_json_atomic(info, {"pid": os.getpid(), "command": command,
                                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         except OSError as err:
-            raise _unwritable(info, err) from None
+            raise Unwritable(info, err) from None
         try:
             yield TreeLock(fd)
         finally:
             info.unlink(missing_ok=True)
     finally:
-        os.close(fd)  # releases the lock (unless a child still holds the file open)
+        os.close(fd)  # releases the lock, unless a child still holds the file open
