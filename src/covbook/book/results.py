@@ -221,38 +221,6 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _chapter_number(chapter: str) -> str:
-    return str(int(chapter[:2]))
-
-
-def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, claim_role: bool) -> str:
-    if claim is None:
-        return f"–&nbsp;`{cid}`&nbsp;(not in the run)"
-    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-    if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
-        return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
-    mark = "✗" if not claim.passed else "✓" if _shown(claim) else "≈"
-    return f"{mark}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
-
-
-def _runs_text(runs: dict[str, dict]) -> list[str]:
-    """One line naming each chapter's profile and seed, and a warning when they are mixed."""
-    used = {n: (m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
-            for n, m in sorted(runs.items()) if m.get("status") == "ok"}
-    if not used:
-        return []
-    text = "Chapters run: " + "; ".join(f"{_chapter_number(n)} at `{p}`, seed {sd}" for n, (p, sd) in used.items())
-    out = [text + ".", ""]
-    if len({p for p, _ in used.values()}) > 1 or len({sd for _, sd in used.values()}) > 1:
-        out += ["```{warning}", "The chapters were run at mixed profiles or seeds; their claims do not come from "
-                "one run of the book.", "```", ""]
-    return out
-
-
 def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, str, Claim]]:
     """``(notebook, id, claim)`` of each key claim that passes without power (it keeps its part from being shown)."""
     return [(nb, cid, by_key[(nb, cid)]) for nb, cid in statement.claim_keys()
@@ -282,140 +250,62 @@ def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
     return "; ".join(out)
 
 
-_POWER_TABLE = """## The abstract's statements at a larger profile
-
-Each key claim of a statement the abstract makes, with its kind at the profile this book was built at and
-the kind its window is predicted to have at each larger profile: the rule's window rebuilt about the same
-prediction with the standard error scaled by $\\sqrt{n/n'}$, $n$ the replicates that
-`notebooks/profiles.yml` declares for the claim (streams, pairs, tasks, models), $n'$ their number at the
-larger profile (and by $\\sqrt{t/t'}$ for a quantity read at the end of a stream of length $t$, whose
-variance is $C/t$). The measured value never enters. A slope's standard error also shrinks with the range of
-$\\log t$ it is fitted over, which the prediction leaves out.
-
-| statement | key claim | built at | kind there |{% for p in larger %} predicted at `{{ p }}` |{% endfor %}
-| --- | --- | --- | --- |{% for p in larger %} --- |{% endfor %}
-{% for row in rows -%}
-| {{ row.statement }} | `{{ row.claim }}` | `{{ row.built }}` | {{ row.kind }} |
-{%- for p in larger %} {{ row.at.get(p, "—") }} |{% endfor %}
-{% endfor %}"""
-
-
-def _power_rows(results: Results, by_key: dict[tuple[str, str], Claim],
-                forecasts: dict[tuple[str, str], list]) -> tuple[list[str], list[dict]]:
-    """The larger profiles and one row per key claim of the abstract's statements (for :data:`_POWER_TABLE`)."""
-    from covbook.book.power import fmt_count
-
-    rows, larger = [], []
-    for s in results.statements:
-        if s.source != "abstract":
-            continue
+def _problems(statements: list[Statement], by_key: dict, labels: set[str], ran: set[str] | None) -> list[str]:
+    """The page's "Not in this run" list: unknown theorem labels and key claims the run lacks."""
+    out = []
+    for s in statements:
+        if s.theorem and s.theorem not in labels:
+            out.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
         for nb, cid in s.claim_keys():
-            claim = by_key.get((nb, cid))
-            if claim is None:
-                continue
-            at = {}
-            for f in forecasts.get((nb, cid), []):
-                larger += [f.profile] if f.profile not in larger else []
-                at[f.profile] = ("not predicted" if f.kind is None else f"{f.kind} ({f.note})" if f.replicates is None
-                                 else f"{f.kind} (`{f.replicates}` {fmt_count(f.n)}"
-                                 + (f" at `{f.length_name}` {fmt_count(f.length)}" if f.length_name else "")
-                                 + (f"; needs {fmt_count(f.n_needed)})" if f.n_needed else ")"))
-            kind = claim.kind if claim.passed else "FAIL"
-            rows.append({"statement": _cell(s.id), "claim": cid if nb == s.chapter else f"{nb}:{cid}",
-                         "built": claim.profile or "?", "kind": kind, "at": at})
-    return larger, rows
+            if (nb, cid) not in by_key:
+                why = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
+                out.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({why})")
+    return out
 
 
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
-    """The page's MyST markdown.
+    """The page's MyST markdown (``templates/results.md.j2``).
 
     ``forecasts`` are :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``: what scale would
     decide a key claim that passes without power, and the table of the abstract's statements at a larger
     profile.
     """
-    from covbook.book.power import decision_text
+    from covbook.book.power import decision_text, fmt_count
+    from covbook.book.render import render as render_page
 
     forecasts = forecasts or {}
-    decisions = {k: decision_text(v, next((c.window for c in claims if (c.notebook, c.id) == k), None))
-                 for k, v in forecasts.items()}
+    windows = {(c.notebook, c.id): c.window for c in claims}
+    decisions = {k: decision_text(v, windows.get(k)) for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
-    rows = [(s, status(s, by_key), status_detail(s, by_key)) for s in results.statements]
-    counts = Counter(st for s, st, _ in rows if s.kind == "statement")
-    run = f" at the `{'`, `'.join(profiles)}` profile" if profiles else ""
-    lines = [
-        "(results-at-a-glance)=",
-        "# Results at a glance",
-        "",
-        f"This page is generated by `covbook build` from the run that produced this book{run}. Only the "
-        "abstract of the paper is public, so each statement of the theory is marked as *the abstract's claim* "
-        "(the abstract states it; the row gives what the abstract says, then the book's statement, whose "
-        "conditions, constants and constructions are the book's reconstruction) or as *the book's "
-        "reconstruction* (the abstract does not state it; the chapter derives it). Each row is such a statement "
-        "or a finding of the book, with the chapter that tests it and the key claims that decide it. The status "
-        "is computed from those claims' verdicts: **holds** (every part of the statement is shown), **holds with "
-        "a correction** (every part is shown, and the statement the claims test corrects the abstract's: the "
-        "correction is stated), **fails** (a key claim failed) or **not tested** "
-        "(a key claim is not in this run), **holds in part** (the statement's parts are named; some are shown, "
-        "the others only compatible, and the row says which) or **compatible only** (every key claim passes, but "
-        "none of the statement's parts is shown: a claim cannot exclude its alternative at this profile, so the run "
-        "agrees with the statement without testing it). A part is shown when each of its claims passes and "
-        "excludes the alternative it names. Where a key claim passes without power, the row says what would "
-        "decide it: its window predicted at each larger profile from this run's standard error, which falls like "
-        "$n^{-1/2}$ in the replicates (streams, pairs, tasks, models) `notebooks/profiles.yml` declares for it, "
-        "and the smallest $n$ whose window excludes every alternative. The full list of claims is in the "
-        "{doc}`reproduction report <reproduction>`.",
-        "",
-        "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
-        "",
-        *_runs_text(runs or {}),
-    ]
-    problems: list[str] = []
+    sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
-        chosen = [(s, st, detail) for s, st, detail in rows if s.kind == kind]
-        if not chosen:
-            continue
-        lines += [f"## {title}", "", "| status | | statement |", "| --- | --- | --- |"]
-        for s, st, detail in chosen:
-            text = _cell(s.statement)
-            if s.source == "abstract" and s.abstract:
-                text = f"*{SOURCES['abstract']}:* {_cell(s.abstract)} *The book's statement:* {text}"
-            elif s.source:
-                text = f"*{SOURCES[s.source]}.* {text}"
-            if s.correction:
-                text += f" *Correction:* {_cell(s.correction)}"
-            if s.theorem and s.theorem in labels:
-                text += f" ({{prf:ref}}`{s.theorem}`)"
-            elif s.theorem:
-                problems.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
-            groups = []
-            for name, keys in s.part_keys():
-                refs = []
-                for nb, cid in keys:
-                    claim = by_key.get((nb, cid))
-                    if claim is None:
-                        ran_note = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
-                        problems.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({ran_note})")
-                    refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
-                groups.append((f"*{_cell(name)}:* " if name else "") + " · ".join(refs))
-            chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
-            text += f"<br>{chapter}, key claims: {'; '.join(groups)}"
-            decide = decide_text(s, by_key, decisions) if st in ("holds in part", "compatible only") else ""
-            if decide:
-                text += f"<br>*Only compatible at this profile; what would decide it:* {_cell(decide)}"
-            shown = f"<br>{_cell(detail)}" if detail else ""
-            lines.append(f"| {_MARK[st]}&nbsp;{st}{shown} | {_cell(s.id)} | {text} |")
-        lines.append("")
-    larger, power_rows = _power_rows(results, by_key, forecasts)
-    if power_rows and larger:
-        import jinja2
-
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
-        lines += [env.from_string(_POWER_TABLE).render(rows=power_rows, larger=larger).rstrip(), ""]
-    if problems:
-        lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]
-    return "\n".join(lines) + "\n"
+        rows = []
+        for s in (s for s in results.statements if s.kind == kind):
+            st = status(s, by_key)
+            undecided = st in ("holds in part", "compatible only")
+            rows.append({"s": s, "status": st, "detail": status_detail(s, by_key),
+                         "decide": decide_text(s, by_key, decisions) if undecided else "",
+                         "parts": [(name, [(nb, cid, by_key.get((nb, cid))) for nb, cid in keys])
+                                   for name, keys in s.part_keys()]})
+        sections.append((title, rows))
+    used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
+            for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
+    power_rows, larger = [], []
+    for s in (s for s in results.statements if s.source == "abstract"):
+        for nb, cid in (k for k in s.claim_keys() if k in by_key):
+            at = {f.profile: f for f in forecasts.get((nb, cid), [])}
+            larger += [p for p in at if p not in larger]
+            claim = by_key[(nb, cid)]
+            power_rows.append({"statement": s.id, "claim": cid if nb == s.chapter else f"{nb}:{cid}", "at": at,
+                               "built": claim.profile or "?", "kind": claim.kind if claim.passed else "FAIL"})
+    return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
+                       counts=Counter(r["status"] for r in sections[0][1]),
+                       mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
+                       sources=SOURCES, labels=labels, claim_role=results.claim_role, shown=_shown,
+                       larger=larger, power_rows=power_rows, count=fmt_count,
+                       problems=_problems([r["s"] for _, rows in sections for r in rows], by_key, labels, ran))
 
 
 def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
