@@ -1,32 +1,14 @@
 """The "Results at a glance" page: which of the theory's statements hold, from the run.
 
-The statements the book tests (the results T1–T5 as this book numbers them and their parts, each
-marked by its ``source`` as the abstract's claim or the book's reconstruction, and the book's own
-findings) and the key claims that decide each of them are declared in one small data file,
-``book/results.yml``.  :func:`write_results` reads it with the claims of the last run and writes
-``book/generated/results.md``: one table row per statement with its status, chapter, theorem
-box and key claims with their verdicts.  A statement's key claims may be grouped into named parts
-(``claims: {rate: [slope_s1p0], constant: [constant_s1p0]}``); a part is *shown* when every claim of
-it passes and each excludes its alternatives (identities and sanity checks name none), and
-*compatible only* when every claim passes but one cannot exclude its alternative at this profile.
-The status is computed, never typed:
-
-- *not tested*: a key claim is not in the run;
-- *fails*: a key claim failed;
-- *holds with a correction*: every part is shown and the statement declares a ``correction``
-  (where the book's statement, the one its claims test, differs from the abstract's);
-- *holds*: every part is shown;
-- *holds in part*: some parts are shown and the others are compatible only; the row says which
-  (``shown: rate, constant; compatible only: mean error``);
-- *compatible only*: every key claim passes but no part is shown: the run agrees with the
-  statement but cannot exclude the alternative.
-
-Where a key claim passes without power, its row says what scale would decide it: the claim's window
-predicted at each larger profile from the run's standard error (:mod:`covbook.book.power`, SE ∝ n^(−1/2)
-in the replicates ``notebooks/profiles.yml`` declares), as *evidence predicted at full (n ≥ needed)* or
-*not decided by full: needs n ≥ …*; and a table gives the predicted kind at the larger profiles of every
-key claim of the abstract's statements.  The page names the profile and seed each chapter ran at, and
-warns when they differ.
+``book/results.yml`` declares the statements the book tests (the results T1–T5 and their parts, each the
+abstract's claim or the book's reconstruction by its ``source``, and the book's own findings) and the key
+claims that decide each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``).
+A part is *shown* when each of its claims passes and excludes its alternatives, *compatible only* when
+each passes but one cannot exclude its alternative at this profile.  The status is computed: *not
+tested* (a key claim is not in the run), *fails* (one failed), *holds with a correction* (every part
+shown, a ``correction`` declared), *holds* (every part shown), *holds in part* (some parts shown, the
+others compatible only) or *compatible only* (none shown).  A key claim that passes without power gets
+the scale predicted to decide it (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -41,19 +23,16 @@ import yaml
 
 from covbook.book.power import claim_forecasts
 from covbook.book.theorems import theorem_labels
-from covbook.claims import Claim, fmt
+from covbook.claims import Claim
 
 __all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
            "status_detail", "decide_text", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
-_MARK = {"holds": "✓", "holds with a correction": "✓", "holds in part": "◐", "compatible only": "≈", "fails": "✗",
-         "not tested": "–"}
 #: The state of one part of a statement, in the order the row lists them.
 PART_STATES = ("fails", "not tested", "shown", "compatible only")
 _FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source", "abstract"}
-#: Where a statement comes from: only the paper's abstract is public, so a statement is either the
-#: abstract's claim or this book's reconstruction (derived in its chapter).
+#: Where a statement comes from: only the paper's abstract is public.
 SOURCES = {"abstract": "The abstract's claim", "reconstruction": "The book's reconstruction"}
 _CHAPTER = re.compile(r"^[0-9]{2}_[A-Za-z0-9_]+$")
 
