@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "render", "noun", "seed_text", "cell"]
+__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "cell"]
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -61,3 +61,12 @@ def _environment():
 def render(template: str, **context: object) -> str:
     """The page ``templates/<template>`` rendered with ``context`` (an undefined name is an error)."""
     return _environment().get_template(template).render(**context)
+
+
+def write_page(path: Path, text: str) -> Path:
+    """Write the page ``text`` to ``path`` atomically (a temporary file beside it, then a rename); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
