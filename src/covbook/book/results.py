@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from covbook.book.power import claim_forecasts
+from covbook.book.render import write_page
 from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim
 
@@ -142,13 +143,7 @@ def _shown(claim: Claim) -> bool:
 
 
 def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> list[tuple[str, str]]:
-    """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("constant", ("d",))))
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> part_states(s, {("01_a", "c"): ok})
-    [('rate', 'shown'), ('constant', 'not tested')]
-    """
+    """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``."""
     out = []
     for name, keys in statement.part_keys():
         found = [claims.get(k) for k in keys]
@@ -163,13 +158,7 @@ def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> l
 
 
 def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
-    """The statement's status from its key claims' verdicts (see the module docstring).
-
-    >>> s = Statement("T", "x", "01_a", ("c",), correction="only for Gaussians")
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> status(s, {}), status(s, {("01_a", "c"): ok})
-    ('not tested', 'holds with a correction')
-    """
+    """The statement's status, one of ``STATUSES``, from its key claims' verdicts (see the module docstring)."""
     states = {state for _, state in part_states(statement, claims)}
     if "not tested" in states:
         return "not tested"
@@ -181,29 +170,13 @@ def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
 
 
 def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
-    """Which named parts are shown and which are only compatible (or fail, or are not in the run).
-
-    Empty when the statement names no parts or all its parts share one state.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("mean error", ("d",))))
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible")
-    >>> status_detail(s, {("01_a", "c"): ok, ("01_a", "d"): weak})
-    'shown: rate; compatible only: mean error'
-    """
-    if not statement.parts:
-        return ""
+    """Which named parts are shown and which are only compatible (or fail, or are not in the run): ``shown:
+    rate; compatible only: mean error``.  Empty when no part is named or all share one state."""
     states = part_states(statement, claims)
-    if len({state for _, state in states}) < 2:
+    if not statement.parts or len({state for _, state in states}) < 2:
         return ""
     groups = [(state, [name for name, st in states if st == state]) for state in PART_STATES]
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
-
-
-def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, str, Claim]]:
-    """``(notebook, id, claim)`` of each key claim that passes without power (it keeps its part from being shown)."""
-    return [(nb, cid, by_key[(nb, cid)]) for nb, cid in statement.claim_keys()
-            if (nb, cid) in by_key and by_key[(nb, cid)].passed and not _shown(by_key[(nb, cid)])]
 
 
 def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
@@ -219,7 +192,10 @@ def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
     '`d`: evidence predicted at `full`'
     """
     out = []
-    for nb, cid, claim in _undecided(statement, by_key):
+    for nb, cid in statement.claim_keys():
+        claim = by_key.get((nb, cid))
+        if claim is None or not claim.passed or _shown(claim):
+            continue
         ref = cid if nb == statement.chapter else f"{nb}:{cid}"
         if (claim.rule_kind or claim.kind) != "evidence":
             text = f"its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
@@ -288,17 +264,8 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
 
 
 def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
-    """Write ``results.md`` next to the reproduction report from ``book/results.yml``; None when that file is absent.
-
-    Parameters
-    ----------
-    generated
-        The ``book/generated`` folder of the project (``book/results.yml`` is beside it).
-    claims
-        Every claim of the last run.
-    runs
-        The run records by notebook (for the profile and which chapters ran).
-    """
+    """Write ``<generated>/results.md`` from ``book/results.yml`` (beside ``generated``), every claim of the last
+    run and its run records by notebook; ``None`` when that file is absent."""
     generated = Path(generated)
     data = generated.parent / "results.yml"
     if not data.is_file():
@@ -307,11 +274,6 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
     profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
     ran = {n for n, m in runs.items() if m.get("status") == "ok"}
-    out = generated / "results.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".md.tmp")
     keys = {k for st in results.statements for k in st.claim_keys()}
     forecasts = claim_forecasts(generated.parent.parent, claims, runs, keys)
-    tmp.write_text(render(results, claims, labels, ran, profiles, runs, forecasts), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_page(generated / "results.md", render(results, claims, labels, ran, profiles, runs, forecasts))
