@@ -118,23 +118,12 @@ def _shadow(paths: Paths, root: Path) -> Paths:
     return Paths(root)
 
 
-def run_sweep(
-    paths: Paths,
-    seeds: list[int],
-    names: list[str] | None = None,
-    *,
-    profile: str = "smoke",
-    device: str = "auto",
-    jobs: int = 1,
-    force: bool = False,
-    progress: bool = True,
-    log=print,
-    cluster: object | None = None,
-) -> dict:
+def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke",
+              device: str = "auto", jobs: int = 1, force: bool = False, progress: bool = True, log=print,
+              cluster: object | None = None) -> dict:
     """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page.
 
-    With ``cluster`` (a :class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is
-    submitted at once, so that no worker idles while a seed's slowest notebook finishes.
+    On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
     """
     from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
 
@@ -169,9 +158,7 @@ def run_sweep(
 def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
     """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
 
-    Each seed's measurements stay where the sweep wrote them
-    (``book/generated/sweep/<profile>/seed-N``); a seed whose notebook did not
-    run counts as failed, as in :func:`run_sweep`.
+    A seed whose notebook failed counts as failed, as in :func:`run_sweep`; one that never ran is refused.
     """
     if not seeds:
         raise UsageError("--seeds names no seed")
@@ -203,6 +190,7 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
 
 
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
+    """Merge ``data`` (one profile's entries) into ``book/calibration.json``, then write the page."""
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
     profiles = _profiles(_read_json(paths))
