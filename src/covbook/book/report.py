@@ -25,7 +25,7 @@ from covbook.book.render import cell, render, write_page
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.book.theorems import link_theorems, theorem_labels
-from covbook.claims import KINDS, LEVEL, Claim, Z, familywise, fmt
+from covbook.claims import KINDS, LEVEL, Claim, Z, familywise
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
 
@@ -59,20 +59,6 @@ def verdict_chip(c: Claim) -> str:
     if c.alternatives and not c.powered:
         return "✓ pass; " + c.power_text()
     return "✓ pass"
-
-
-def _row(name: str, c: Claim, labels: set[str]) -> str:
-    """The claim's row of the report's table; its theorem box linked where the chapters have it."""
-    needs = (c.rule_kind or c.kind) == "evidence"
-    basis = cell(c.basis) if c.basis else ("**none: an evidence claim needs a basis**" if needs else "—")
-    if c.reason:
-        basis += f"; not evaluated: {cell(c.reason)}"
-    power = cell(c.power_text()) if c.alternatives else "—"
-    statement = link_theorems(cell(c.statement), labels)
-    theorem = f" ({{prf:ref}}`{c.theorem}`)" if c.theorem and c.theorem in labels else ""
-    kind = c.kind if c.rule_kind in (None, c.kind) else f"{c.kind} (an {c.rule_kind} rule without power here)"
-    return (f"| {verdict_chip(c)} | {fmt(c.measured)} in {cell(c.expected_text())} | "
-            f"{{claim-row}}`{name}:{c.id}`: {statement}{theorem} | {kind} | {power} | {basis} |")
 
 
 def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
@@ -120,15 +106,15 @@ def write_report(paths: Paths) -> Path:
     for name in v.runs:
         cl = sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, len(order)))
         if cl:
-            notebooks.append((name, f"{sum(c.passed for c in cl)} of {len(cl)}", _counts_text(cl),
-                              [_row(name, c, labels) for c in cl]))
+            notebooks.append((name, f"{sum(c.passed for c in cl)} of {len(cl)}", _counts_text(cl), cl))
     n_evidence = sum(c.kind == "evidence" for c in v.claims)
     text = render("reproduction.md.j2", n_claims=len(v.claims), n_pass=sum(c.passed for c in v.claims), ok=v.ok,
                   by_kind=_counts_text(v.claims), level=LEVEL, z=Z, n_evidence=n_evidence,
                   familywise=familywise(n_evidence), problems=[_quoted(p) for p in v.problems],
                   notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines), notebooks=notebooks,
                   runs=v.runs, costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
-                  platform=platform.platform(), versions=versions())
+                  platform=platform.platform(), versions=versions(), chip=verdict_chip, labels=labels,
+                  link_theorems=link_theorems)
     out = write_page(paths.generated / "reproduction.md", text)
     write_calibration_page(paths)
     refresh_verdicts(paths, book_claims)

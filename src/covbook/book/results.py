@@ -205,19 +205,6 @@ def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
     return "; ".join(out)
 
 
-def _problems(statements: list[Statement], by_key: dict, labels: set[str], ran: set[str] | None) -> list[str]:
-    """The page's "Not in this run" list: unknown theorem labels and key claims the run lacks."""
-    out = []
-    for s in statements:
-        if s.theorem and s.theorem not in labels:
-            out.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
-        for nb, cid in s.claim_keys():
-            if (nb, cid) not in by_key:
-                why = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
-                out.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({why})")
-    return out
-
-
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
@@ -259,8 +246,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                        counts=Counter(r["status"] for r in sections[0][1]),
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shown=_shown,
-                       larger=larger, power_rows=power_rows, count=fmt_count,
-                       problems=_problems([r["s"] for _, rows in sections for r in rows], by_key, labels, ran))
+                       larger=larger, power_rows=power_rows, count=fmt_count, ran=ran)
 
 
 def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
