@@ -218,7 +218,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
     from covbook.book.render import render as render_page
 
     forecasts = forecasts or {}
-    windows = {(c.notebook, c.id): c.window for c in claims}
+    windows = {(c.notebook, c.id): c.window for c in reversed(claims)}  # a key's first claim
     decisions = {k: decision_text(v, windows.get(k)) for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
     sections = []
@@ -228,25 +228,18 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
             st = status(s, by_key)
             undecided = st in ("holds in part", "compatible only")
             rows.append({"s": s, "status": st, "detail": status_detail(s, by_key),
-                         "decide": decide_text(s, by_key, decisions) if undecided else "",
-                         "parts": [(name, [(nb, cid, by_key.get((nb, cid))) for nb, cid in keys])
-                                   for name, keys in s.part_keys()]})
+                         "decide": decide_text(s, by_key, decisions) if undecided else ""})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
             for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
-    power_rows, larger = [], []
-    for s in (s for s in results.statements if s.source == "abstract"):
-        for nb, cid in (k for k in s.claim_keys() if k in by_key):
-            at = {f.profile: f for f in forecasts.get((nb, cid), [])}
-            larger += [p for p in at if p not in larger]
-            claim = by_key[(nb, cid)]
-            power_rows.append({"statement": s.id, "claim": cid if nb == s.chapter else f"{nb}:{cid}", "at": at,
-                               "built": claim.profile or "?", "kind": claim.kind if claim.passed else "FAIL"})
+    abstract = [k for s in results.statements if s.source == "abstract" for k in s.claim_keys() if k in by_key]
     return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
                        counts=Counter(r["status"] for r in sections[0][1]),
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shown=_shown,
-                       larger=larger, power_rows=power_rows, count=fmt_count, ran=ran)
+                       statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
+                       larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
+                       at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
 
 
 def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
