@@ -332,15 +332,13 @@ def _flag_chance(n: int) -> float:
 
 
 def detectable_rate(n: int, power: float = 0.8) -> float:
-    """The failure rate ``r`` the flag rule catches with probability ``power`` at ``n`` seeds (bisection on
-    ``P(Binomial(n, r) >= FLAG_FAILURES) = power``); 1 when ``n`` seeds cannot show that many failures."""
+    """The failure rate ``r`` the flag rule catches with probability ``power`` at ``n`` seeds, the root of
+    ``P(Binomial(n, r) >= FLAG_FAILURES) = power``; 1 when ``n`` seeds cannot show that many failures."""
+    from scipy.optimize import brentq
+
     if n < FLAG_FAILURES:
         return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if binomial_tail(FLAG_FAILURES, n, mid) < power else (lo, mid)
-    return hi
+    return float(brentq(lambda r: binomial_tail(FLAG_FAILURES, n, r) - power, 0.0, 1.0, xtol=1e-15))
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
