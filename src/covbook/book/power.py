@@ -299,13 +299,9 @@ def profile_parameters(root: str | Path, notebook: str, profile: str) -> dict:
 
 def load_replicates(root: str | Path) -> dict[str, Replicates]:
     """Every notebook's ``replicates:`` entry in ``<root>/notebooks/profiles.yml``, parsed (notebook -> entry)."""
-    import yaml
-
     path = Path(root) / "notebooks" / "profiles.yml"
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
-    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in raw.items()
-            if nb != "profiles" and isinstance(entry, dict) and "replicates" in entry}
+    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in load_profiles(path).items()
+            if "replicates" in entry}
 
 
 def larger_profiles(profile: str | None) -> list[str]:
