@@ -31,9 +31,8 @@ def seed_text(seeds: list[int]) -> str:
     ('0–2', '7, 9')
     """
     seeds = list(seeds)
-    if seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}–{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+    return (f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else
+            ", ".join(map(str, seeds)))
 
 
 def cell(text: str) -> str:
