@@ -347,12 +347,8 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
 
 
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
-    """What scale would decide a claim: the first profile predicted to give it power, else the largest.
-
-    >>> f = Forecast("s", "08_x", "full", "n_streams", 256.0, 32.0, "compatible", n_needed=2000.0)
-    >>> decision_text([f])
-    'not decided by `full` (`n_streams` 256): needs `n_streams` ≥ 2,000'
-    """
+    """What scale would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it
+    power, else the largest; ``window`` is the rule's (a non-shrinking window is decided by no size)."""
     from covbook.book.render import render
 
     if not forecasts:

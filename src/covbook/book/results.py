@@ -181,16 +181,8 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
 
 def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
                 decisions: dict[tuple[str, str], str]) -> str:
-    """What would decide each key claim of ``statement`` that passes without power, one clause per claim.
-
-    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"))
-    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible", rule_kind="evidence")
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> decide_text(s, {("01_a", "c"): ok, ("01_a", "d"): weak}, {("01_a", "d"): "evidence predicted at `full`"})
-    '`d`: evidence predicted at `full`'
-    """
+    """What would decide each key claim of ``statement`` that passes without power, one clause per claim;
+    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
     out = []
     for nb, cid in statement.claim_keys():
         claim = by_key.get((nb, cid))
@@ -208,12 +200,8 @@ def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
-    """The page's MyST markdown (``templates/results.md.j2``).
-
-    ``forecasts`` are :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``: what scale would
-    decide a key claim that passes without power, and the table of the abstract's statements at a larger
-    profile.
-    """
+    """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
+    :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
     from covbook.book.power import decision_text, fmt_count
     from covbook.book.render import render as render_page
 
