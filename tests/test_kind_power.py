@@ -98,14 +98,22 @@ def test_08_slopes_at_quick_are_compatible_where_their_windows_contain_an_altern
                      "slope_gauss_L3": "evidence", "slope_gauss_L4": "evidence"}
 
 
-def test_report_role_and_verdict_line_render_the_judged_kind():
+def test_report_role_and_verdict_line_render_the_judged_kind(tmp_path):
+    from claims_fixtures import claim, fake_project
     from covbook.book import report, sphinx_claims
+    from covbook.book.config import Paths
 
     edge = 0.5 / quantile()
     wide = judge(RATE, Measurement("s", "08_x", -1.0, prediction=-1.0, se=1.5 * edge), profile="quick")
     narrow = judge(RATE, Measurement("s", "08_x", -1.0, prediction=-1.0, se=0.5 * edge), profile="full")
-    assert "| compatible (an evidence rule without power here) |" in report._row("08_x", wide, set())
-    assert "| evidence |" in report._row("08_x", narrow, set())
+    alts = [{"name": a.name, "value": a.value} for a in RATE.alternatives]
+    proj = fake_project(tmp_path, {"08_x": [claim(cid, "08_x", prediction=-1.0, measured=-1.0, se=se, alternatives=alts)
+                                            for cid, se in (("wide", 1.5 * edge), ("narrow", 0.5 * edge))]})
+    rows = {line.split("`08_x:")[1].split("`")[0]: line
+            for line in report.write_report(Paths(proj)).read_text(encoding="utf-8").splitlines()
+            if "{claim-row}`08_x:" in line}
+    assert "| compatible (an evidence rule without power here) |" in rows["wide"]
+    assert "| evidence |" in rows["narrow"]
     assert report.verdict_chip(wide) == "≈ compatible, cannot exclude t^(-1/2)"
     assert report.verdict_chip(narrow) == "✓ pass"
     assert "(compatible at profile quick, an evidence rule without power there, compatible)" in sphinx_claims._title(

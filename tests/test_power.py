@@ -254,3 +254,16 @@ def test_full_widths_measured_on_the_h200_match_the_prediction():
               for r in _h200_rows()]
     assert all(0.5 < x < 2.0 for x in ratios), sorted(ratios)
     assert 0.8 < math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.25
+
+
+def test_the_decision_says_why_no_size_decides_a_claim():
+    f = power.Forecast("s", "08_x", "full", "n", 64.0, 16.0, "compatible")
+    assert power.decision_text([f], "two_sided") == (
+        "not decided by any size: an alternative stays inside its window however small the SE (within its "
+        "allowance, or on its open side)")
+    assert power.decision_text([f], "above") == ("not decided by size: its window's power does not grow with the "
+                                                 "replicates")
+    assert power.decision_text([dataclasses.replace(f, note="the range of log t")], "two_sided").endswith(
+        "on its open side; not counted: the range of log t, which would narrow its window further)")
+    long = dataclasses.replace(f, kind="evidence", n_needed=20.0, length_name="t_max", length=4096.0)
+    assert power.decision_text([long]) == "evidence predicted at `full` (`n` 64 ≥ 20 needed at `t_max` 4,096)"

@@ -1,40 +1,15 @@
-"""Power at another profile: each evidence claim's window predicted from the run's standard errors.
+r"""Power at another profile: each evidence claim's window predicted from the run's standard errors.
 
-A claim's window is formed from the prediction and the run's standard error (:func:`covbook.rules.window`),
-and an ``evidence`` rule's claim is ``evidence`` at a profile only where that window excludes every
-alternative the rule names (:func:`covbook.rules.judged_kind`).  An SE estimated over ``n`` independent
-replicates (pairs of streams, tasks, models, prompts, ...) scales as
-
-.. math::
-
-    \\mathrm{SE}_Q = \\mathrm{SE}_P \\sqrt{n_P / n_Q},
-
-so the window of profile ``Q`` is the rule's window rebuilt about the same prediction with ``SE_Q`` (and,
-for a Student-t quantile, ``dof_Q + 1 = (dof_P + 1)·n_Q/n_P``), and its predicted kind is
-:func:`~covbook.rules.judged_kind` of that window: the measured value never enters.  The smallest ``n``
-whose window excludes every alternative is the scale that decides the claim (:func:`needed`).
-
-What counts the replicates is declared per notebook, in one place: the ``replicates:`` key of the
-notebook's entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`), an expression of the
-notebook's parameters for the notebook (``default``) and for any claim whose replicates differ; only
-ratios matter, so ``n_streams`` and ``n_streams / 2`` (pairs) predict alike.  A claim whose SE depends on
-more than its replicates (a slope's SE also shrinks with the range of ``log t`` it is fitted over) is
-predicted for the replicates alone, and the page says so.  A quantity read at the end of a stream of
-length ``t`` (a limit, whose variance is ``C/t`` by the rate theorem) has ``SE ∝ (n·t)^(−1/2)``: it is
-declared ``{n: expression, length: expression}`` (:class:`Scale`; the degrees of freedom still count ``n``
-alone).  A claim whose window the run builds differently at another profile is declared
-``{not_predicted: reason}``.
-
-The model is checked against a paper-scale run: ``studies/power_scaling_h200.py`` predicts the full windows of
-chapters 01–05 from their quick run and compares them with the windows of a full run on one GPU
-(``tests/data/power_quick_full_h200.json``, tested in ``tests/test_power.py``).
-
-Windows: ``two_sided``, ``at_least``, ``at_most``, ``above``, ``below`` and ``chi2_mean`` are rebuilt from
-the scaled SE exactly as :func:`covbook.rules.window` builds them; a ``run_interval`` is rebuilt by scaling
-its ends' distances from the prediction like the SE (the large-ν form of the χ²_ν/ν intervals the runs
-compute, ν ∝ n); ``fixed`` and ``tolerance`` windows do not depend on the replicates.
-
-This module is part of the pipeline: it imports no science (no numpy, no torch).
+An SE over ``n`` independent replicates (streams, pairs, tasks, models) scales as
+:math:`\mathrm{SE}_Q = \mathrm{SE}_P \sqrt{n_P / n_Q}` (and as :math:`(n\ell)^{-1/2}` for a quantity read
+at the end of a stream of length :math:`\ell`, whose variance is :math:`C/\ell`), with Student-t degrees
+of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt about the same prediction
+with that SE (:func:`covbook.rules.window`; a ``run_interval``'s ends scaled about the prediction like the
+SE) gives the claim's predicted kind at profile ``Q`` (:func:`covbook.rules.judged_kind`): the measured
+value never enters.  ``fixed`` and ``tolerance`` windows are the same at every size.  What counts the
+replicates is each notebook's ``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
+``studies/power_scaling_h200.py`` checks the model against a paper-scale run (``tests/test_power.py``).
+The pipeline imports no science: no numpy, no torch.
 """
 
 from __future__ import annotations
@@ -42,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-from covbook.book.config import expression_value, load_profiles, notebook_parameters, resolve_parameters
+from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
 __all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
@@ -69,8 +45,7 @@ class NotPredicted:
 
 @dataclass(frozen=True)
 class Scale:
-    """``SE ∝ (n·ℓ)^(−1/2)``: ``n`` counts the replicates (and the degrees of freedom), ``length`` a length
-    the SE also falls with (the context length of a limit read at a stream's end)."""
+    """``SE ∝ (n·ℓ)^(−1/2)``: ``n`` counts the replicates (and the dof), ``length`` a length the SE falls with."""
 
     n: str
     length: str | None = None
@@ -79,17 +54,8 @@ class Scale:
 
 @dataclass(frozen=True)
 class Replicates:
-    """What counts the independent replicates of one notebook's claims (its ``replicates:`` entry).
-
-    Attributes
-    ----------
-    notebook : str
-        The notebook's name.
-    default : str or None
-        The expression of the notebook's parameters for every claim not named in ``claims``.
-    claims : dict
-        Claim id -> expression (``str``), :class:`Scale` or :class:`NotPredicted`.
-    """
+    """One notebook's ``replicates:`` entry: a ``default`` expression and, by claim id, an expression,
+    :class:`Scale` or :class:`NotPredicted`."""
 
     notebook: str
     default: str | None = None
@@ -112,24 +78,11 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     """A notebook's ``replicates:`` entry: ``{default: spec, <claim id>: spec | {not_predicted: reason}}``.
 
     A spec is an expression of the notebook's parameters that counts the replicates, or
-    ``{n: expression, length: expression}`` for an SE that also falls with a length (:class:`Scale`).
+    ``{n: expression, length: expression, also: text}`` (:class:`Scale`); anything else is a ``ValueError``
+    naming ``<notebook>.replicates`` and the key.
 
-    Raises
-    ------
-    ValueError
-        Naming ``<notebook>.replicates`` and the key, for anything else.
-
-    Examples
-    --------
-    >>> parse_replicates({"default": "n_streams", "c": {"not_predicted": "a fixed window"}}, "01_a").of("c")
-    NotPredicted(reason='a fixed window')
     >>> parse_replicates({"default": {"n": "n_streams", "length": "t_max"}}, "01_a").of("c")
     Scale(n='n_streams', length='t_max', also=None)
-    >>> try:
-    ...     parse_replicates({"c": 3}, "01_a")
-    ... except ValueError as err:
-    ...     print(str(err)[:60])
-    notebooks/profiles.yml: 01_a.replicates.c must be an express
     """
     at = f"{where}: {notebook}.replicates"
     if not isinstance(raw, dict) or not raw:
@@ -166,10 +119,6 @@ def replicate_count(expr: str, params: dict, where: str = "replicates") -> float
 
     >>> replicate_count("n_models * n_prompts", {"n_models": 8, "n_prompts": 4})
     32.0
-    >>> replicate_count("n_pairs", {"n_streams": 4})
-    Traceback (most recent call last):
-    ...
-    ValueError: replicates: expression 'n_pairs' names 'n_pairs', which is not a parameter of the notebook
     """
     n = expression_value(expr, params, where=where, calls=False, error=ValueError)
     if not (math.isfinite(n) and n > 0):
@@ -178,11 +127,7 @@ def replicate_count(expr: str, params: dict, where: str = "replicates") -> float
 
 
 def scaled_se(se: float, n_from: float, n_to: float) -> float:
-    """``se · sqrt(n_from / n_to)``: the SE of a mean over ``n_to`` replicates given its value over ``n_from``.
-
-    >>> scaled_se(0.2, 16, 64)
-    0.1
-    """
+    """``se · sqrt(n_from / n_to)``: the SE of a mean over ``n_to`` replicates given its value over ``n_from``."""
     if not (n_from > 0 and n_to > 0):
         raise ValueError(f"n_from and n_to must be positive replicate counts, got {n_from}, {n_to}")
     return se * math.sqrt(n_from / n_to)
@@ -194,19 +139,14 @@ def scaled_dof(dof: int | None, n_from: float, n_to: float) -> int | None:
     >>> scaled_dof(15, 16, 128), scaled_dof(None, 16, 128), scaled_dof(3, 4, 1)
     (127, None, 1)
     """
-    if dof is None:
-        return None
-    return max(1, round((dof + 1) * n_to / n_from) - 1)
+    return None if dof is None else max(1, round((dof + 1) * n_to / n_from) - 1)
 
 
 def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> Measurement:
     """The measurement ``m`` (over ``n_from`` replicates) as a run over ``n_to`` would record its uncertainty.
 
-    The value, prediction, allowance and extras are kept; the SE and the degrees of freedom scale
-    (:func:`scaled_se`, :func:`scaled_dof`), and so do a run's own window ends about the prediction.
-    ``length`` is the ratio ``ℓ_to/ℓ_from`` of a length the SE also falls with, ``SE ∝ (n·ℓ)^(−1/2)`` (the
-    context length of a limit read at a stream's end, whose variance is C/t); it leaves the degrees of
-    freedom, which count replicates, alone.
+    The SE, the dof and a run's own window ends (about the prediction) scale; the rest is kept.  ``length``
+    is the ratio ``ℓ_to/ℓ_from`` of a length the SE also falls with; the dof count replicates only.
 
     >>> m = Measurement("s", "08_x", -0.9, prediction=-1.0, se=0.2, lower=-1.6, upper=-0.7)
     >>> s = scaled(m, 16, 64)
@@ -238,16 +178,7 @@ def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, length: f
             profile: str | None = None):
     """The claim a run over ``n_to`` replicates would be judged: ``judge(rule, scaled(m, n_from, n_to, length))``.
 
-    Its window, ``powered`` and ``kind`` are the prediction; its measured value and verdict are the
-    measured run's and mean nothing at ``n_to``.
-
-    Examples
-    --------
-    >>> from covbook.rules import Alternative
-    >>> r = Rule("s", "evidence", "a slope is −1", "two_sided", alternatives=(Alternative("t^(-1/2)", -0.5),))
-    >>> m = Measurement("s", "08_x", -0.98, prediction=-1.0, se=0.2)     # −1 ± 0.70: contains −0.5
-    >>> predict(rule=r, m=m, n_from=16, n_to=16).kind, predict(rule=r, m=m, n_from=16, n_to=64).kind
-    ('compatible', 'evidence')
+    Its window, ``powered`` and ``kind`` are the prediction; its measured value and verdict mean nothing there.
     """
     why = _scalable(rule, m)
     if why:
@@ -258,20 +189,9 @@ def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, length: f
 def needed(rule: Rule, m: Measurement, n_from: float, length: float = 1.0) -> float | None:
     """The smallest replicate count whose predicted window excludes every alternative (at length ratio ``length``).
 
-    ``None`` when no count does: the window does not shrink with the SE (``fixed``, ``tolerance``,
-    ``above``, ``below``: its power is the same at every size), or an alternative stays inside it
-    however small the SE (within the allowance, or on the open side of a one-sided window), or more
-    than :data:`N_CAP` replicates would be needed.
-
-    For a ``two_sided`` window ``p ± Z·se`` (normal quantile, no allowance) and one alternative at
-    distance ``D`` from ``p``, the window excludes it when ``Z·se·sqrt(n_from/n) < D``, so the answer
-    is the first integer above ``n_from·(Z·se/D)²``:
-
-    >>> from covbook.rules import Alternative, Z
-    >>> r = Rule("s", "evidence", "x", "two_sided", alternatives=(Alternative("no decay", 0.0),))
-    >>> m = Measurement("s", "08_x", -1.0, prediction=-1.0, se=0.5)
-    >>> needed(r, m, 16) == math.floor(16 * (Z * 0.5 / 1.0) ** 2) + 1
-    True
+    ``None`` when no count does: a window that does not shrink with the SE, an alternative inside it however
+    small the SE (the allowance, an open side), or more than :data:`N_CAP`.  For ``p ± Z·se`` and an
+    alternative at distance ``D``, it is the first integer above ``n_from·(Z·se/D)²``.
     """
     if rule.window not in SHRINKING or _scalable(rule, m) or not rule.alternatives:
         return None
@@ -298,13 +218,6 @@ def measurement_of(claim) -> Measurement:
 
     The allowance is read back from the window: ``tolerance − k·se`` of a ``two_sided`` window, the
     distance of a one-sided end beyond ``p ∓ k·se``.
-
-    >>> from covbook.rules import Alternative
-    >>> r = Rule("s", "evidence", "x", "two_sided", alternatives=(Alternative("no decay", 0.0),))
-    >>> c = judge(r, Measurement("s", "08_x", -0.9, prediction=-1.0, se=0.1, dof=9, allowance=0.05))
-    >>> m = measurement_of(c)
-    >>> (m.prediction, m.se, m.dof, round(m.allowance, 12))
-    (-1.0, 0.1, 9, 0.05)
     """
     extra = dict(claim.extra)
     se, dof = extra.pop("se", None), extra.pop("dof", None)
@@ -327,52 +240,27 @@ def measurement_of(claim) -> Measurement:
 
 @dataclass(frozen=True)
 class Forecast:
-    """An evidence claim's power at one profile, predicted from a run at another.
-
-    Attributes
-    ----------
-    claim, notebook, profile : str
-        The claim, its notebook and the profile predicted.
-    replicates : str or None
-        The expression that counts the replicates (``None`` when not predicted).
-    n, n_run : float or None
-        The replicates at ``profile`` and in the measured run.
-    kind : str or None
-        The predicted judged kind (``evidence`` or ``compatible``); ``None`` when not predicted.
-    lower, upper, se : float or None
-        The predicted window and SE.
-    n_needed : float or None
-        The smallest count with power (:func:`needed`); ``None`` when none does or it is not predicted.
-    note : str or None
-        Why the window is not predicted, or what the prediction leaves out.
-    length_name : str or None
-        The length the SE also falls with (:class:`Scale`), and ``length`` its value at ``profile``;
-        ``n_needed`` is counted at that length.
-    """
+    """An evidence claim's power at ``profile``, predicted from a run at another (``None``: not predicted)."""
 
     claim: str
     notebook: str
     profile: str
-    replicates: str | None
-    n: float | None
-    n_run: float | None
-    kind: str | None
-    lower: float | None = None
+    replicates: str | None  # the expression that counts the replicates
+    n: float | None  # the replicates at ``profile``
+    n_run: float | None  # the replicates of the measured run
+    kind: str | None  # the predicted kind: "evidence" or "compatible"
+    lower: float | None = None  # the predicted window and SE
     upper: float | None = None
     se: float | None = None
-    n_needed: float | None = None
-    note: str | None = None
-    length_name: str | None = None
-    length: float | None = None
+    n_needed: float | None = None  # the smallest count with power (:func:`needed`), at ``length``
+    note: str | None = None  # why it is not predicted, or what the prediction leaves out
+    length_name: str | None = None  # the length the SE also falls with (:class:`Scale`)
+    length: float | None = None  # its value at ``profile``
 
 
 def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted, run_params: dict,
              profiles: dict[str, dict]) -> list[Forecast]:
-    """The claim's predicted power at each profile of ``profiles`` (name -> that profile's parameters).
-
-    ``run_params`` are the parameters of the measured run.  A claim the model does not predict gives one
-    forecast per profile with ``kind`` ``None`` and the reason in ``note``.
-    """
+    """The claim's forecast at each profile of ``profiles`` (name -> parameters) from a run with ``run_params``."""
     where = f"{m.notebook}.replicates ({m.id})"
     if rule.window in ("fixed", "tolerance") and not m.reason:  # the same window at every size
         kind = judge(rule, m).kind
@@ -411,19 +299,13 @@ def profile_parameters(root: str | Path, notebook: str, profile: str) -> dict:
 
 def load_replicates(root: str | Path) -> dict[str, Replicates]:
     """Every notebook's ``replicates:`` entry in ``<root>/notebooks/profiles.yml``, parsed (notebook -> entry)."""
-    import yaml
-
     path = Path(root) / "notebooks" / "profiles.yml"
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
-    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in raw.items()
-            if nb != "profiles" and isinstance(entry, dict) and "replicates" in entry}
+    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in load_profiles(path).items()
+            if "replicates" in entry}
 
 
 def larger_profiles(profile: str | None) -> list[str]:
     """The profiles after ``profile`` in the profiles table (smallest first); every one for an unknown profile."""
-    from covbook.book.config import PROFILES
-
     return list(PROFILES[PROFILES.index(profile) + 1:]) if profile in PROFILES else list(PROFILES)
 
 
@@ -431,89 +313,48 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
                     keys: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[Forecast]]:
     """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``).
 
-    Parameters
-    ----------
-    root
-        The project root (its ``notebooks/``: parameters cells, profiles.yml, rules).
-    claims
-        Judged claims (:class:`covbook.claims.Claim`) of the runs.
-    runs
-        Run records by notebook: their ``parameters`` (and profile) are the measured run's.
-    keys
-        ``(notebook, claim id)`` to forecast; default every evidence claim.
+    ``root`` is the project (its ``notebooks/``), ``claims`` the judged claims, ``runs`` the run records by
+    notebook (their ``parameters`` are the measured run's).
     """
-    from covbook.book.config import PROFILES
     from covbook.rules import load_rules, rules_path
 
     root = Path(root)
     replicates = load_replicates(root)
+
+    @cache
+    def params(notebook: str, profile: str) -> dict:
+        return profile_parameters(root, notebook, profile)
+
     out: dict[tuple[str, str], list[Forecast]] = {}
-    params: dict[tuple[str, str], dict] = {}
     for c in claims:
-        key = (c.notebook, c.id)
-        if (keys is not None and key not in keys) or (c.rule_kind or c.kind) != "evidence":
+        if (keys is not None and (c.notebook, c.id) not in keys) or (c.rule_kind or c.kind) != "evidence":
             continue
-        run = runs.get(c.notebook) or {}
-        injected = dict(run.get("parameters") or {})
+        injected = dict((runs.get(c.notebook) or {}).get("parameters") or {})
         built = c.profile or injected.get("profile")
         rules_file = rules_path(root, c.notebook)
-        if built not in PROFILES or not rules_file.is_file() or c.id not in load_rules(rules_file):
+        if built not in PROFILES or not rules_file.is_file() or c.id not in (rules := load_rules(rules_file)):
             continue  # a run of no known profile has no parameters to scale from
-        targets = larger_profiles(built)
-        for name in [*targets, built]:
-            if (c.notebook, name) not in params:
-                params[(c.notebook, name)] = profile_parameters(root, c.notebook, name)
-        defaults = params[(c.notebook, built)]
-        run_params = {**defaults, **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
+        targets = {name: params(c.notebook, name) for name in larger_profiles(built)}
+        run_params = {**params(c.notebook, built),
+                      **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
         entry = replicates.get(c.notebook) or Replicates(c.notebook)
-        unknown = sorted(set(entry.claims) - set(load_rules(rules_file)))
+        unknown = sorted(set(entry.claims) - set(rules))
         if unknown:
             raise ValueError(f"notebooks/profiles.yml: {c.notebook}.replicates names claim(s) {', '.join(unknown)}, "
                              f"which {rules_file.name} does not have")
-        out[key] = forecast(load_rules(rules_file)[c.id], measurement_of(c), entry.of(c.id), run_params,
-                            {name: params[(c.notebook, name)] for name in targets})
+        out[(c.notebook, c.id)] = forecast(rules[c.id], measurement_of(c), entry.of(c.id), run_params, targets)
     return out
 
 
-_DECISION = """\
-{%- if f.kind is none -%}
-not predicted: {{ f.note }}
-{%- elif f.replicates is none -%}
-{{ f.kind }} at every profile: {{ f.note }}
-{%- elif f.kind == "evidence" -%}
-evidence predicted at `{{ f.profile }}` \
-(`{{ f.replicates }}` {{ count(f.n) }}{% if f.n_needed %} ≥ {{ count(f.n_needed) }} needed{{ at }}{% endif %})
-{%- elif f.n_needed -%}
-not decided by `{{ f.profile }}` (`{{ f.replicates }}` {{ count(f.n) }}): \
-needs `{{ f.replicates }}` ≥ {{ count(f.n_needed) }}{{ at }}
-{%- elif shrinks -%}
-not decided by any size: an alternative stays inside its window however small the SE \
-(within its allowance, or on its open side)
-{%- else -%}
-not decided by size: its window's power does not grow with the replicates
-{%- endif -%}
-"""
-
-
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
-    """What scale would decide a claim: the first profile predicted to give it power, else the largest.
-
-    Examples
-    --------
-    >>> f = Forecast("s", "08_x", "full", "n_streams", 256.0, 32.0, "evidence", n_needed=90.0)
-    >>> decision_text([f])
-    'evidence predicted at `full` (`n_streams` 256 ≥ 90 needed)'
-    >>> decision_text([dataclasses.replace(f, kind="compatible", n_needed=2000.0)])
-    'not decided by `full` (`n_streams` 256): needs `n_streams` ≥ 2,000'
-    """
-    import jinja2
+    """What scale would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it
+    power, else the largest; ``window`` is the rule's (a non-shrinking window is decided by no size)."""
+    from covbook.book.render import render
 
     if not forecasts:
         return ""
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
-    at = f" at `{chosen.length_name}` {fmt_count(chosen.length)}" if chosen.length_name else ""
-    text = env.from_string(_DECISION).render(f=chosen, count=fmt_count, shrinks=window in SHRINKING, at=at)
+    text = render("decision.md.j2", f=chosen, count=fmt_count, shrinks=window in SHRINKING).rstrip("\n")
     if chosen.kind is not None and chosen.replicates is not None and chosen.note:
         extra = f"not counted: {chosen.note}, which would narrow its window further"
         text = f"{text[:-1]}; {extra})" if text.endswith(")") else f"{text} ({extra})"
@@ -521,17 +362,12 @@ def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
 
 
 def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
-    """The predicted power at ``profile`` of each notebook's evidence claims, from its last run (for ``--plan``).
-
-    One line per notebook in ``names`` whose last run (``book/generated``) was at a smaller profile: how many
-    evidence claims are predicted ``evidence`` there, and those that are not, with the count that would give
-    them power.  Nothing for a notebook without a run.
-    """
+    """One line per notebook of ``names`` whose last run was at a profile smaller than ``profile``: how many of
+    its evidence claims are predicted evidence there, and the count the others need (``covbook run --plan``)."""
     from covbook.book.records import read_run
     from covbook.claims import load_claims
 
-    root = Path(root)
-    gen = root / "book" / "generated"
+    gen = Path(root) / "book" / "generated"
     out = []
     for name in names:
         rec, path = read_run(gen / "runs" / f"{name}.json"), gen / "claims" / f"{name}.json"
@@ -540,15 +376,10 @@ def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
         claims = load_claims(path, rules_root=root, profile=rec.profile)
         found = claim_forecasts(root, claims, {name: dict(rec)})
         at = [f for fs in found.values() for f in fs if f.profile == profile]
-        strong = [f for f in at if f.kind == "evidence"]
-        weak = [f for f in at if f.kind == "compatible"]
-        unknown = [f for f in at if f.kind is None]
-        text = f"- {name}: {len(strong)} of {len(at)} evidence claims predicted evidence at {profile} " \
-               f"(from its {rec.profile} run)"
-        if weak:
-            text += "; compatible: " + ", ".join(
-                f.claim + (f" (needs {f.replicates} ≥ {fmt_count(f.n_needed)})" if f.n_needed else "") for f in weak)
-        if unknown:
-            text += f"; {len(unknown)} not predicted"
-        out.append(text)
+        weak = [f.claim + (f" (needs {f.replicates} ≥ {fmt_count(f.n_needed)})" if f.n_needed else "")
+                for f in at if f.kind == "compatible"]
+        unknown = sum(f.kind is None for f in at)
+        out.append(f"- {name}: {sum(f.kind == 'evidence' for f in at)} of {len(at)} evidence claims predicted evidence "
+                   f"at {profile} (from its {rec.profile} run)" + ("; compatible: " + ", ".join(weak) if weak else "")
+                   + (f"; {unknown} not predicted" if unknown else ""))
     return out

@@ -1,9 +1,8 @@
 """The generated pages' prose: Jinja2 templates in ``templates/`` (Jinja2 ships with Sphinx).
 
-A page's numbers are computed in Python and handed to its template; the sentences around them live in
-the template, with these filters: ``g`` (a number in ``format`` spec ``.2g``, or the spec given),
-``num`` (:func:`covbook.claims.fmt`, ``—`` for none), ``seeds`` (``0–9``, or the seeds listed), ``noun``
-(the noun in the number a count takes) and ``count`` (``1 seed``, ``2 seeds``).
+Filters: ``g`` (``format`` spec, ``.2g`` by default), ``num`` (:func:`covbook.claims.fmt`, ``—`` for
+none), ``seeds`` (:func:`seed_text`), ``noun`` and ``count`` (``1 seed``, ``2 seeds``), ``cell`` (text
+for a Markdown table cell) and ``oneline`` (a wrapped paragraph on one line).
 """
 
 from __future__ import annotations
@@ -11,13 +10,13 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "render", "noun", "seed_text"]
+__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "cell"]
 
 TEMPLATES = Path(__file__).with_name("templates")
 
 
 def noun(n: int, word: str) -> str:
-    """``word`` in the number a count of ``n`` takes (``seed``, ``seeds``).
+    """``word`` in the number a count of ``n`` takes.
 
     >>> noun(1, "seed"), noun(2, "seed")
     ('seed', 'seeds')
@@ -36,6 +35,11 @@ def seed_text(seeds: list[int]) -> str:
             ", ".join(map(str, seeds)))
 
 
+def cell(text: str) -> str:
+    """``text`` in one Markdown table cell: ``|`` escaped, newlines as spaces."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _num(x: float | None) -> str:
     from covbook.claims import fmt
 
@@ -48,11 +52,20 @@ def _environment():
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,  # noqa: S701
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(g=lambda x, spec=".2g": format(x, spec), num=_num, seeds=seed_text, noun=noun,
-                       count=lambda n, word: f"{n} {noun(n, word)}")
+    env.filters.update(g=lambda x, spec=".2g": format(x, spec), num=_num, seeds=seed_text, noun=noun, cell=cell,
+                       count=lambda n, word: f"{n} {noun(n, word)}", oneline=lambda text: " ".join(text.split()))
     return env
 
 
 def render(template: str, **context: object) -> str:
     """The page ``templates/<template>`` rendered with ``context`` (an undefined name is an error)."""
     return _environment().get_template(template).render(**context)
+
+
+def write_page(path: Path, text: str) -> Path:
+    """Write the page ``text`` to ``path`` atomically (a temporary file beside it, then a rename); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,32 +1,14 @@
 """The "Results at a glance" page: which of the theory's statements hold, from the run.
 
-The statements the book tests (the results T1–T5 as this book numbers them and their parts, each
-marked by its ``source`` as the abstract's claim or the book's reconstruction, and the book's own
-findings) and the key claims that decide each of them are declared in one small data file,
-``book/results.yml``.  :func:`write_results` reads it with the claims of the last run and writes
-``book/generated/results.md``: one table row per statement with its status, chapter, theorem
-box and key claims with their verdicts.  A statement's key claims may be grouped into named parts
-(``claims: {rate: [slope_s1p0], constant: [constant_s1p0]}``); a part is *shown* when every claim of
-it passes and each excludes its alternatives (identities and sanity checks name none), and
-*compatible only* when every claim passes but one cannot exclude its alternative at this profile.
-The status is computed, never typed:
-
-- *not tested*: a key claim is not in the run;
-- *fails*: a key claim failed;
-- *holds with a correction*: every part is shown and the statement declares a ``correction``
-  (where the book's statement, the one its claims test, differs from the abstract's);
-- *holds*: every part is shown;
-- *holds in part*: some parts are shown and the others are compatible only; the row says which
-  (``shown: rate, constant; compatible only: mean error``);
-- *compatible only*: every key claim passes but no part is shown: the run agrees with the
-  statement but cannot exclude the alternative.
-
-Where a key claim passes without power, its row says what scale would decide it: the claim's window
-predicted at each larger profile from the run's standard error (:mod:`covbook.book.power`, SE ∝ n^(−1/2)
-in the replicates ``notebooks/profiles.yml`` declares), as *evidence predicted at full (n ≥ needed)* or
-*not decided by full: needs n ≥ …*; and a table gives the predicted kind at the larger profiles of every
-key claim of the abstract's statements.  The page names the profile and seed each chapter ran at, and
-warns when they differ.
+``book/results.yml`` declares the statements the book tests (the results T1–T5 and their parts, each the
+abstract's claim or the book's reconstruction by its ``source``, and the book's own findings) and the key
+claims that decide each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``).
+A part is *shown* when each of its claims passes and excludes its alternatives, *compatible only* when
+each passes but one cannot exclude its alternative at this profile.  The status is computed: *not
+tested* (a key claim is not in the run), *fails* (one failed), *holds with a correction* (every part
+shown, a ``correction`` declared), *holds* (every part shown), *holds in part* (some parts shown, the
+others compatible only) or *compatible only* (none shown).  A key claim that passes without power gets
+the scale predicted to decide it (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -40,20 +22,18 @@ from pathlib import Path
 import yaml
 
 from covbook.book.power import claim_forecasts
+from covbook.book.render import write_page
 from covbook.book.theorems import theorem_labels
-from covbook.claims import Claim, fmt
+from covbook.claims import Claim
 
 __all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
            "status_detail", "decide_text", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
-_MARK = {"holds": "✓", "holds with a correction": "✓", "holds in part": "◐", "compatible only": "≈", "fails": "✗",
-         "not tested": "–"}
 #: The state of one part of a statement, in the order the row lists them.
 PART_STATES = ("fails", "not tested", "shown", "compatible only")
 _FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source", "abstract"}
-#: Where a statement comes from: only the paper's abstract is public, so a statement is either the
-#: abstract's claim or this book's reconstruction (derived in its chapter).
+#: Where a statement comes from: only the paper's abstract is public.
 SOURCES = {"abstract": "The abstract's claim", "reconstruction": "The book's reconstruction"}
 _CHAPTER = re.compile(r"^[0-9]{2}_[A-Za-z0-9_]+$")
 
@@ -163,13 +143,7 @@ def _shown(claim: Claim) -> bool:
 
 
 def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> list[tuple[str, str]]:
-    """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("constant", ("d",))))
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> part_states(s, {("01_a", "c"): ok})
-    [('rate', 'shown'), ('constant', 'not tested')]
-    """
+    """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``."""
     out = []
     for name, keys in statement.part_keys():
         found = [claims.get(k) for k in keys]
@@ -184,13 +158,7 @@ def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> l
 
 
 def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
-    """The statement's status from its key claims' verdicts (see the module docstring).
-
-    >>> s = Statement("T", "x", "01_a", ("c",), correction="only for Gaussians")
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> status(s, {}), status(s, {("01_a", "c"): ok})
-    ('not tested', 'holds with a correction')
-    """
+    """The statement's status, one of ``STATUSES``, from its key claims' verdicts (see the module docstring)."""
     states = {state for _, state in part_states(statement, claims)}
     if "not tested" in states:
         return "not tested"
@@ -202,77 +170,24 @@ def status(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
 
 
 def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) -> str:
-    """Which named parts are shown and which are only compatible (or fail, or are not in the run).
-
-    Empty when the statement names no parts or all its parts share one state.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"), parts=(("rate", ("c",)), ("mean error", ("d",))))
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible")
-    >>> status_detail(s, {("01_a", "c"): ok, ("01_a", "d"): weak})
-    'shown: rate; compatible only: mean error'
-    """
-    if not statement.parts:
-        return ""
+    """Which named parts are shown and which are only compatible (or fail, or are not in the run): ``shown:
+    rate; compatible only: mean error``.  Empty when no part is named or all share one state."""
     states = part_states(statement, claims)
-    if len({state for _, state in states}) < 2:
+    if not statement.parts or len({state for _, state in states}) < 2:
         return ""
     groups = [(state, [name for name, st in states if st == state]) for state in PART_STATES]
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _chapter_number(chapter: str) -> str:
-    return str(int(chapter[:2]))
-
-
-def _claim_ref(nb: str, cid: str, claim: Claim | None, statement: Statement, claim_role: bool) -> str:
-    if claim is None:
-        return f"–&nbsp;`{cid}`&nbsp;(not in the run)"
-    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-    if claim_role:  # the {claim} role: measured value and verdict, linked to the claim's row in the report
-        return f"`{ref}`&nbsp;{{claim}}`{nb}:{cid}`"
-    mark = "✗" if not claim.passed else "✓" if _shown(claim) else "≈"
-    return f"{mark}&nbsp;`{ref}`&nbsp;({fmt(claim.measured)})"
-
-
-def _runs_text(runs: dict[str, dict]) -> list[str]:
-    """One line naming each chapter's profile and seed, and a warning when they are mixed."""
-    used = {n: (m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
-            for n, m in sorted(runs.items()) if m.get("status") == "ok"}
-    if not used:
-        return []
-    text = "Chapters run: " + "; ".join(f"{_chapter_number(n)} at `{p}`, seed {sd}" for n, (p, sd) in used.items())
-    out = [text + ".", ""]
-    if len({p for p, _ in used.values()}) > 1 or len({sd for _, sd in used.values()}) > 1:
-        out += ["```{warning}", "The chapters were run at mixed profiles or seeds; their claims do not come from "
-                "one run of the book.", "```", ""]
-    return out
-
-
-def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, str, Claim]]:
-    """``(notebook, id, claim)`` of each key claim that passes without power (it keeps its part from being shown)."""
-    return [(nb, cid, by_key[(nb, cid)]) for nb, cid in statement.claim_keys()
-            if (nb, cid) in by_key and by_key[(nb, cid)].passed and not _shown(by_key[(nb, cid)])]
-
-
 def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
                 decisions: dict[tuple[str, str], str]) -> str:
-    """What would decide each key claim of ``statement`` that passes without power, one clause per claim.
-
-    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``.
-
-    >>> s = Statement("T", "x", "01_a", ("c", "d"))
-    >>> weak = Claim("d", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible", rule_kind="evidence")
-    >>> ok = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True)
-    >>> decide_text(s, {("01_a", "c"): ok, ("01_a", "d"): weak}, {("01_a", "d"): "evidence predicted at `full`"})
-    '`d`: evidence predicted at `full`'
-    """
+    """What would decide each key claim of ``statement`` that passes without power, one clause per claim;
+    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
     out = []
-    for nb, cid, claim in _undecided(statement, by_key):
+    for nb, cid in statement.claim_keys():
+        claim = by_key.get((nb, cid))
+        if claim is None or not claim.passed or _shown(claim):
+            continue
         ref = cid if nb == statement.chapter else f"{nb}:{cid}"
         if (claim.rule_kind or claim.kind) != "evidence":
             text = f"its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
@@ -282,154 +197,42 @@ def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
     return "; ".join(out)
 
 
-_POWER_TABLE = """## The abstract's statements at a larger profile
-
-Each key claim of a statement the abstract makes, with its kind at the profile this book was built at and
-the kind its window is predicted to have at each larger profile: the rule's window rebuilt about the same
-prediction with the standard error scaled by $\\sqrt{n/n'}$, $n$ the replicates that
-`notebooks/profiles.yml` declares for the claim (streams, pairs, tasks, models), $n'$ their number at the
-larger profile (and by $\\sqrt{t/t'}$ for a quantity read at the end of a stream of length $t$, whose
-variance is $C/t$). The measured value never enters. A slope's standard error also shrinks with the range of
-$\\log t$ it is fitted over, which the prediction leaves out.
-
-| statement | key claim | built at | kind there |{% for p in larger %} predicted at `{{ p }}` |{% endfor %}
-| --- | --- | --- | --- |{% for p in larger %} --- |{% endfor %}
-{% for row in rows -%}
-| {{ row.statement }} | `{{ row.claim }}` | `{{ row.built }}` | {{ row.kind }} |
-{%- for p in larger %} {{ row.at.get(p, "—") }} |{% endfor %}
-{% endfor %}"""
-
-
-def _power_rows(results: Results, by_key: dict[tuple[str, str], Claim],
-                forecasts: dict[tuple[str, str], list]) -> tuple[list[str], list[dict]]:
-    """The larger profiles and one row per key claim of the abstract's statements (for :data:`_POWER_TABLE`)."""
-    from covbook.book.power import fmt_count
-
-    rows, larger = [], []
-    for s in results.statements:
-        if s.source != "abstract":
-            continue
-        for nb, cid in s.claim_keys():
-            claim = by_key.get((nb, cid))
-            if claim is None:
-                continue
-            at = {}
-            for f in forecasts.get((nb, cid), []):
-                larger += [f.profile] if f.profile not in larger else []
-                at[f.profile] = ("not predicted" if f.kind is None else f"{f.kind} ({f.note})" if f.replicates is None
-                                 else f"{f.kind} (`{f.replicates}` {fmt_count(f.n)}"
-                                 + (f" at `{f.length_name}` {fmt_count(f.length)}" if f.length_name else "")
-                                 + (f"; needs {fmt_count(f.n_needed)})" if f.n_needed else ")"))
-            kind = claim.kind if claim.passed else "FAIL"
-            rows.append({"statement": _cell(s.id), "claim": cid if nb == s.chapter else f"{nb}:{cid}",
-                         "built": claim.profile or "?", "kind": kind, "at": at})
-    return larger, rows
-
-
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
-    """The page's MyST markdown.
-
-    ``forecasts`` are :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``: what scale would
-    decide a key claim that passes without power, and the table of the abstract's statements at a larger
-    profile.
-    """
-    from covbook.book.power import decision_text
+    """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
+    :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
+    from covbook.book.power import decision_text, fmt_count
+    from covbook.book.render import render as render_page
 
     forecasts = forecasts or {}
-    decisions = {k: decision_text(v, next((c.window for c in claims if (c.notebook, c.id) == k), None))
-                 for k, v in forecasts.items()}
+    windows = {(c.notebook, c.id): c.window for c in reversed(claims)}  # a key's first claim
+    decisions = {k: decision_text(v, windows.get(k)) for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
-    rows = [(s, status(s, by_key), status_detail(s, by_key)) for s in results.statements]
-    counts = Counter(st for s, st, _ in rows if s.kind == "statement")
-    run = f" at the `{'`, `'.join(profiles)}` profile" if profiles else ""
-    lines = [
-        "(results-at-a-glance)=",
-        "# Results at a glance",
-        "",
-        f"This page is generated by `covbook build` from the run that produced this book{run}. Only the "
-        "abstract of the paper is public, so each statement of the theory is marked as *the abstract's claim* "
-        "(the abstract states it; the row gives what the abstract says, then the book's statement, whose "
-        "conditions, constants and constructions are the book's reconstruction) or as *the book's "
-        "reconstruction* (the abstract does not state it; the chapter derives it). Each row is such a statement "
-        "or a finding of the book, with the chapter that tests it and the key claims that decide it. The status "
-        "is computed from those claims' verdicts: **holds** (every part of the statement is shown), **holds with "
-        "a correction** (every part is shown, and the statement the claims test corrects the abstract's: the "
-        "correction is stated), **fails** (a key claim failed) or **not tested** "
-        "(a key claim is not in this run), **holds in part** (the statement's parts are named; some are shown, "
-        "the others only compatible, and the row says which) or **compatible only** (every key claim passes, but "
-        "none of the statement's parts is shown: a claim cannot exclude its alternative at this profile, so the run "
-        "agrees with the statement without testing it). A part is shown when each of its claims passes and "
-        "excludes the alternative it names. Where a key claim passes without power, the row says what would "
-        "decide it: its window predicted at each larger profile from this run's standard error, which falls like "
-        "$n^{-1/2}$ in the replicates (streams, pairs, tasks, models) `notebooks/profiles.yml` declares for it, "
-        "and the smallest $n$ whose window excludes every alternative. The full list of claims is in the "
-        "{doc}`reproduction report <reproduction>`.",
-        "",
-        "**The theory's statements: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in STATUSES) + ".**",
-        "",
-        *_runs_text(runs or {}),
-    ]
-    problems: list[str] = []
+    sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
-        chosen = [(s, st, detail) for s, st, detail in rows if s.kind == kind]
-        if not chosen:
-            continue
-        lines += [f"## {title}", "", "| status | | statement |", "| --- | --- | --- |"]
-        for s, st, detail in chosen:
-            text = _cell(s.statement)
-            if s.source == "abstract" and s.abstract:
-                text = f"*{SOURCES['abstract']}:* {_cell(s.abstract)} *The book's statement:* {text}"
-            elif s.source:
-                text = f"*{SOURCES[s.source]}.* {text}"
-            if s.correction:
-                text += f" *Correction:* {_cell(s.correction)}"
-            if s.theorem and s.theorem in labels:
-                text += f" ({{prf:ref}}`{s.theorem}`)"
-            elif s.theorem:
-                problems.append(f"{s.id}: theorem label `{s.theorem}` is not in the chapters' sources")
-            groups = []
-            for name, keys in s.part_keys():
-                refs = []
-                for nb, cid in keys:
-                    claim = by_key.get((nb, cid))
-                    if claim is None:
-                        ran_note = "its chapter was not run" if ran is not None and nb not in ran else "not recorded"
-                        problems.append(f"{s.id}: key claim `{nb}:{cid}` is not in the run ({ran_note})")
-                    refs.append(_claim_ref(nb, cid, claim, s, results.claim_role))
-                groups.append((f"*{_cell(name)}:* " if name else "") + " · ".join(refs))
-            chapter = f"{{doc}}`Chapter {_chapter_number(s.chapter)} <{s.chapter}>`"
-            text += f"<br>{chapter}, key claims: {'; '.join(groups)}"
-            decide = decide_text(s, by_key, decisions) if st in ("holds in part", "compatible only") else ""
-            if decide:
-                text += f"<br>*Only compatible at this profile; what would decide it:* {_cell(decide)}"
-            shown = f"<br>{_cell(detail)}" if detail else ""
-            lines.append(f"| {_MARK[st]}&nbsp;{st}{shown} | {_cell(s.id)} | {text} |")
-        lines.append("")
-    larger, power_rows = _power_rows(results, by_key, forecasts)
-    if power_rows and larger:
-        import jinja2
-
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701 (Markdown)
-        lines += [env.from_string(_POWER_TABLE).render(rows=power_rows, larger=larger).rstrip(), ""]
-    if problems:
-        lines += ["## Not in this run", ""] + [f"- {p}" for p in problems] + [""]
-    return "\n".join(lines) + "\n"
+        rows = []
+        for s in (s for s in results.statements if s.kind == kind):
+            st = status(s, by_key)
+            undecided = st in ("holds in part", "compatible only")
+            rows.append({"s": s, "status": st, "detail": status_detail(s, by_key),
+                         "decide": decide_text(s, by_key, decisions) if undecided else ""})
+        sections.append((title, rows))
+    used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
+            for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
+    abstract = [k for s in results.statements if s.source == "abstract" for k in s.claim_keys() if k in by_key]
+    return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
+                       counts=Counter(r["status"] for r in sections[0][1]),
+                       mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
+                       sources=SOURCES, labels=labels, claim_role=results.claim_role, shown=_shown,
+                       statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
+                       larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
+                       at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
 
 
 def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[str, dict]) -> Path | None:
-    """Write ``results.md`` next to the reproduction report from ``book/results.yml``; None when that file is absent.
-
-    Parameters
-    ----------
-    generated
-        The ``book/generated`` folder of the project (``book/results.yml`` is beside it).
-    claims
-        Every claim of the last run.
-    runs
-        The run records by notebook (for the profile and which chapters ran).
-    """
+    """Write ``<generated>/results.md`` from ``book/results.yml`` (beside ``generated``), every claim of the last
+    run and its run records by notebook; ``None`` when that file is absent."""
     generated = Path(generated)
     data = generated.parent / "results.yml"
     if not data.is_file():
@@ -438,11 +241,6 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
     profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
     ran = {n for n, m in runs.items() if m.get("status") == "ok"}
-    out = generated / "results.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".md.tmp")
     keys = {k for st in results.statements for k in st.claim_keys()}
     forecasts = claim_forecasts(generated.parent.parent, claims, runs, keys)
-    tmp.write_text(render(results, claims, labels, ran, profiles, runs, forecasts), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_page(generated / "results.md", render(results, claims, labels, ran, profiles, runs, forecasts))

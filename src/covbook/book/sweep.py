@@ -1,28 +1,13 @@
 """Calibration: run the notebooks at many seeds and compare each claim's failure rate with its level.
 
-CI runs every notebook at one seed.  A claim whose tolerance is right fails a
-correct run with probability at most the book's per-claim level
-(:data:`covbook.claims.LEVEL`); a claim with a pre-asymptotic bias or a
-too-narrow window fails far more often, which one seed cannot show.
-``covbook sweep --seeds A-B`` runs the chosen notebooks at every seed of the
-range, each seed into its own output tree
-``book/generated/sweep/<profile>/seed-N/`` (a shadow project whose
-``notebooks`` links to the real ones, so the runner and its cache are reused
-and the book's own outputs are never touched), and writes
-
-- ``book/calibration.json``: per notebook, the profile, seeds and commit of its
-  last sweep and, per claim, its pass count and the seeds where it failed, the
-  mean and standard deviation of its measured values (and that SD over the
-  standard error its tolerance implies) and the binomial tail probability of
-  its failures;
-  commit it, so the book built from a fresh clone shows the calibration;
-- ``book/generated/calibration.md``: the book's calibration page (also written
-  by ``covbook build``; it says so when no sweep has been run).
-
-A claim is *flagged* when its number of failures is improbable under the
-level, ``P(X ≥ failures) < 0.01`` for ``X ~ Binomial(n_seeds, LEVEL)``, or when
-it was not recorded at every seed.  Fix a flagged claim (its window, its
-prediction, its tolerance basis), never the seed.
+``covbook sweep --seeds A-B`` runs the chosen notebooks at every seed, each seed in a shadow project
+``book/generated/sweep/<profile>/seed-N/`` (its ``notebooks`` links to the real ones, so the runner and its
+cache serve it and the book's own outputs are untouched), then writes ``book/calibration.json`` (per
+notebook and claim: passes, failing and missing seeds, mean, SD, SD/SE and the binomial tail of the
+failures; committed, so that a fresh clone's book shows it) and ``book/generated/calibration.md``.  A claim
+is *flagged* when it fails at :data:`FLAG_FAILURES` seeds or more, when its SD/SE exceeds
+:data:`FLAG_SPREAD`, or when some seed did not record it: fix its window, prediction or statistic, never
+the seed.
 """
 
 from __future__ import annotations
@@ -40,24 +25,26 @@ from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.provenance import git_commit
 from covbook.book.records import run_ok
-from covbook.book.render import seed_text
+from covbook.book.render import render, seed_text, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
 __all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate",
-           "binomial_tail", "write_calibration_page", "CALIBRATION_JSON", "FLAG_P"]
+           "binomial_tail", "write_calibration_page", "CALIBRATION_JSON"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
-FLAG_P = 0.01
-"""Kept for the tail probability column: ``P(X ≥ failures)`` below it marks an improbable count."""
-FLAG_FAILURES = 2
-"""A claim that fails at this many seeds or more is flagged (one failure in a sweep is what chance gives)."""
-FLAG_SPREAD = 2.0
-"""A claim whose SD/SE across seeds exceeds this is flagged: its standard error understates the spread."""
-#: Windows that test significance (the value lies beyond k·SE of the prediction it must exclude), not
-#: agreement: their spread across seeds is the effect's, and they are flagged by failures only.
+FLAG_FAILURES = 2  # a claim failing at this many seeds or more is flagged (one failure is what chance gives)
+FLAG_SPREAD = 2.0  # a claim whose SD/SE across seeds exceeds this is flagged: its SE understates the spread
+#: Windows that test a significance (beyond k·SE of what they exclude): flagged by failures only.
 SIGNIFICANCE_WINDOWS = ("above", "below")
+#: Kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim).
+STATISTICAL = ("evidence", "compatible")
+SEED_MAX = 2**63 - 1  # the largest seed (covbook._validate.check_seed's: numpy's SeedSequence, torch.manual_seed)
+SEEDS_MAX = 10_000  # the most seeds one sweep runs (each is a shadow tree of outputs)
+_PROFILE_ORDER = {name: i for i, name in enumerate(PROFILES)}
+
+
 class SeedRanges:
-    """A set of seeds given as inclusive ranges, e.g. ``SeedRanges((0, 999), (1100, 1119))``.
+    """A set of seeds given as inclusive ranges.
 
     >>> seeds = SeedRanges((0, 9), (20, 29))
     >>> 5 in seeds, 15 in seeds, seeds.text(), seeds.as_json()
@@ -82,31 +69,16 @@ class SeedRanges:
         return [[a, b] for a, b in self.ranges]
 
 
+#: Development seeds: those tolerances were checked against while the rules were written (below 1000) and
+#: those of calibrations after which their chapter's rules changed.  A sweep at any of them is in sample.
 DEVELOPMENT_SEEDS = SeedRanges((0, 999), (1100, 1119), (1200, 1219), (2000, 2002), (4000, 4005), (7000, 7019),
                                (7100, 7105), (31337, 31337))
-"""Seeds declared as development seeds.  Every seed tolerances were checked against while the rules were
-written lies below 1000 (the earlier sweeps used 0-9; CI and the chapters' defaults use 0; ad hoc checks used
-small seeds).  The others are the seeds of earlier out-of-sample calibrations and checks after which the rules
-of their chapter changed (smoke 1100-1119, 1200-1219 and 7000-7019; quick 2000-2002, 4000-4005, 7100-7105 and
-31337): from then on they count as development seeds too.  A calibration at these seeds is in sample; the
-book's out-of-sample calibration uses seeds never run before the rules were frozen."""
-_PROFILE_ORDER = {name: i for i, name in enumerate(PROFILES)}
-#: kinds judged at the book's level (a compatible claim fails by chance as often as an evidence claim)
-STATISTICAL = ("evidence", "compatible")
-
-
-SEED_MAX = 2**63 - 1
-"""The largest seed (``covbook._validate.check_seed``'s: what numpy's SeedSequence and ``torch.manual_seed`` take)."""
-SEEDS_MAX = 10_000
-"""The most seeds one sweep runs (each is a shadow tree of outputs; a calibration needs tens to hundreds)."""
 
 
 def parse_seeds(text: str) -> list[int]:
     """Seeds from ``"A-B"`` (inclusive) or ``"A"``: integers from 0 to :data:`SEED_MAX`, at most
     :data:`SEEDS_MAX` of them; a :class:`UsageError` otherwise.
 
-    Examples
-    --------
     >>> parse_seeds("0-3")
     [0, 1, 2, 3]
     """
@@ -123,18 +95,10 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def binomial_tail(k: int, n: int, p: float = LEVEL) -> float:
-    """``P(X >= k)`` for ``X ~ Binomial(n, p)`` (exact sum).
-
-    Examples
-    --------
-    >>> binomial_tail(0, 10)
-    1.0
-    >>> round(binomial_tail(1, 10, 0.5), 6)
-    0.999023
-    """
+    """``P(X >= k)`` for ``X ~ Binomial(n, p)``, exact to rounding (scipy's regularized incomplete beta)."""
     if not (0 <= k and 0 <= n) or not 0.0 <= p <= 1.0:
         raise ValueError(f"need 0 <= k, 0 <= n and 0 <= p <= 1, got k={k}, n={n}, p={p}")
-    from scipy.stats import binom  # the regularized incomplete beta: exact to rounding at any n, tiny tails too
+    from scipy.stats import binom
 
     return 1.0 if k == 0 else float(binom.sf(k - 1, n, p))
 
@@ -154,23 +118,12 @@ def _shadow(paths: Paths, root: Path) -> Paths:
     return Paths(root)
 
 
-def run_sweep(
-    paths: Paths,
-    seeds: list[int],
-    names: list[str] | None = None,
-    *,
-    profile: str = "smoke",
-    device: str = "auto",
-    jobs: int = 1,
-    force: bool = False,
-    progress: bool = True,
-    log=print,
-    cluster: object | None = None,
-) -> dict:
+def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke",
+              device: str = "auto", jobs: int = 1, force: bool = False, progress: bool = True, log=print,
+              cluster: object | None = None) -> dict:
     """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page.
 
-    With ``cluster`` (a :class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is
-    submitted at once, so that no worker idles while a seed's slowest notebook finishes.
+    On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
     """
     from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
 
@@ -205,9 +158,7 @@ def run_sweep(
 def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
     """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
 
-    Each seed's measurements stay where the sweep wrote them
-    (``book/generated/sweep/<profile>/seed-N``); a seed whose notebook did not
-    run counts as failed, as in :func:`run_sweep`.
+    A seed whose notebook failed counts as failed, as in :func:`run_sweep`; one that never ran is refused.
     """
     if not seeds:
         raise UsageError("--seeds names no seed")
@@ -239,6 +190,7 @@ def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None
 
 
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
+    """Merge ``data`` (one profile's entries) into ``book/calibration.json``, then write the page."""
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
     profiles = _profiles(_read_json(paths))
@@ -253,27 +205,56 @@ def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
 
 
 def _centre(c: Claim) -> float | None:
-    """The number a claim's window is about: its expected value, or the prediction of a window (such as
-    ``chi2_mean``) that is not centred on it."""
+    """The number a claim's window is about: its expected value, else its recorded ``prediction``."""
     if c.expected is not None:
         return c.expected
     p = c.extra.get("prediction")
     return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
 
 
-def _verified(paths: Paths, profile: str, seeds: list[int], seed: int, name: str) -> None:
-    """Refuse (:class:`DamagedFile`) a seed's outputs that are not what its run record was committed with (a
-    claims file edited by hand is never judged as measured)."""
-    try:
-        verify_outputs(Paths(seed_root(paths, profile, seed)), name)
-    except DamagedFile as err:
-        raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep --seeds "
-                                    f"{seeds[0]}-{seeds[-1]} --profile {profile} {name.split('_', 1)[0]}") from None
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _claim_row(cid: str, per_seed: dict[int, dict[str, Claim]], seeds: list[int]) -> dict:
+    """One claim's row of the calibration: passes, failing and missing seeds, mean, SD, SD/SE, tail, flag."""
+    got = [cl[cid] for cl in per_seed.values() if cid in cl]
+    first = got[0] if got else None
+    n, fails = len(got), sum(not c.passed for c in got)
+    vals = [c.measured for c in got if math.isfinite(c.measured)]
+    # the SE a tolerance rests on: recorded by the SE windows (one-sided and Student-t too); else tolerance / Z
+    ses = [float(c.extra["se"]) for c in got if _finite(c.extra.get("se"))]
+    tols = [c.tolerance for c in got if c.tolerance is not None and math.isfinite(c.tolerance)]
+    sd = statistics.stdev(vals) if len(vals) > 1 else None
+    se = statistics.fmean(ses) if ses else (statistics.fmean(tols) / Z if tols else None)
+    # a prediction that moves with the seed is compared through (measured − predicted)/SE, of SD 1 if calibrated
+    zs = [(c.measured - centre) / float(c.extra["se"]) for c in got
+          if (centre := _centre(c)) is not None and math.isfinite(c.measured) and math.isfinite(centre)
+          and _finite(c.extra.get("se")) and c.extra["se"] > 0]
+    spread = statistics.stdev(zs) if len(zs) == n > 1 else (sd / se if sd is not None and se else None)
+    if first and first.window in SIGNIFICANCE_WINDOWS:
+        spread = None  # no level-α window for a spread to widen: a varying effect shows as failures
+    kind = (first.rule_kind or first.kind) if first else "unknown"
+    missing = [s for s in seeds if cid not in per_seed.get(s, {})]
+    per_run = bool(first and first.per_run)
+    return {"id": cid, "kind": kind,
+            # power varies with each seed's SE: an evidence rule counts the seeds whose window had it
+            "powered": sum(c.kind == "evidence" for c in got) if kind == "evidence" else None,
+            "expected": first.expected_text() if first else "", "n": n, "passed": n - fails,
+            "mean": statistics.fmean(vals) if vals else None, "sd": sd, "sd_over_se": spread,
+            "tail_p": binomial_tail(fails, n) if n else 1.0,
+            "fail_seeds": [s for s, cl in per_seed.items() if cid in cl and not cl[cid].passed],
+            "missing_seeds": missing, "per_run": per_run,
+            # a per-run claim's spread is its estimand's (one model per seed): reported, not flagged
+            "flagged": _flagged(fails, None if per_run else spread, n, missing)}
 
 
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
-    """Per notebook and claim: pass rate, mean and SD of measured values, tail probability, flag."""
+    """Per notebook, its entry of ``book/calibration.json``: the sweep and one row per claim.
 
+    A seed's outputs that are not what its run record was committed with (a claims file edited by hand) are
+    refused, a :class:`DamagedFile`, never judged as measured.
+    """
     manifest = {}
     for name in names:
         try:
@@ -283,72 +264,23 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
     commit = git_commit(paths.root)
     out: dict[str, dict] = {}
     for name in names:
-        per_seed: dict[int, dict[str, dict]] = {}
+        per_seed: dict[int, dict[str, Claim]] = {}
         for seed in seeds:
-            f = Paths(seed_root(paths, profile, seed)).claims / f"{name}.json"
-            rec = Paths(seed_root(paths, profile, seed)).runs / f"{name}.json"
-            ok = (run_ok(rec) and f.is_file()
-                  and last_failure(Paths(seed_root(paths, profile, seed)), name) is None)
-            if ok:
-                _verified(paths, profile, seeds, seed, name)
-                per_seed[seed] = {c.id: c for c in load_claims(f, paths.root)}
-        ids: list[str] = []
-        for cl in per_seed.values():
-            ids += [i for i in cl if i not in ids]
-        ids += [i for i in manifest.get(name, []) if i not in ids]
-        rows = []
-        for cid in ids:
-            got = [cl[cid] for cl in per_seed.values() if cid in cl]
-            fail_seeds = [s for s, cl in per_seed.items() if cid in cl and not cl[cid].passed]
-            missing = [s for s in seeds if s not in per_seed or cid not in per_seed[s]]
-            n, fails = len(got), sum(not c.passed for c in got)
-            vals = [c.measured for c in got if math.isfinite(c.measured)]
-            tail = binomial_tail(fails, n) if n else 1.0
-            # the standard error a claim's tolerance rests on: recorded by within_se / at_least_se /
-            # at_most_se (also one-sided, and with a Student-t quantile); else tolerance / Z
-            ses = [float(c.extra["se"]) for c in got if isinstance(c.extra.get("se"), (int, float))
-                   and math.isfinite(c.extra["se"])]
-            tols = [c.tolerance for c in got if c.tolerance is not None and math.isfinite(c.tolerance)]
-            sd = statistics.stdev(vals) if len(vals) > 1 else None
-            se = statistics.fmean(ses) if ses else (statistics.fmean(tols) / Z if tols else None)
-            # a prediction that moves with the seed (a model drawn per seed) is compared through the
-            # standardized residuals (measured − predicted)/SE, whose SD is 1 for a calibrated claim
-            zs = [(c.measured - centre) / float(c.extra["se"]) for c in got
-                  if (centre := _centre(c)) is not None and math.isfinite(c.measured) and math.isfinite(centre)
-                  and isinstance(c.extra.get("se"), (int, float)) and math.isfinite(c.extra["se"])
-                  and c.extra["se"] > 0]
-            spread = (statistics.stdev(zs) if len(zs) == n > 1 else
-                      (sd / se if sd is not None and se else None))
-            per_run = bool(got and got[0].per_run)
-            if got and got[0].window in SIGNIFICANCE_WINDOWS:
-                # a significance claim (|effect| beyond k·SE) has no level-α window for a spread to widen:
-                # an effect that varies across seeds shows as failures (a loss of power), counted above
-                spread = None
-            rows.append({
-                "id": cid,
-                # the rule's kind; whether a seed's window had the power to exclude the alternatives
-                # varies with that seed's SE, so the evidence rules count the seeds with power
-                "kind": (got[0].rule_kind or got[0].kind) if got else "unknown",
-                "powered": (sum(c.kind == "evidence" for c in got)
-                            if got and (got[0].rule_kind or got[0].kind) == "evidence" else None),
-                "expected": got[0].expected_text() if got else "",
-                "n": n,
-                "passed": n - fails,
-                "mean": statistics.fmean(vals) if vals else None,
-                "sd": sd,
-                "sd_over_se": spread,
-                "tail_p": tail,
-                "fail_seeds": fail_seeds,
-                "missing_seeds": missing,
-                "per_run": per_run,
-                # a per-run claim's spread across seeds is its estimand's (one model per seed), not an error
-                # of its SE: reported, not flagged
-                "flagged": _flagged(fails, None if per_run else spread, n, missing),
-            })
+            sp = Paths(seed_root(paths, profile, seed))
+            if run_ok(sp.runs / f"{name}.json") and (sp.claims / f"{name}.json").is_file() \
+                    and last_failure(sp, name) is None:
+                try:
+                    verify_outputs(sp, name)
+                except DamagedFile as err:
+                    raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
+                                                f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
+                                                f"{name.split('_', 1)[0]}") from None
+                per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
+        ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + manifest[name])
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
                      "rules_commit": rules_commit(paths.root),
                      "out_of_sample": not any(s in DEVELOPMENT_SEEDS for s in seeds),
-                     "date": time.strftime("%Y-%m-%d"), "claims": rows}
+                     "date": time.strftime("%Y-%m-%d"), "claims": [_claim_row(cid, per_seed, seeds) for cid in ids]}
     return out
 
 
@@ -365,8 +297,7 @@ def _read_json(paths: Paths) -> dict:
 
 
 def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` from a calibration file (an older file keyed by notebook only is read
-    by each entry's own profile)."""
+    """``{profile: {notebook: entry}}`` of a calibration file (one keyed by notebook only: by each entry's profile)."""
     if isinstance(data.get("profiles"), dict):
         return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
     out: dict[str, dict] = {}
@@ -401,34 +332,18 @@ def _flag_chance(n: int) -> float:
 
 
 def detectable_rate(n: int, power: float = 0.8) -> float:
-    """The failure rate a claim needs for the flag rule to catch it with probability ``power`` at ``n`` seeds.
+    """The failure rate ``r`` the flag rule catches with probability ``power`` at ``n`` seeds, the root of
+    ``P(Binomial(n, r) >= FLAG_FAILURES) = power``; 1 when ``n`` seeds cannot show that many failures."""
+    from scipy.optimize import brentq
 
-    Solves ``P(Binomial(n, r) >= FLAG_FAILURES) = power`` for ``r`` by bisection.
-
-    Examples
-    --------
-    >>> round(detectable_rate(20), 3)
-    0.142
-    """
     if n < FLAG_FAILURES:
         return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if binomial_tail(FLAG_FAILURES, n, mid) < power else (lo, mid)
-    return hi
-
-
-def failing_evaluations(entries: dict) -> tuple[int, int]:
-    """``(evaluations, failures)`` of the statistical claims (evidence and compatible) over a profile's sweep."""
-    rows = [r for e in entries.values() for r in e["claims"] if r["kind"] in STATISTICAL]
-    return sum(r["n"] for r in rows), sum(r["n"] - r["passed"] for r in rows)
+    return float(brentq(lambda r: binomial_tail(FLAG_FAILURES, n, r) - power, 0.0, 1.0, xtol=1e-15))
 
 
 def _chance_of_at_least(data: dict, k: int) -> float:
-    """P(at least ``k`` statistical claims flagged by failures) in a correct book, treating the claims' flags as
-    independent Bernoulli(:func:`_flag_chance`) draws, so that their count is Poisson-binomial (computed
-    exactly).  Claims of one notebook share each seed's run, so this is an approximation."""
+    """P(at least ``k`` statistical claims flagged by failures) in a correct book: the Poisson-binomial tail of
+    independent Bernoulli(:func:`_flag_chance`) flags (an approximation: a notebook's claims share a run)."""
     dist = [1.0]  # dist[j] = P(j flags among the claims so far)
     for e in data.values():
         for r in e["claims"]:
@@ -449,22 +364,19 @@ def spread_flag_chance(n: int) -> float:
     return float(chi2.sf(FLAG_SPREAD**2 * (n - 1), n - 1)) if n >= 3 else 0.0
 
 
-def _spread_flags(data: dict) -> float:
-    """How many statistical claims a calibrated book flags by spread alone, at each notebook's number of seeds."""
-    return sum(spread_flag_chance(len(e["seeds"])) for e in data.values() for r in e["claims"]
-               if r["kind"] in STATISTICAL and not r.get("per_run") and r.get("sd_over_se") is not None)
-
-
 def _summary(profile: str, entries: dict) -> dict:
     """The numbers of one profile's section of the calibration page (its sentences: the template's)."""
     rows = [r for e in entries.values() for r in e["claims"]]
     stat = [r for r in rows if r["kind"] in STATISTICAL]
-    n_eval, n_fail = failing_evaluations(entries)
+    n_eval, n_fail = sum(r["n"] for r in stat), sum(r["n"] - r["passed"] for r in stat)
     groups: dict[tuple[int, ...], list[str]] = {}  # the notebooks of each set of seeds
     for name, e in sorted(entries.items()):
         groups.setdefault(tuple(e["seeds"]), []).append(name[:2])
     n_seeds = min(len(k) for k in groups)  # the flag rule's power at the fewest seeds of any notebook
     k = sum(r["flagged"] for r in stat)
+    # how many statistical claims a calibrated book flags by spread alone, at each notebook's number of seeds
+    spread_flags = sum(spread_flag_chance(len(e["seeds"])) for e in entries.values() for r in e["claims"]
+                       if r["kind"] in STATISTICAL and not r.get("per_run") and r.get("sd_over_se") is not None)
     return {"name": profile, "entries": sorted(entries.items()), "groups": list(groups.items()),
             "out_of_sample": all(e.get("out_of_sample") for e in entries.values()),
             "commits": sorted({e.get("rules_commit", "unknown") for e in entries.values()}),
@@ -472,20 +384,14 @@ def _summary(profile: str, entries: dict) -> dict:
             "n_eval": n_eval, "n_fail": n_fail, "expected": n_eval * LEVEL,
             "p_fail": binomial_tail(n_fail, n_eval, LEVEL), "flagged": [r["id"] for r in rows if r["flagged"]], "k": k,
             "none": 1.0 - _chance_of_at_least(entries, 1), "p_k": _chance_of_at_least(entries, k),
-            "spread_flags": _spread_flags(entries), "n_seeds": n_seeds, "flag_chance": _flag_chance(n_seeds),
+            "spread_flags": spread_flags, "n_seeds": n_seeds, "flag_chance": _flag_chance(n_seeds),
             "detect_half": 100 * detectable_rate(n_seeds, 0.5), "detect_80": 100 * detectable_rate(n_seeds, 0.8)}
 
 
 def write_calibration_page(paths: Paths) -> Path:
     """Write ``book/generated/calibration.md`` from ``book/calibration.json`` (or say that none was run)."""
-    from covbook.book.render import render
-
     profiles = sorted(_profiles(_read_json(paths)).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
-    text = render("calibration.md.j2", level=LEVEL, flag_failures=FLAG_FAILURES, flag_spread=FLAG_SPREAD,
-                  development_seeds=DEVELOPMENT_SEEDS.text(), profiles=[_summary(p, e) for p, e in profiles if e])
-    out = paths.generated / "calibration.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_page(paths.generated / "calibration.md",
+                      render("calibration.md.j2", level=LEVEL, flag_failures=FLAG_FAILURES, flag_spread=FLAG_SPREAD,
+                             development_seeds=DEVELOPMENT_SEEDS.text(),
+                             profiles=[_summary(p, e) for p, e in profiles if e]))

@@ -1,10 +1,7 @@
-r"""Theorem boxes by label: which exist in the book, and prose that links to them.
+"""Theorem boxes by label: which exist in the built chapters, and prose that links to them.
 
-The chapters state the book's reconstruction of the paper's results in sphinx-proof boxes
-(``{prf:theorem}`` etc.) with a ``:label:`` such as ``thm-01-gaussian-readout``.  Generated pages (the
-reproduction report, the results page) mention these labels; :func:`link_theorems` turns each mention of a label that
-exists in the built chapters into a ``{prf:ref}`` link to the box, and leaves any other text
-alone, so a renamed label never breaks the build.
+The chapters state their results in sphinx-proof boxes with a ``:label:`` (``thm-01-gaussian-readout``); a
+generated page's mention of a label that exists becomes a ``{prf:ref}`` link, any other text is left alone.
 """
 
 from __future__ import annotations
