@@ -1,17 +1,12 @@
 """``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
 
-A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml`` on the profile's parameters.  Its time
-is calibrated on runs measured on the device: ``notebooks/timings/*.json`` (shipped, measured on named machines)
-overlaid with this machine's ``.covbook/timings.json`` (written by every ``covbook run``) and the run records.
-The cost model (:func:`estimate`) is a start-up ``a`` (the device's shortest run) plus a power law in the work,
-anchored at the nearest measured run ``(w₀, s₀)``::
-
-    seconds(w) = a + (s₀ − a) · (w / w₀)^p,     P_MIN ≤ p ≤ P_MAX
-
-``p`` is fitted between the two largest runs and clamped: streams run in parallel take time growing like the length,
-``√work`` (``P_MIN = 1/2``); a saturated device, time proportional to the work (``P_MAX = 1``).
+A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is calibrated on runs measured
+on the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
+``.covbook/timings.json`` and run records) by :func:`estimate`: a start-up ``a`` (the device's shortest run) plus a
+power law anchored at the nearest measured run ``(w₀, s₀)``, ``seconds(w) = a + (s₀ − a) · (w / w₀)^p``, with ``p``
+fitted between the two largest runs and clamped to [1/2, 1]: streams run in parallel take time growing like their
+length, ``√work``; a saturated device, time proportional to the work.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +26,7 @@ DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
-P_MIN, P_MAX = 0.5, 1.0  # the bounds of the cost model's exponent (module docstring)
+P_MIN, P_MAX = 0.5, 1.0  # the bounds of the cost model's exponent: streams in parallel, saturated
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
 UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
 

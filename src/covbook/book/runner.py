@@ -121,7 +121,6 @@ class CheckpointsTooLarge(ValueError):
     """A checkpoint folder over :data:`CHECKPOINT_MAX_BYTES`: it is not carried (the run says so)."""
 
 
-
 def _kernel_manager(socket_dir: Path | None, pid_file: Path):
     """A kernel manager on IPC sockets in ``socket_dir`` (TCP when ``None``) that writes its kernel's pid to
     ``pid_file``, so that a clean-up can stop a kernel that outlived its worker."""
@@ -391,7 +390,6 @@ def _worker_main(job_file: str) -> int:
     return 0
 
 
-
 def _remove(path: Path) -> None:
     """Remove a file or a folder, if it is there."""
     if path.is_dir() and not path.is_symlink():
@@ -565,7 +563,6 @@ def commit_job(fut: cf.Future, paths: Paths, name: str, rundir: Path, say=None) 
     return Result(**commit_outcome(paths, {**payload["outcome"], "rundir": str(rundir)}, payload["checkpoints"]))
 
 
-
 def _inside(rel: str) -> bool:
     """Whether a packed path stays inside its folder (relative, no ``..``, not hidden)."""
     parts = Path(rel).parts
@@ -648,7 +645,6 @@ def returned_checkpoints(scratch: Path, job: dict, outcome: dict) -> tuple[dict[
         return pack_folder(checkpoint_folder(Paths(scratch), job["name"], job["digest"])), None
     except CheckpointsTooLarge as err:
         return None, f"{err}: not brought back, the next run of {job['name']} trains afresh"
-
 
 
 @dataclass(frozen=True)
@@ -747,7 +743,6 @@ def _stop_process(proc: subprocess.Popen, pid_file: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-
 def clean_stale(paths: Paths) -> list[str]:
     """Remove (holding the tree's lock) and return what earlier runs left: run folders in ``.covbook/tmp`` (their
     kernels stopped), the old ``book/generated/.tmp``, kernel socket folders whose worker is gone."""
@@ -832,7 +827,6 @@ def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> 
         "parameters": {**job.defaults, **job.params}, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
         "device_used": result.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_json_atomic(paths.timings, timings)
-
 
 
 def _pool_worker(parent: int) -> None:
