@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures as cf
-import contextlib
 import math
-import multiprocessing
 import os
 import resource
 import shutil
@@ -829,20 +827,11 @@ def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> 
     write_json_atomic(paths.timings, timings)
 
 
-def _pool_worker(parent: int) -> None:
-    """A pool process: out of the terminal's process group (Ctrl-C reaches only the ``covbook`` process, which stops
-    the jobs in order), and gone when that process is (``kill -9``): its job's process then stops itself."""
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    threading.Thread(target=_watch_parent, args=(parent, lambda: os._exit(1)), daemon=True).start()
-
-
 @dataclass
 class LocalPool:
-    """Jobs on this machine: a ``ProcessPoolExecutor`` of ``jobs`` processes, each job in the tree itself.
-
-    ``lock_fd``: the tree's lock, held by the pool's processes and the notebooks' too, so that the tree stays
-    locked until the last of them is gone.  :class:`covbook.book.distributed.Cluster` has the same methods.
+    """Jobs on this machine, each in the tree itself: ``jobs`` threads, each waiting on its notebook's process (as a
+    Dask worker's thread does), which holds the tree's lock ``lock_fd`` too, so that the tree stays locked until the
+    last of them is gone.  :class:`covbook.book.distributed.Cluster` has the same methods.
     """
 
     jobs: int = 1
@@ -858,10 +847,8 @@ class LocalPool:
         return resolve_device(device)
 
     def executor(self, paths: Paths, n_jobs: int | None = None) -> cf.Executor:
-        """A pool of ``jobs`` processes (no more than ``n_jobs``), forked so that they hold the lock."""
-        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        return cf.ProcessPoolExecutor(min(self.jobs, n_jobs or self.jobs), mp_context=ctx, initializer=_pool_worker,
-                                      initargs=(os.getpid(),))
+        """``jobs`` threads, no more than ``n_jobs``."""
+        return cf.ThreadPoolExecutor(min(self.jobs, n_jobs or self.jobs), thread_name_prefix="covbook-job")
 
     def stop_signal(self, run_id: str, rundir: Path) -> StopFile:
         return StopFile(str(rundir / "stop"))
