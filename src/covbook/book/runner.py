@@ -2,8 +2,8 @@
 
 A job (:func:`run_job`) runs one notebook in its own process (``python -m covbook.book.runner JOB``, in its own
 session: the terminal's Ctrl-C reaches only the ``covbook`` command) under its time limit, and stops it when the
-run is stopped.  Jobs go to a ``concurrent.futures`` executor: a process pool here (:class:`LocalPool`) or a
-Dask cluster's (:mod:`covbook.book.distributed`); the two differ only in how they reach their workers.  The
+run is stopped.  Jobs go to a ``concurrent.futures`` executor: threads here (:class:`LocalPool`) or a Dask
+cluster's (:mod:`covbook.book.distributed`); the two differ only in how they reach their workers.  The
 ``covbook`` process alone commits each outcome (:func:`commit_job`: one writer per tree, atomic).  A cached
 notebook (:mod:`covbook.book.cache`) is served; a failing one does not stop the others; bad input is a
 :class:`UsageError` before any kernel starts; Ctrl-C or SIGTERM stops the jobs, keeps what finished and raises
@@ -530,15 +530,16 @@ def _keep_failure(paths: Paths, name: str, tmp_nb: Path, record: dict) -> None:
     """Write the failed notebook (when whole) and its record to ``failed/`` as one unit; best effort (a full disk
     leaves nothing half-written, and the error still reaches the summary)."""
     rec_tmp = tmp_nb.with_name(f"{name}.failed.json")
-    moves = [(rec_tmp, paths.failed / f"{name}.json")]
     try:
-        if isinstance(read_json(tmp_nb, dict).get("cells"), list):
-            moves.insert(0, (tmp_nb, paths.failed / f"{name}.ipynb"))
-    except (OSError, DamagedFile):  # none, or cut short by a full disk: an older failed copy is not this run's
-        (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)
+        whole = isinstance(read_json(tmp_nb, dict).get("cells"), list)
+    except (OSError, DamagedFile):
+        whole = False  # none, or cut short by a full disk
     try:
         write_json_atomic(rec_tmp, record)
-        commit_files(moves)
+        if not whole:  # an older failed copy would not be this run's
+            (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)
+        notebook = [(tmp_nb, paths.failed / f"{name}.ipynb")] if whole else []
+        commit_files([*notebook, (rec_tmp, paths.failed / f"{name}.json")])
     except OSError:
         pass
 
