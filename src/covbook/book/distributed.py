@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,35 +71,28 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
         from distributed import Client, LocalCluster
     except ImportError as err:
         raise UsageError(f"--cluster needs Dask distributed, the optional cluster extra: {EXTRA}") from err
-    local = scratch = None
-    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
+    with contextlib.ExitStack() as stack:  # closed in reverse: the client, the local cluster, its scratch folder
+        stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}))
         try:
             if kind == "local":
                 import logging
 
-                scratch = tempfile.mkdtemp(prefix="covbook-dask-")
-                local = LocalCluster(n_workers=value, threads_per_worker=1, processes=True, dashboard_address=None,
-                                     local_directory=scratch, silence_logs=logging.ERROR)
-                client = Client(local)
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="covbook-dask-",
+                                                                          ignore_cleanup_errors=True))
+                local = stack.enter_context(LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
+                                                         dashboard_address=None, local_directory=scratch,
+                                                         silence_logs=logging.ERROR))
+                client = stack.enter_context(Client(local))
                 client.register_plugin(_own_process_group(), name="covbook-own-process-group")
             elif kind == "address":
-                client = Client(value, timeout=CONNECT_TIMEOUT_S)
+                client = stack.enter_context(Client(value, timeout=CONNECT_TIMEOUT_S))
             else:
-                client = Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S)
+                client = stack.enter_context(Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S))
         except (OSError, TimeoutError) as err:
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
             raise UsageError(f"--cluster {spec}: cannot reach the scheduler ({type(err).__name__}: {err})") from err
-        try:
-            _check_workers(client, spec)
-            n = value if kind == "local" else 0
-            yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
-        finally:
-            client.close()
-            if local is not None:
-                local.close()
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
+        _check_workers(client, spec)
+        n = value if kind == "local" else 0
+        yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
 
 
 def _own_process_group():
