@@ -50,26 +50,26 @@ def test_pack_and_unpack_round_trip_the_folder_as_bytes(tmp_path):
     src = _folder(tmp_path / "src", {"10_nope_1.pt": b"\x00nope", "sub/10_rotary_2.pt": b"rotary\xff"})
     (src / ".10_nope_1.pt.tmp123").write_bytes(b"half-written")  # an atomic write cut short: not carried
     (src / "link.pt").symlink_to(src / "10_nope_1.pt")  # not a plain file: not carried
-    packed = runner.pack_checkpoints(src)
+    packed = runner.pack_folder(src)
     assert packed == {"10_nope_1.pt": b"\x00nope", "sub/10_rotary_2.pt": b"rotary\xff"}
-    runner.unpack_checkpoints(packed, tmp_path / "dst" / "deep")
-    assert runner.pack_checkpoints(tmp_path / "dst" / "deep") == packed
-    assert runner.pack_checkpoints(tmp_path / "nothing") is None  # no folder: nothing to carry (not {})
-    assert runner.pack_checkpoints(_folder(tmp_path / "empty", {})) == {}
+    runner.unpack_folder(packed, tmp_path / "dst" / "deep")
+    assert runner.pack_folder(tmp_path / "dst" / "deep") == packed
+    assert runner.pack_folder(tmp_path / "nothing") is None  # no folder: nothing to carry (not {})
+    assert runner.pack_folder(_folder(tmp_path / "empty", {})) == {}
 
 
 def test_pack_refuses_a_folder_over_the_limit_before_reading_it(tmp_path):
     src = _folder(tmp_path / "src", {"a.pt": b"x" * 600, "b.pt": b"y" * 500})
-    assert runner.pack_checkpoints(src, limit=1100) is not None
+    assert runner.pack_folder(src, limit=1100) is not None
     with pytest.raises(runner.CheckpointsTooLarge, match="CHECKPOINT_MAX_BYTES"):
-        runner.pack_checkpoints(src, limit=1099)
+        runner.pack_folder(src, limit=1099)
     assert runner.CHECKPOINT_MAX_BYTES >= 128 << 20  # chapter 10 at --profile full makes ~77 MB
 
 
 @pytest.mark.parametrize("rel", ["../escape.pt", "/abs.pt", "a/../../escape.pt", ".hidden.pt", ""])
 def test_unpack_refuses_paths_outside_the_folder_and_writes_nothing(tmp_path, rel):
     with pytest.raises(ValueError, match="outside its folder"):
-        runner.unpack_checkpoints({"fine.pt": b"1", rel: b"2"}, tmp_path / "dst")
+        runner.unpack_folder({"fine.pt": b"1", rel: b"2"}, tmp_path / "dst")
     assert not (tmp_path / "dst").exists() and not (tmp_path / "escape.pt").exists()
 
 
@@ -109,8 +109,8 @@ def test_outgoing_checkpoints_follow_the_local_key_rules(tmp_path, monkeypatch):
 def test_a_successful_job_replaces_the_folder_in_one_swap_with_its_outputs(tmp_path):
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old", "stale.pt": b"gone"})
-    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"),
-                                       {"10_nope_k.pt": b"new", "10_rotary_k.pt": b"r"}, DIGEST)
+    res = runner.commit_outcome(paths, _outcome(paths, tmp_path / "run"),
+                                {"10_nope_k.pt": b"new", "10_rotary_k.pt": b"r"})
     assert res["status"] == "ok", res
     assert (paths.runs / f"{NAME}.json").is_file() and (paths.generated / f"{NAME}.ipynb").is_file()
     # the whole folder is the job's: no file of the old one survives, no staging or backup is left
@@ -120,7 +120,7 @@ def test_a_successful_job_replaces_the_folder_in_one_swap_with_its_outputs(tmp_p
 def test_a_job_without_checkpoints_leaves_the_folder_alone(tmp_path):
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
-    assert runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), None, DIGEST)["status"] == "ok"
+    assert runner.commit_outcome(paths, _outcome(paths, tmp_path / "run"), None)["status"] == "ok"
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
 
 
@@ -130,10 +130,22 @@ def test_a_failed_job_changes_no_checkpoint_folder(tmp_path, old):
     if old:
         _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
     before = _tree(paths) if old else None
-    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run", error="cell 9 raised"),
-                                       {"10_nope_k.pt": b"partial"}, DIGEST)
+    res = runner.commit_outcome(paths, _outcome(paths, tmp_path / "run", error="cell 9 raised"),
+                                {"10_nope_k.pt": b"partial"})
     assert res["status"] == "failed"
     assert (_tree(paths) == before) if old else not (paths.checkpoints / NAME).exists()
+
+
+def _refuse_the_record(monkeypatch, error: BaseException) -> None:
+    """The last rename of the commit, the run record's into place, fails with ``error``."""
+    real = runner.os.replace
+
+    def replace(a, b):
+        if Path(b).name == f"{NAME}.json" and Path(b).parent.name == "runs" and ".old-" not in Path(a).name:
+            raise error
+        return real(a, b)
+
+    monkeypatch.setattr(runner.os, "replace", replace)
 
 
 @pytest.mark.parametrize("old", [True, False])
@@ -141,15 +153,11 @@ def test_outputs_that_fail_to_commit_take_the_new_checkpoints_back(tmp_path, mon
     paths = Paths(tmp_path)
     if old:
         _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
-
-    def full_disk(moves):
-        if len(moves) == 3:  # the outputs; the failed copy (1 or 2 files) is let through
-            raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(runner, "commit_files", full_disk)
-    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+    _refuse_the_record(monkeypatch, OSError(28, "No space left on device"))
+    res = runner.commit_outcome(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"})
     assert res["status"] == "failed" and "could not write the outputs" in res["error"], res
     assert _tree(paths) == ({f"{DIGEST[:16]}/10_nope_k.pt": b"old"} if old else {})
+    assert not (paths.generated / f"{NAME}.ipynb").exists()  # the notebook went back too
 
 
 def test_checkpoints_that_cannot_be_written_fail_the_run_and_keep_the_old_folder(tmp_path, monkeypatch):
@@ -160,8 +168,8 @@ def test_checkpoints_that_cannot_be_written_fail_the_run_and_keep_the_old_folder
         (Path(folder) / "10_nope_k.pt").write_bytes(b"ha")  # half of it written, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(runner, "unpack_checkpoints", full_disk)
-    res = runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+    monkeypatch.setattr(runner, "unpack_folder", full_disk)
+    res = runner.commit_outcome(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"})
     assert res["status"] == "failed" and "could not write the checkpoints" in res["error"], res
     assert not (paths.runs / f"{NAME}.json").exists()  # the outputs did not commit either
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
@@ -171,12 +179,9 @@ def test_ctrl_c_during_the_commit_puts_the_old_folder_back(tmp_path, monkeypatch
     paths = Paths(tmp_path)
     _folder(runner.checkpoint_folder(paths, NAME, DIGEST), {"10_nope_k.pt": b"old"})
 
-    def interrupted(moves):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runner, "commit_files", interrupted)
+    _refuse_the_record(monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        runner.commit_with_checkpoints(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"}, DIGEST)
+        runner.commit_outcome(paths, _outcome(paths, tmp_path / "run"), {"10_nope_k.pt": b"new"})
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"old"}
 
 
@@ -203,14 +208,14 @@ def test_collect_commits_the_returned_folder_and_a_killed_job_none(tmp_path):
     paths = Paths(tmp_path)
     rundir = tmp_path / ".covbook" / "tmp" / "run"
     rundir.mkdir(parents=True)
-    r = runner.commit_job(_Future(error=RuntimeError("KilledWorker: 3 workers died")), paths, NAME, rundir, DIGEST)
+    r = runner.commit_job(_Future(error=RuntimeError("KilledWorker: 3 workers died")), paths, NAME, rundir)
     assert r.status == "failed" and not paths.checkpoints.exists()
     outcome = _outcome(paths, tmp_path / "built")
     payload = {"outcome": {k: outcome[k] for k in ("name", "meta", "error")},
                "notebook": (tmp_path / "built" / f"{NAME}.ipynb").read_bytes(), "claims": b"[]",
                "checkpoints": {"10_nope_k.pt": b"trained"}, "note": "a note"}
     notes: list[str] = []
-    r = runner.commit_job(_Future(payload), paths, NAME, rundir, DIGEST, say=notes.append)
+    r = runner.commit_job(_Future(payload), paths, NAME, rundir, say=notes.append)
     assert r.status == "ok", r
     assert _tree(paths) == {f"{DIGEST[:16]}/10_nope_k.pt": b"trained"}
     assert notes == [f"  note    {NAME}: a note"]

@@ -6,6 +6,7 @@ for 01-06 and 08.  Leave the full runs out, predict them from smoke and quick, a
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import math
 from pathlib import Path
@@ -13,9 +14,19 @@ from pathlib import Path
 import pytest
 
 from covbook._jsonio import write_json_atomic
-from covbook.book.config import Paths, load_profiles
-from covbook.book.plan import P_MAX, P_MIN, SHIPPED, estimate, measured_runs, startup_of, wall_time, work_of
-from covbook.book.runner import notebook_parameters
+from covbook.book.config import Paths, load_profiles, notebook_parameters
+from covbook.book.plan import (
+    P_MAX,
+    P_MIN,
+    SHIPPED,
+    estimate,
+    expected_seconds,
+    measured_runs,
+    startup_of,
+    wall_time,
+    work_of,
+)
+from covbook.book.runner import JobFailed, plan_jobs, run_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / SHIPPED / "nvidia-h200.json"
@@ -83,3 +94,63 @@ def test_wall_time_longest_first():
     assert wall_time([10.0], 6) == 10.0
     with pytest.raises(ValueError, match="jobs must be a positive integer"):
         wall_time([1.0], 0)
+
+
+# ----------------------------------------------------------------------------- the run's order: longest first
+
+
+def test_a_fresh_clone_orders_its_quick_cpu_jobs_longest_first(tmp_path):
+    """With the shipped calibrations alone (no ``.covbook/timings.json``), the CPU estimates at quick put the
+    trained models and the depth chapter first, the shortest chapter last."""
+    fresh = tmp_path / "clone"
+    fresh.mkdir()
+    (fresh / "notebooks").symlink_to(ROOT / "notebooks")
+    paths = Paths(fresh)
+    jobs = plan_jobs(paths, None, profile="quick", device="cpu", seed=0)
+    expected = {job.name[:2]: expected_seconds(paths, job) for job in jobs}
+    assert all(s is not None and s > 0 for s in expected.values()), expected
+    order = sorted(expected, key=lambda name: -expected[name])
+    assert set(order[:3]) == {"07", "08", "10"} and order[-1] == "02", order
+
+
+class _Recorder:
+    """An engine whose jobs end at once, failed, recording the order they were submitted in."""
+
+    label, threads = "", None
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def resolve_device(self, device: str) -> str:
+        return "cpu"
+
+    def executor(self, paths: Paths, n_jobs: int | None = None) -> cf.Executor:
+        return cf.ThreadPoolExecutor(1)
+
+    def stop_signal(self, run_id: str, rundir: Path):
+        return lambda: False
+
+    def submit(self, executor, job: dict, paths: Paths, stop, say) -> cf.Future:
+        self.order.append(job["name"])
+        fut: cf.Future = cf.Future()
+        fut.set_exception(JobFailed("not run"))
+        return fut
+
+
+def test_run_trees_submits_the_longest_job_first_and_reports_in_the_notebooks_order(project):
+    paths = Paths(project)
+    (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n  work: {expr: 'x'}\n"
+                                                        "02_beta:\n  work: {expr: 'x'}\n")
+    write_json_atomic(paths.timings, {
+        "01_alpha": {"cpu": {"smoke": {"parameters": {"x": 3}, "seconds": 5.0}}},
+        "02_beta": {"cpu": {"smoke": {"parameters": {"x": 2}, "seconds": 40.0}}}})
+    engine = _Recorder()
+    [results] = run_trees(engine, [(paths, 0)], None, profile="smoke", device="cpu", progress=False)
+    assert engine.order == ["02_beta", "01_alpha"]  # 40 s before 5 s
+    assert [(r.name, r.status, r.error) for r in results] == [("01_alpha", "failed", "not run"),
+                                                              ("02_beta", "failed", "not run")]
+    engine = _Recorder()
+    (project / "notebooks" / "02_beta.md").write_text((project / "notebooks" / "02_beta.md").read_text() + "\n")
+    paths.timings.unlink()  # nothing measured: the notebooks' order
+    run_trees(engine, [(paths, 0)], None, profile="smoke", device="cpu", progress=False)
+    assert engine.order == ["01_alpha", "02_beta"]

@@ -299,21 +299,6 @@ def test_a_child_given_the_lock_file_holds_the_tree_until_it_exits(project):
         pass
 
 
-def test_the_local_pool_holds_the_tree_until_its_processes_exit(project):
-    """The pool's processes are forked holding the lock's file: while one lives (its covbook process killed, say)
-    no other command writes the tree; once they are gone it is free."""
-    paths = Paths(project)
-    with tree_lock(paths.lock, "covbook run") as held:
-        pool = runner.LocalPool(1, held.fd).executor(paths)
-        assert pool.submit(abs, -1).result() == 1  # its process is up
-    with pytest.raises(Busy):
-        with tree_lock(paths.lock, "covbook run"):
-            pass
-    pool.shutdown(wait=True)
-    with tree_lock(paths.lock, "covbook run"):
-        pass
-
-
 def test_a_job_the_stop_reached_first_starts_nothing(tmp_path):
     with pytest.raises(runner.Stopped):
         runner.run_job({"name": "01_alpha", "rundir": str(tmp_path / "run")}, stop=lambda: True)

@@ -18,7 +18,7 @@ import pytest
 
 from covbook.book import runner
 from covbook.book.config import Paths
-from covbook.book.lock import tree_lock
+from covbook.book.lock import Busy, tree_lock
 from helpers import COVBOOK, covbook, make_notebook, wait_for, with_read_only
 
 pytestmark = pytest.mark.notebooks
@@ -207,3 +207,28 @@ def test_run_counts_the_claims_that_failed(project):
         "wrong: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
     res = covbook(project, "run", "--profile", "smoke", "--no-progress")
     assert "0 failed" in res.stdout and "1 of 2 claims failed" in res.stdout, res.stdout
+
+
+def test_a_job_s_process_holds_the_tree_until_it_exits(project):
+    """The local pool's job process is given the lock's file: while it runs (its covbook process killed, say) no
+    other command writes the tree; once it has stopped, the tree is free."""
+    (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
+    paths = Paths(project)
+    [job] = runner.plan_jobs(paths, ["02"], profile="smoke", device="cpu", seed=0)
+    rundir, stop = paths.tmp / "run", runner.StopFile(str(paths.tmp / "stop"))
+    rundir.mkdir(parents=True)
+    with tree_lock(paths.lock, "covbook run") as held:
+        pool = runner.LocalPool(1, held.fd)
+        executor = pool.executor(paths)
+        fut = pool.submit(executor, {"name": job.name, "params": job.params, "digest": job.digest, "device": "cpu",
+                                     "root": str(project), "rundir": str(rundir), "timeout": None}, paths, stop, print)
+        wait_for(lambda: (rundir / "02_beta.kernel.pid").is_file())
+    with pytest.raises(Busy):  # this process let go; the job's process still holds it
+        with tree_lock(paths.lock, "covbook run"):
+            pass
+    stop.set()
+    with pytest.raises(runner.Stopped):
+        fut.result(timeout=60)
+    executor.shutdown()
+    with tree_lock(paths.lock, "covbook run"):
+        pass

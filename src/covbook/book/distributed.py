@@ -1,40 +1,19 @@
 """Run notebooks on a Dask distributed cluster: ``covbook run|sweep --cluster SPEC``.
 
-The local pool of :mod:`covbook.book.runner` stays the default.  With
-``--cluster``, each (notebook, seed) job is a Dask future: the scheduler queues
-the jobs, places each on a free worker and, when a worker dies mid-job, runs it
-again on another (its ``allowed-failures`` setting, :data:`ALLOWED_FAILURES` on
-a local cluster), so nothing is lost and a job's result reaches the client once.
-
-``SPEC`` is
-
-- ``local:N``: a ``distributed.LocalCluster`` of N worker *processes* (one
-  thread each, so one notebook at a time per worker), started here and closed
-  at the end of the command;
-- ``tcp://HOST:PORT`` (or ``tls://``): the address of a running ``dask scheduler``;
-- ``PATH.json``: a scheduler file (``dask scheduler --scheduler-file PATH.json``).
-
-What runs where.  The jobs are the local pool's (:func:`covbook.book.runner.run_trees`): the
-client (the ``covbook`` command) holds the tree's lock, plans every job, submits each to
-``client.get_executor()`` and is the only writer of the tree.  A worker runs
-:func:`covbook.book.runner.run_job` in a scratch tree in its own local directory, built from the
-files of ``notebooks/`` (one task, :func:`_given`, which the scheduler recomputes when the worker
-holding it dies, where scattered data would be lost with it) and the job's checkpoint folder (chapter
-10; at most :data:`covbook.book.runner.CHECKPOINT_MAX_BYTES` each way), and *returns* the executed
-notebook, its claims and its checkpoints as bytes, which the client commits as a local run does.
-Workers therefore need the same covbook checkout (science code, Python, torch, numpy: each job
-checks) but no shared filesystem.
-
-Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls (it then
-stops its notebook's process, whose kernel goes with it), cancels the queued
-futures, keeps what finished and closes a local cluster.
+``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread worker processes, started here and closed at the end),
+``tcp://HOST:PORT`` or ``tls://...`` (a running ``dask scheduler``), or ``PATH.json`` (its scheduler file).  The
+jobs are the local pool's (:func:`covbook.book.runner.run_trees`): the client plans them, submits each to
+``client.get_executor()`` and alone writes the tree.  A worker runs :func:`covbook.book.runner.run_job` in a
+scratch tree built from ``notebooks/`` (a task the scheduler recomputes when the worker holding it dies, where
+scattered data would be lost) and the job's checkpoints, and returns the outputs as bytes: workers need the same
+covbook checkout (checked) but no shared filesystem.  A job whose worker dies runs again on another
+(:data:`ALLOWED_FAILURES`); Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,8 +26,7 @@ from covbook.book.runner import CHECKPOINT_MAX_BYTES, notebook_files, outgoing_c
 __all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "run_trees", "ALLOWED_FAILURES"]
 
 EXTRA = "pip install -e '.[cluster]'"
-#: worker deaths a job survives on a local cluster before it is reported failed (Dask's default is 3)
-ALLOWED_FAILURES = 3
+ALLOWED_FAILURES = 3  # worker deaths a job survives on a local cluster before it is reported failed
 CONNECT_TIMEOUT_S = 20
 SCHEMES = ("tcp", "tls", "ws", "wss")
 
@@ -76,70 +54,56 @@ def parse_cluster(spec: str) -> tuple[str, object]:
             raise UsageError(expected)
         return "address", spec
     if spec.endswith(".json"):
-        path = Path(spec)
-        if not path.is_file():
+        if not Path(spec).is_file():
             raise UsageError(f"--cluster: no scheduler file {spec} (start one with "
                              f"`dask scheduler --scheduler-file {spec}`)")
-        return "file", path
+        return "file", Path(spec)
     raise UsageError(expected)
 
 
 @contextmanager
 def open_cluster(spec: str) -> Iterator[Cluster]:
-    """Start (``local:N``) or connect to a Dask cluster for the duration of the block.
-
-    Every problem visible before a job is submitted (a bad spec, Dask not
-    installed, no scheduler at the address, a worker running other code) is a
-    :class:`UsageError`.
-    """
+    """Start (``local:N``) or connect to a Dask cluster for the block; every problem visible before a job is
+    submitted (a bad spec, no Dask, no scheduler, a worker running other code) is a :class:`UsageError`."""
     kind, value = parse_cluster(spec)
     try:
         import dask
         from distributed import Client, LocalCluster
     except ImportError as err:
         raise UsageError(f"--cluster needs Dask distributed, the optional cluster extra: {EXTRA}") from err
-    local = scratch = None
-    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
+    with contextlib.ExitStack() as stack:  # closed in reverse: the client, the local cluster, its scratch folder
+        stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}))
         try:
             if kind == "local":
                 import logging
 
-                scratch = tempfile.mkdtemp(prefix="covbook-dask-")
-                local = LocalCluster(n_workers=value, threads_per_worker=1, processes=True, dashboard_address=None,
-                                     local_directory=scratch, silence_logs=logging.ERROR)
-                client = Client(local)
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="covbook-dask-",
+                                                                          ignore_cleanup_errors=True))
+                local = stack.enter_context(LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
+                                                         dashboard_address=None, local_directory=scratch,
+                                                         silence_logs=logging.ERROR))
+                client = stack.enter_context(Client(local))
                 client.register_plugin(_own_process_group(), name="covbook-own-process-group")
             elif kind == "address":
-                client = Client(value, timeout=CONNECT_TIMEOUT_S)
+                client = stack.enter_context(Client(value, timeout=CONNECT_TIMEOUT_S))
             else:
-                client = Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S)
+                client = stack.enter_context(Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S))
         except (OSError, TimeoutError) as err:
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
             raise UsageError(f"--cluster {spec}: cannot reach the scheduler ({type(err).__name__}: {err})") from err
-        try:
-            _check_workers(client, spec)
-            n = value if kind == "local" else 0
-            yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
-        finally:
-            client.close()
-            if local is not None:
-                local.close()
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
+        _check_workers(client, spec)
+        n = value if kind == "local" else 0
+        yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
 
 
 def _own_process_group():
-    """A worker plugin of a local cluster: the worker process leaves the terminal's process group, so that
-    Ctrl-C reaches only the client, which then stops the jobs and closes the cluster in order."""
+    """A local cluster's worker plugin: the worker leaves the terminal's process group (Ctrl-C reaches only the
+    client, which stops the jobs and closes the cluster in order) and closes its own client at teardown."""
     from distributed import WorkerPlugin
 
     class OwnProcessGroup(WorkerPlugin):
         def setup(self, worker) -> None:
-            try:
+            with contextlib.suppress(OSError):  # a session leader, or not allowed: Ctrl-C then reaches it too
                 os.setpgid(0, 0)
-            except OSError:  # a session leader, or not allowed: Ctrl-C then reaches the worker too
-                pass
 
         async def teardown(self, worker) -> None:
             from inspect import isawaitable
@@ -163,8 +127,8 @@ def _identity() -> dict:
 
 
 def _check_workers(client, spec: str) -> None:
-    """Refuse workers whose covbook code or versions differ from the client's (their results would be
-    cached under the wrong key)."""
+    """Refuse workers whose covbook code or versions differ from the client's (their results would be cached under
+    the wrong key)."""
     mine = _identity()
     other = {addr: got for addr, got in client.run(_identity).items() if got != mine}
     if other:
@@ -173,20 +137,19 @@ def _check_workers(client, spec: str) -> None:
                          f"checkout (e.g. {addr}: {got['environment']}); install the same covbook checkout there")
 
 
-# ----------------------------------------------------------------------------- the cluster as an executor
-
-
 @dataclass(frozen=True)
 class DaskStop:
-    """A cluster run's stop signal, read on a worker: the run's Dask ``Event`` is set, or the scheduler no
-    longer wants this task (cancelled, or its client is gone, e.g. ``kill -9``)."""
+    """A cluster run's stop signal, read on a worker: the run's Dask ``Event`` is set, or the scheduler no longer
+    wants this task (cancelled, or its client is gone)."""
 
     name: str
 
     def __call__(self) -> bool:
         from distributed import Event, get_worker
+        from distributed.worker import thread_state
 
-        return Event(self.name).is_set() or _released(get_worker())
+        task = get_worker().state.tasks.get(getattr(thread_state, "key", None))
+        return Event(self.name).is_set() or (task is not None and task.state == "cancelled")
 
     def set(self) -> None:
         """Stop the run (on the client)."""
@@ -195,30 +158,20 @@ class DaskStop:
         Event(self.name).set()
 
 
-def _released(worker) -> bool:
-    """Whether the scheduler no longer wants the task this thread runs."""
-    from distributed.worker import thread_state
-
-    ts = worker.state.tasks.get(getattr(thread_state, "key", None))
-    return ts is not None and ts.state == "cancelled"
-
-
 def _given(files: dict[str, bytes]) -> dict[str, bytes]:
-    """The notebooks folder as a task's result: unlike scattered data, the scheduler computes it again (from the
-    bytes in the task) when the worker holding it dies, so the jobs that need it are run again, not cancelled."""
+    """The notebooks folder as a task's result, which the scheduler computes again when its worker dies."""
     return files
 
 
 def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskStop,
                   checkpoints: dict[str, bytes] | None = None) -> dict:
-    """:func:`covbook.book.runner.run_job` in a scratch tree on this Dask worker, once it has checked that it
-    runs the client's covbook code and versions (``expect``, :func:`_identity`) and resolves its device alike."""
+    """:func:`covbook.book.runner.run_job` in a scratch tree on this worker, once it has checked that it runs the
+    client's covbook code and versions (``expect``) and resolves the job's device alike."""
     from distributed import get_worker
 
     from covbook.book.cache import resolve_device
 
-    worker = get_worker()
-    got = _identity()
+    worker, got = get_worker(), _identity()
     if got != expect:
         raise RuntimeError(f"worker {worker.address} runs other covbook code or versions than the client "
                            f"({got['environment']} against {expect['environment']})")
@@ -230,9 +183,7 @@ def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskSt
 
 @dataclass
 class Cluster:
-    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine: its client, the spec it came from,
-    threads per notebook.  Its executor is ``client.get_executor()``; each job carries the notebooks folder
-    (one task the scheduler keeps and recomputes, :func:`_given`) and its checkpoints."""
+    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine (the methods of its ``LocalPool``)."""
 
     client: object  # distributed.Client
     spec: str
@@ -262,11 +213,11 @@ class Cluster:
         return DaskStop(f"covbook-stop-{run_id}")
 
     def submit(self, executor, job: dict, paths: Paths, stop: DaskStop, say):
+        """Submit one job with its checkpoints (in its task, so a job run again gets them again)."""
         import dask
 
         ckpt = outgoing_checkpoints(paths, job["name"], job["digest"], force=job["force"], say=say)
-        # a job's checkpoints ride in its task (at most CHECKPOINT_MAX_BYTES): no warning for that
         big = {"distributed.admin.large-graph-warning-threshold": f"{CHECKPOINT_MAX_BYTES + (16 << 20)}B"}
-        with dask.config.set(big):
+        with dask.config.set(big):  # no warning for the checkpoints a task carries
             return executor.submit(run_on_worker, job, self.files, _identity(), stop, ckpt,
                                    key=f"covbook-{job['name']}-{job['key']}")

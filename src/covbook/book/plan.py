@@ -1,36 +1,15 @@
 """``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
 
-The work of a notebook is the expression under its ``work:`` key in
-``notebooks/profiles.yml`` (tokens streamed, training steps × batch ...),
-evaluated on the parameters the profile gives it.  The time estimate is
-calibrated by measured runs on the device: the shipped calibrations in
-``notebooks/timings/*.json`` (measured on named machines: an NVIDIA H200 for
-``cuda``), merged with this machine's ``.covbook/timings.json`` (every
-successful ``covbook run`` stores its run time with its parameters there; it
-wins where both measured the same notebook and profile) and the run records
-in ``book/generated/runs``.
-
-The cost model (:func:`estimate`) is a start-up ``a`` plus a power law in the
-work, anchored at the nearest measured run::
-
-    seconds(w) = a + (s₀ − a) · (w / w₀)^p,     P_MIN ≤ p ≤ P_MAX
-
-``a`` is the device's start-up (kernel, imports, device initialisation: the
-shortest run measured on it, :func:`startup_of`), ``(w₀, s₀)`` the measured run
-nearest in work (the largest below ``w`` when there is one).  Theory bounds the
-exponent: a run streams ``n`` contexts of length ``t`` (work ``n·t``); a device
-that runs the streams in parallel takes time that grows with the length only,
-``√work`` when both grow alike (``P_MIN = 1/2``), and a saturated one time
-proportional to the work (``P_MAX = 1``).  The exponent is fitted between the
-two largest measured runs when the larger one spent at least as long working as
-starting up (a run that is mostly start-up has not shown how its work scales),
-and clamped to the bounds; otherwise it is ``P_MIN``.  A single measured run gives
-the range between the two bounds.  A notebook never measured on the device
-gets no estimate, and the output says so.
+A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is calibrated on runs measured
+on the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
+``.covbook/timings.json`` and run records) by :func:`estimate`: a start-up ``a`` (the device's shortest run) plus a
+power law anchored at the nearest measured run ``(w₀, s₀)``, ``seconds(w) = a + (s₀ − a) · (w / w₀)^p``, with ``p``
+fitted between the two largest runs and clamped to [1/2, 1]: streams run in parallel take time growing like their
+length, ``√work``; a saturated device, time proportional to the work.
 """
-
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -39,18 +18,18 @@ from covbook.book.cache import resolve_device
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
 from covbook.book.records import read_run
 
-__all__ = ["work_of", "estimate", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR", "LIMIT_FLOOR",
-           "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
+__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR",
+           "LIMIT_FLOOR", "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
-#: the bounds of the cost model's exponent: streams in parallel (time grows like the length, √work) and saturated
-P_MIN, P_MAX = 0.5, 1.0
-#: the shipped calibrations: timings measured on named machines (the same layout as ``.covbook/timings.json``)
-SHIPPED = Path("notebooks") / "timings"
+P_MIN, P_MAX = 0.5, 1.0  # the bounds of the cost model's exponent: streams in parallel, saturated
+SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
+UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
+
 
 def work_of(expr: str, params: dict) -> float:
     """Evaluate a work expression (names, numbers, ``+ - * / // **``, len/sum/max/min) on ``params``."""
@@ -61,19 +40,17 @@ def work_of(expr: str, params: dict) -> float:
 
 
 def _merged_timings(paths: Paths) -> dict:
-    """The shipped calibrations (``notebooks/timings/*.json``) overlaid with this machine's
-    ``.covbook/timings.json``."""
+    """``name -> device -> profile -> (timing, source)``: the shipped calibrations overlaid with this machine's
+    (source ``None``)."""
     merged: dict = {}
-    files = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
-    for f in [*files, paths.timings]:
+    shipped = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
+    for f in [*shipped, paths.timings]:
         try:
             data = read_json(f, dict) if f.is_file() else {}
         except DamagedFile:
             continue
         for name, devices in data.items():
-            if not isinstance(devices, dict):
-                continue
-            for dev, runs in devices.items():
+            for dev, runs in devices.items() if isinstance(devices, dict) else ():
                 if isinstance(runs, dict):
                     merged.setdefault(name, {}).setdefault(dev, {}).update(
                         {k: (v, f.stem if f != paths.timings else None) for k, v in runs.items()
@@ -82,17 +59,13 @@ def _merged_timings(paths: Paths) -> dict:
 
 
 def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
-    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first.
-
-    The label names the profile, and the shipped calibration it comes from (``full, nvidia-h200``).
-    """
+    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first; the label
+    names the profile and the shipped calibration it comes from (``full, nvidia-h200``)."""
     found: dict[str, tuple[float, float, str]] = {}
     for key, (t, source) in _merged_timings(paths).get(name, {}).get(device, {}).items():
-        try:
+        with contextlib.suppress(*UNREADABLE):
             found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
                           key + (f", {source}" if source else ""))
-        except (UsageError, KeyError, TypeError, ValueError):
-            continue
     try:
         rec = read_run(paths.runs / f"{name}.json")
     except (OSError, DamagedFile):
@@ -101,32 +74,21 @@ def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dic
         params = {**defaults, **rec.parameters}
         key = str(params.get("profile")) + ("+rehearse" if rec.rehearsal else "")
         if key not in found:
-            try:
+            with contextlib.suppress(*UNREADABLE):
                 found[key] = (work_of(expr, params), float(rec["seconds"]), key)
-            except (UsageError, KeyError, TypeError, ValueError):
-                pass
     return sorted(found.values())
 
 
-
-_measurements = measured_runs  # the name other modules may still call
-
-
 def startup_of(paths: Paths, device: str) -> float:
-    """The device's start-up in seconds: the shortest run of any notebook measured on it (0 without one).
-
-    Every run pays it (a kernel, the imports, the device's initialisation), so the shortest run bounds it.
-    """
+    """The device's start-up in seconds (a kernel, the imports, the device): its shortest measured run, or 0."""
     times = [float(t["seconds"]) for devices in _merged_timings(paths).values()
              for t, _ in devices.get(device, {}).values() if isinstance(t.get("seconds"), (int, float))]
     return min(times) if times else 0.0
 
 
 def _exponent(points: list[tuple[float, float, str]], startup: float) -> float | None:
-    """The power law's exponent between the two largest runs, clamped to [P_MIN, P_MAX]; ``None`` with one run.
-
-    ``P_MIN`` when the larger run spent less time working than starting up (its scaling is not measured).
-    """
+    """The power law's exponent between the two largest runs, clamped to [P_MIN, P_MAX]; ``None`` with one run,
+    ``P_MIN`` when the larger spent less time working than starting up (its scaling is not measured)."""
     if len(points) < 2:
         return None
     (w1, s1, _), (w2, s2, _) = points[-2], points[-1]
@@ -134,17 +96,15 @@ def _exponent(points: list[tuple[float, float, str]], startup: float) -> float |
         return P_MIN
     if s1 - startup <= 0:
         return P_MAX
-    p = math.log((s2 - startup) / (s1 - startup)) / math.log(w2 / w1)
-    return min(P_MAX, max(P_MIN, p))
+    return min(P_MAX, max(P_MIN, math.log((s2 - startup) / (s1 - startup)) / math.log(w2 / w1)))
 
 
 def estimate(work: float, points: list[tuple[float, float, str]],
              startup: float = 0.0) -> tuple[float | None, float | None, str]:
     """Seconds for ``work`` from measured ``(work, seconds, label)`` points: ``(low, high, how)``.
 
-    ``a + (s₀ − a)·(work/w₀)^p`` (``a = startup``), anchored at the run ``(w₀, s₀)`` nearest
-    in work: the largest run at or below ``work``, else the smallest.  ``p`` is :func:`_exponent`
-    (``low == high``); with one run the answer is the range between ``p = P_MIN`` and ``P_MAX``.
+    ``a + (s₀ − a)·(work/w₀)^p`` (``a = startup``), anchored at the largest run at or below ``work``, else the
+    smallest; ``p`` from :func:`_exponent`, or with one run the range between ``P_MIN`` and ``P_MAX``.
 
     Examples
     --------
@@ -183,25 +143,31 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     return max(loads)
 
 
-def time_limit(paths: Paths, job: object, profile: str) -> float:
-    """The time limit of one planned notebook (a :class:`covbook.book.runner.Job`), in seconds.
+def _job_estimate(paths: Paths, job, device: str, profiles: dict, startup: float):
+    """``(work, unit, low, high, how)`` of a planned job (:class:`covbook.book.runner.Job`) on ``device``."""
+    spec = profiles.get(job.name, {}).get("work")
+    if not spec:
+        return None, "", None, None, "cannot estimate without a work expression"
+    work = work_of(spec["expr"], {**job.defaults, **job.params})
+    low, high, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults), startup)
+    return work, spec.get("unit", ""), low, high, how
 
-    ``LIMIT_FACTOR`` × the upper end of the plan's estimate on this device (at least
-    ``LIMIT_FLOOR``: a loaded machine or a cold cache is slower), or the profile's
-    ``DEFAULT_LIMITS`` entry when there is no estimate.  ``covbook run --timeout`` overrides it.
-    """
-    fallback = float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
+
+def expected_seconds(paths: Paths, job) -> float | None:
+    """The upper end of the estimate of a planned job on its device; ``None`` when there is none."""
     try:
-        spec = load_profiles(paths.profiles).get(job.name, {}).get("work")  # type: ignore[attr-defined]
-        if not spec:
-            return fallback
-        params = {**job.defaults, **job.params}  # type: ignore[attr-defined]
-        work = work_of(spec["expr"], params)
-        points = measured_runs(paths, job.name, job.device, spec["expr"], job.defaults)  # type: ignore[attr-defined]
-        _, high, _ = estimate(work, points, startup_of(paths, job.device))  # type: ignore[attr-defined]
+        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles), startup_of(paths, job.device))[3]
     except (UsageError, OSError, TypeError, ValueError):
-        return fallback
-    return fallback if high is None else max(LIMIT_FLOOR, LIMIT_FACTOR * high)
+        return None
+
+
+def time_limit(paths: Paths, job, profile: str) -> float:
+    """A planned job's time limit in seconds: ``LIMIT_FACTOR`` × :func:`expected_seconds`, at least ``LIMIT_FLOOR``
+    (a loaded machine or a cold cache is slower), else the profile's ``DEFAULT_LIMITS`` entry."""
+    high = expected_seconds(paths, job)
+    if high is None:
+        return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
+    return max(LIMIT_FLOOR, LIMIT_FACTOR * high)
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -209,9 +175,7 @@ def _fmt_seconds(s: float | None) -> str:
         return "?"
     if s < 120:
         return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def _fmt_range(low: float | None, high: float | None) -> str:
@@ -227,38 +191,28 @@ def planned_device(device: str) -> str:
 
 def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0.
+    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0.  With
+    ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
+    from covbook.book.power import plan_lines
+    from covbook.book.render import render
 
-    With ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`).
-    """
     dev = planned_device(device)
-    profiles = load_profiles(paths.profiles)
-    startup = startup_of(paths, dev)
-    rows, low_total, high_total, unknown, highs = [], 0.0, 0.0, [], []
+    profiles, startup = load_profiles(paths.profiles), startup_of(paths, dev)
+    rows, unknown, lows, highs = [], [], [], []
     for job in jobs:
-        spec = profiles.get(job.name, {}).get("work")
-        if not spec:
-            rows.append((job.name, "(no work: key in profiles.yml)", "?", "cannot estimate without a work expression"))
-            unknown.append(job.name)
-            continue
-        work = work_of(spec["expr"], {**job.defaults, **job.params})
-        low, high, how = estimate(work, measured_runs(paths, job.name, dev, spec["expr"], job.defaults), startup)
+        work, unit, low, high, how = _job_estimate(paths, job, dev, profiles, startup)
         if low is None or high is None:
             unknown.append(job.name)
         else:
-            low_total += low
-            high_total += high
+            lows.append(low)
             highs.append(high)
-        rows.append((job.name, f"{work:.3g} {spec.get('unit', '')}".strip(), _fmt_range(low, high), how))
-    from covbook.book.render import render
-
+        text = "(no work: key in profiles.yml)" if work is None else f"{work:.3g} {unit}".strip()
+        rows.append((job.name, text, _fmt_range(low, high), how))
     print(render("plan.txt.j2", profile=profile, rehearse=rehearse, dev=dev, auto=device == "auto", rows=rows,
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
-                 total=_fmt_range(low_total, high_total), unknown=unknown, workers=workers, p_min=P_MIN, p_max=P_MAX,
+                 total=_fmt_range(sum(lows), sum(highs)), unknown=unknown, workers=workers, p_min=P_MIN, p_max=P_MAX,
                  wall=_fmt_seconds(wall_time(highs, workers)) if workers and highs else None), end="")
-    from covbook.book.power import plan_lines  # each evidence claim's power there, predicted from the last runs
-
-    lines = plan_lines(paths.root, [job.name for job in jobs], profile)
+    lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
     if lines:
         print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
     return 0
