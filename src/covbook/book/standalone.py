@@ -114,7 +114,7 @@ def standalone(
     chapters = sorted(claims)
 
     def claim(text: str) -> str:
-        from covbook.book.citations import split_target
+        from covbook.book.checks import split_target
 
         try:
             chap, cid = split_target(text, f"generated/{chapter}", chapters)
