@@ -22,7 +22,7 @@ from covbook.book.repository import (
     parse_github,
     resolve_repository,
 )
-from covbook.book.sphinx_repository import theme_options
+from covbook.book.sphinx_pages import theme_options
 from helpers import ROOT
 
 OCTO = Repository("octo", "covbook")
@@ -143,7 +143,7 @@ launch_buttons:
   notebook_interface: classic
 sphinx:
   extra_extensions:
-    - covbook.book.sphinx_repository
+    - covbook.book.sphinx_pages
 """
 
 

@@ -12,7 +12,7 @@ Modules (none imports torch or numpy at import time):
 - :mod:`covbook.book.lock`: one writer per tree;
 - :mod:`covbook.book.repository`: the book's GitHub repository, from one place, and the
   notebooks' setup cell that installs covbook where it is missing (Colab);
-- :mod:`covbook.book.sphinx_repository`, :mod:`covbook.book.sphinx_pages`: Sphinx hooks
+- :mod:`covbook.book.sphinx_pages`: Sphinx hook
   (repository and launch buttons only when the repository is known; pages without console errors);
 - :mod:`covbook.book.results`, :mod:`covbook.book.theorems`: the "Results at a glance" page
   (``book/results.yml`` and the run) and the theorem boxes of the built chapters;
@@ -20,7 +20,7 @@ Modules (none imports torch or numpy at import time):
   citations);
 - :mod:`covbook.book.report`: the reproduction report;
 - :mod:`covbook.book.sweep`: ``covbook sweep`` and the calibration page;
-- :mod:`covbook.book.citations`, :mod:`covbook.book.sphinx_claims`: the ``{claim}`` role;
+- :mod:`covbook.book.sphinx_claims`: the ``{claim}`` role and the run each chapter shows;
 - :mod:`covbook.book.cli`: the ``covbook`` command.
 
 Atomic JSON writes and verifying reads are :mod:`covbook._jsonio`, shared with

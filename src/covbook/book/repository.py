@@ -28,8 +28,6 @@ __all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTAL
 
 ENV = "COVBOOK_REPOSITORY"
 NOTEBOOKS_BRANCH = "executed-notebooks"
-COLAB_URL = "https://colab.research.google.com"
-BINDER_URL = "https://mybinder.org"
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
 #: The first code cell of every chapter (tagged ``remove-cell``); publishing replaces it by :data:`INSTALL_CELL`.
