@@ -1,4 +1,4 @@
-"""Where the book lives online: its GitHub repository, from one place, and the notebooks' setup cell.
+"""Where the book lives online: its GitHub repository, from one place, and publishing the executed notebooks.
 
 :func:`resolve_repository` decides the repository: ``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL;
 empty or ``none``: no repository), else ``repository.url`` in ``_config.yml``, else ``git remote get-url
@@ -12,7 +12,6 @@ branch :data:`NOTEBOOKS_BRANCH`, their setup cell filled to install covbook from
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -20,41 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from covbook._jsonio import write_json_atomic
 from covbook.book.provenance import git
+from covbook.book.standalone import INSTALL_CELL, SETUP_CELL, SETUP_PLACEHOLDER, fill_setup_source, standalone_file
 
 __all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "Repository", "parse_github",
-           "resolve_repository", "fill_setup_source", "fill_notebook_file", "publish_notebook"]
+           "resolve_repository", "fill_setup_source", "publish_notebook"]
 
 ENV = "COVBOOK_REPOSITORY"
 NOTEBOOKS_BRANCH = "executed-notebooks"
-#: The line of the notebooks' setup cell that publishing replaces by the install source.
-SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
-#: The first code cell of every chapter (tagged ``remove-cell``); publishing replaces it by :data:`INSTALL_CELL`.
-SETUP_CELL = f"""\
-# Setup: a published notebook opened outside a checkout installs covbook here.
-{SETUP_PLACEHOLDER}  # set when the executed notebooks are published"""
-#: The setup cell of a published notebook: outside a checkout it installs covbook's runtime from
-#: ``COVBOOK_SOURCE`` (:func:`fill_setup_source`) and shows pip's output when that fails.
-INSTALL_CELL = f"""\
-# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
-# its repository.
-import importlib.util
-import subprocess
-import sys
-
-{SETUP_PLACEHOLDER}
-if importlib.util.find_spec("covbook") is None:
-    # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
-    done = subprocess.run(
-        [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
-    )
-    if done.returncode:
-        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
-        raise RuntimeError("pip could not install covbook: its output is above")
-    importlib.invalidate_caches()"""
-
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
 _REPO = r"[A-Za-z0-9._-]+"
 _PATTERNS = (
@@ -125,47 +97,18 @@ def resolve_repository(
     return parse_github(git(Path(root), "remote", "get-url", "origin") or "")
 
 
-_PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
-
-
-def fill_setup_source(source: str, install_source: str) -> str:
-    """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
-    any other cell is returned unchanged."""
-    if not _PLACEHOLDER_LINE.search(source):
-        return source
-    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
-                                 INSTALL_CELL)
-
-
-def fill_notebook_file(path: str | os.PathLike, install_source: str) -> bool:
-    """Fill the setup cell of the ``.ipynb`` at ``path`` in place (atomically); True when it had a placeholder."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    changed = False
-    for cell in nb.get("cells", []):
-        src = cell.get("source", "")
-        text = "".join(src) if isinstance(src, list) else src
-        new = fill_setup_source(text, install_source) if cell.get("cell_type") == "code" else text
-        if new != text:
-            cell["source"], changed = new, True
-    if changed:
-        write_json_atomic(path, nb)
-    return changed
-
-
 def publish_notebook(paths, nb_path: Path, repo: Repository) -> bool:
     """Rewrite the executed notebook ``nb_path`` in place as its published edition (:mod:`covbook.book.standalone`),
-    setup cell filled; True when it had a setup placeholder.  Call it holding the tree's lock; its run record
-    follows it (:func:`covbook.book.runner.commit_rewritten`), so that ``covbook check`` still finds it true."""
+    its setup cell installing from ``repo``; True when it had a setup placeholder.  Call it holding the tree's
+    lock; its run record follows it (:func:`covbook.book.runner.commit_rewritten`), so ``covbook check`` holds."""
     import tempfile
 
     from covbook.book.runner import commit_rewritten
-    from covbook.book.standalone import standalone_file
 
     paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="publish-", dir=paths.tmp) as d:
         new_nb = Path(d) / nb_path.name
-        standalone_file(nb_path, new_nb, paths.root, repo.pages_url)
-        filled = fill_notebook_file(new_nb, repo.install_source)
+        filled = standalone_file(nb_path, new_nb, paths.root, repo.pages_url, repo.install_source)
         commit_rewritten(paths, nb_path.stem, new_nb)
     return filled
 

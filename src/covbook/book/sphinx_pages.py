@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from covbook.book.provenance import git_commit, versions
-from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, fill_notebook_file, resolve_repository
+from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 
 __all__ = ["theme_options", "unique_scripts", "footer_text", "redirect_page", "setup"]
 
@@ -137,9 +137,7 @@ def _publish_sources(app, exception: Exception | None) -> None:
             shutil.copyfile(md, sources / f"{pagename}.md")
     repo: Repository | None = getattr(app, "covbook_repository", None)
     for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
-        standalone_file(nb, nb, _root(app), repo.pages_url if repo else None)
-        if repo is not None:
-            fill_notebook_file(nb, repo.install_source)
+        standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None)
 
 
 def setup(app) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Jupyter, Colab and Binder would show the prose's Sphinx roles as raw markup, so 
 or launches is rewritten by :func:`standalone`: each role becomes Markdown text (a claim its value and verdict,
 a glued name its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its
 label), linked into the online book when its address is known; papermill's injected-parameters cell goes (the
-reader's ``parameters`` cell is what runs), and the kernel is the standard ``python3``.  Standard library only.
+reader's ``parameters`` cell is what runs), the kernel is the standard ``python3``, and the setup cell installs
+covbook where it is missing (Colab).  Standard library only.
 """
 
 from __future__ import annotations
@@ -16,11 +17,54 @@ import math
 import re
 from pathlib import Path
 
-__all__ = ["ROLE", "standalone", "glued_values", "figure_numbers", "bib_labels", "standalone_file"]
+__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "glued_values",
+           "figure_numbers", "bib_labels", "standalone_file"]
+
+#: The line of the notebooks' setup cell that publishing replaces by the install source.
+SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
+#: The first code cell of every chapter (tagged ``remove-cell``); publishing replaces it by :data:`INSTALL_CELL`.
+SETUP_CELL = f"""\
+# Setup: a published notebook opened outside a checkout installs covbook here.
+{SETUP_PLACEHOLDER}  # set when the executed notebooks are published"""
+#: The setup cell of a published notebook: outside a checkout it installs covbook's runtime from
+#: ``COVBOOK_SOURCE`` (:func:`fill_setup_source`) and shows pip's output when that fails.
+INSTALL_CELL = f"""\
+# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
+# its repository.
+import importlib.util
+import subprocess
+import sys
+
+{SETUP_PLACEHOLDER}
+if importlib.util.find_spec("covbook") is None:
+    # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
+    done = subprocess.run(
+        [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
+    )
+    if done.returncode:
+        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
+        raise RuntimeError("pip could not install covbook: its output is above")
+    importlib.invalidate_caches()"""
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
 _BIB_ENTRY = re.compile(r"@\w+\s*\{\s*(?P<key>[^,\s]+)\s*,(?P<body>.*?)\n\}", re.DOTALL)
 _BIB_FIELD = re.compile(r"(?P<name>author|year)\s*=\s*[{\"](?P<value>[^\n]*?)[}\"]\s*,?\s*$", re.MULTILINE)
+_PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
+
+
+def fill_setup_source(source: str, install_source: str) -> str:
+    """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
+    any other cell is returned unchanged."""
+    if not _PLACEHOLDER_LINE.search(source):
+        return source
+    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
+                                 INSTALL_CELL)
+
+
+def _text(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
 
 
 def glued_values(nb: dict) -> dict[str, object]:
@@ -70,12 +114,13 @@ def _number(value: object, spec: str) -> str:
 
 def standalone(
     nb: dict, chapter: str, *, claims: dict[str, dict[str, dict]], bib: dict[str, tuple[str, str]],
-    book_url: str | None = None,
+    book_url: str | None = None, install_source: str | None = None,
 ) -> dict:
     """A copy of the executed notebook ``nb`` of ``chapter`` with its roles resolved (module docstring).
 
     ``claims`` maps chapter names to ``{id: claim record}`` (the claims JSON of the run), ``bib`` citation keys
-    to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links).
+    to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links);
+    ``install_source`` fills the setup cell (:func:`fill_setup_source`; None: left as it is).
     """
     from covbook.book.checks import split_target
 
@@ -118,9 +163,11 @@ def standalone(
                     ((c.get("metadata") or {}).get("tags") or [])]
     for cell in out["cells"]:
         tags = (cell.get("metadata") or {}).get("tags") or []
+        text = _text(cell)
         if cell.get("cell_type") == "markdown":
-            src = cell.get("source", "")
-            cell["source"] = ROLE.sub(resolve, "".join(src) if isinstance(src, list) else src)
+            cell["source"] = ROLE.sub(resolve, text)
+        elif cell.get("cell_type") == "code" and install_source and _PLACEHOLDER_LINE.search(text):
+            cell["source"] = fill_setup_source(text, install_source)
         if "parameters" in tags:
             cell["metadata"]["tags"] = [t for t in tags if t != "remove-cell"]
     out.setdefault("metadata", {})["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -128,9 +175,10 @@ def standalone(
     return out
 
 
-def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None) -> None:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically); the claims are the
-    run's (``book/generated/claims``), the citations from ``book/references.bib``."""
+def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
+                    install_source: str | None = None) -> bool:
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically; the claims are the
+    run's, ``book/generated/claims``, the citations ``book/references.bib``'s); True when a setup cell was filled."""
     from covbook._jsonio import write_json_atomic
 
     bib_file = root / "book" / "references.bib"
@@ -142,4 +190,7 @@ def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = Non
             continue
     bib = bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
     nb = json.loads(src.read_text(encoding="utf-8"))
-    write_json_atomic(dst, standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url))
+    new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
+    write_json_atomic(dst, new)
+    return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
+                                        for c in nb.get("cells", []))
