@@ -18,7 +18,7 @@ from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
 from covbook.rules import Rule, load_rules, utf8_text
 
-__all__ = ["Verdict", "check", "read_rules", "judged", "claim_problems", "id_problems", "source_text",
+__all__ = ["Verdict", "check", "read_rules", "claim_problems", "id_problems", "source_text",
            "split_target", "CITATION", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
@@ -75,13 +75,6 @@ def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
         return load_rules(f)
     except ValueError as err:
         raise UsageError(str(err)) from err
-
-
-def judged(paths: Paths, name: str, claims_file: Path, rules: dict[str, Rule],
-           profile: str | None = None) -> tuple[list[Claim], list[str]]:
-    """The claims of one stored run judged against ``rules``, and the recorded ids."""
-    ms = load_measurements(claims_file)
-    return judge_file(ms, rules, profile=profile)[0], [m.id for m in ms]
 
 
 def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -> tuple[list[str], list[str]]:

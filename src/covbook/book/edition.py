@@ -20,22 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook.book import config
 from covbook.book.cache import notebook_science, portable
-from covbook.book.checks import claim_problems, id_problems, judged, read_rules
-from covbook.book.config import (
-    Paths,
-    UsageError,
-    _myst_code_cells,
-    discover,
-    load_profiles,
-    notebook_parameters,
-    resolve_parameters,
-)
+from covbook.book.checks import claim_problems, id_problems, read_rules
+from covbook.book.config import Paths, UsageError, discover
 from covbook.book.render import render
+from covbook.claims import judge_file, load_measurements
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV",
-           "refresh_verdict_lines"]
+           "published_notebook", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV", "refresh_verdict_lines"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
@@ -57,10 +50,11 @@ def science_key(paths: Paths, name: str, profile: str) -> str:
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
     h = hashlib.sha256()
-    for _, src in _myst_code_cells(nb.read_text(encoding="utf-8")):
+    for _, src in config._myst_code_cells(nb.read_text(encoding="utf-8")):
         h.update(portable(src).encode() + b"\0")
     h.update(notebook_science(nb).encode())
-    params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
+    params = config.resolve_parameters(name, config.notebook_parameters(nb), config.load_profiles(paths.profiles),
+                                       profile, "auto", 0)
     h.update(json.dumps({k: v for k, v in params.items() if k not in ("device", "seed")}, sort_keys=True,
                         default=str).encode())
     return h.hexdigest()
@@ -106,7 +100,8 @@ def status(paths: Paths, manifest: dict | None = None) -> dict[str, Status]:
 
 def edition_claims(paths: Paths, name: str, profile: str) -> list:
     """The stored measurements of chapter ``name`` judged by the current rules at the edition's ``profile``."""
-    return judged(paths, name, _dir(paths) / "claims" / f"{name}.json", read_rules(paths, name), profile)[0]
+    return judge_file(load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
+                      profile=profile)[0]
 
 
 def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
@@ -131,13 +126,13 @@ def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
             problems.append(f"edition: {name}: {f.relative_to(paths.root)} is missing")
             continue
         try:
-            rules = read_rules(paths, name)
-            claims, ids = judged(paths, name, f, rules, profile)
+            rules, ms = read_rules(paths, name), load_measurements(f)
+            claims = judge_file(ms, rules, profile=profile)[0]
         except (UsageError, ValueError, OSError) as err:
             problems.append(f"edition: {name}: {err}")
             continue
         problems += [f"edition ({profile}): {x}" for x in claim_problems(name, claims, profile)[0]]
-        problems += [f"edition ({profile}): {x}" for x in id_problems(name, ids, sorted(rules))]
+        problems += [f"edition ({profile}): {x}" for x in id_problems(name, [m.id for m in ms], sorted(rules))]
     return problems, notes
 
 
@@ -162,19 +157,11 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
     return shown, render("edition_section.md.j2", m=manifest, statuses=st).split("\n")
 
 
-def banner(st: Status, manifest: dict | None, record: dict | None, commit: str | None = None) -> str:
-    """The note atop a published chapter: which run it shows (profile, device, date, commit).  ``record`` is the
-    book's own run record of the chapter and ``commit`` the book's commit; the manifest names the edition's."""
-    rec = record or {}
-    return render("edition_banner.md.j2", current=st.current and manifest is not None, m=manifest, e=st.entry or {},
-                  rec=rec, params=rec.get("parameters") or {}, commit=commit,
-                  pending=st.state == "pending" and manifest is not None).strip()
-
-
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
                        manifest: dict | None = None, commit: str | None = None) -> dict:
     """The notebook a reader sees for chapter ``name``: its stored edition run where that is current (verdict
-    lines re-judged by the current rules), else ``own`` (the book's run); its :func:`banner` after the title."""
+    lines re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record, ``commit`` the
+    book's commit); under its title a note saying which run it shows (profile, device, date, commit)."""
     manifest = read_manifest(paths) if manifest is None else manifest
     st = status(paths, manifest).get(name, Status(name, "absent"))
     nb = own
@@ -187,8 +174,11 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
     at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
                and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
+    rec = record or {}
+    text = render("edition_banner.md.j2", current=st.current, m=manifest, e=st.entry or {}, rec=rec, commit=commit,
+                  params=rec.get("parameters") or {}, pending=st.state == "pending").strip()
     note = {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
-            "source": f":::{{note}}\n{banner(st, manifest, record, commit)}\n:::\n"}
+            "source": f":::{{note}}\n{text}\n:::\n"}
     return {**nb, "cells": [*cells[:at], note, *cells[at:]]}
 
 
