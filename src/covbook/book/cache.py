@@ -23,9 +23,9 @@ from covbook.book.config import Paths, UsageError, _myst_code_cells
 from covbook.book.provenance import versions
 from covbook.book.records import read_run
 
-__all__ = ["PACKAGE", "portable", "science_hash", "science_modules", "science_files", "notebook_modules",
-           "notebook_science", "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs",
-           "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+__all__ = ["PACKAGE", "portable", "science_hash", "science_modules", "science_files", "notebook_science", "environment",
+           "resolve_device", "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest",
+           "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = PACKAGE / "book"
@@ -70,8 +70,10 @@ def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> 
 def _module_files(package: Path, dotted: str) -> list[Path]:
     """The files of ``package`` that importing module ``dotted`` runs (``covbook.a.b``: a/__init__ and a/b)."""
     parts = dotted.split(".")
+    if parts[0] != package.name:
+        return []
     out = []
-    for i in range(1, len(parts) + 1) if parts[0] == package.name else ():
+    for i in range(1, len(parts) + 1):
         base = package.joinpath(*parts[1:i])
         out += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()][:1]
     return out
@@ -125,18 +127,12 @@ def science_modules(sources: list[str], package: Path = PACKAGE) -> list[Path] |
     return science_files(package, list(seen))
 
 
-def notebook_modules(nb_path: Path, package: Path = PACKAGE) -> list[Path]:
-    """The science modules notebook ``nb_path`` runs: :func:`science_modules` of its code cells (IPython's magics
-    and shell lines left out), or every :func:`science_files` when its imports cannot be followed statically."""
+def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
+    """Hash of the science code notebook ``nb_path`` runs: :func:`science_hash` of the :func:`science_modules` of
+    its code cells (IPython's magics and shell lines left out), of all when those cannot be followed statically."""
     sources = ["\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
                for _, src in _myst_code_cells(nb_path.read_text(encoding="utf-8"))]
-    modules = science_modules(sources, package)
-    return science_files(package) if modules is None else modules
-
-
-def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
-    """Hash of the science code notebook ``nb_path`` runs (:func:`science_hash` of :func:`notebook_modules`)."""
-    return science_hash(package, notebook_modules(nb_path, package))
+    return science_hash(package, science_modules(sources, package))
 
 
 @lru_cache(maxsize=1)
