@@ -79,18 +79,11 @@ def _title(page_html: Path) -> str:
     return html.unescape(title).replace("#", "").strip()
 
 
-def _contents_page(title: str, entries: list[tuple[str, int]], version_line: str) -> str:
-    rows = "\n".join(f"<tr><td>{html.escape(t)}</td><td class='n'>{n}</td></tr>" for t, n in entries)
-    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title>
-<style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}}
-table{{width:100%;border-collapse:collapse}}
-td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
-<body><h1>{html.escape(title)}</h1><p>{html.escape(version_line)}</p><h2>Contents</h2><table>{rows}</table></body></html>"""
-
-
 def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None = None, log=print) -> Path:
     """Print the book in ``html_dir`` (pages from ``toc_file``) to ``out``; return ``out``."""
     from pypdf import PdfReader, PdfWriter
+
+    from covbook.book.render import render
 
     chromium = chromium or find_chromium()
     if chromium is None:
@@ -117,8 +110,8 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
             footer = html_dir / "intro.html"
             m = re.search(r'<p class="covbook-build">(.*?)</p>', footer.read_text(encoding="utf-8")) \
                 if footer.is_file() else None
-            contents.write_text(_contents_page(entries[0][0], [(t, n) for t, n, _ in entries],
-                                               html.unescape(m.group(1)) if m else ""), encoding="utf-8")
+            contents.write_text(render("pdf_contents.html.j2", title=entries[0][0], entries=[e[:2] for e in entries],
+                                       version_line=html.unescape(m.group(1)) if m else ""), encoding="utf-8")
             _print(chromium, base + ".covbook-contents.html", work / "contents.pdf")
         finally:
             server.shutdown()
