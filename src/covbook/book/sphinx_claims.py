@@ -1,19 +1,13 @@
 """Sphinx extension: the prose cites its claims, and each chapter shows the run its claims come from.
 
-``{claim}`id``` (this chapter's claim; the chapter is the page's docname) or ``{claim}`NN_name:id```
-(``{claim}`NN:id```) renders a verdict chip: the measured value (:func:`covbook.claims.fmt`), the verdict
-(``✓``, ``✗ FAILED``, or ``≈ compatible, cannot exclude X``) and the window, linked to the claim's row in the
-report, its statement, basis and alternatives in the tooltip; a claim the run did not record is a build
-warning (an error under ``-W``) naming the page and line.  ``{claim-row}`NN_name:id``` is that row's anchor
-in the report (:func:`covbook.claims.anchor`), linked back to the chapter; ``{claimstat}`name``` a number
-about the whole run (``level``, ``z``, ``n_evidence``, ``n_claims``, ``familywise``: the chance that a correct
-run fails at least one evidence claim, ``1 − (1 − level)^n_evidence``, in percent).  Claims are judged by
-the current rules when the build starts.
-
-Each chapter page (``generated/NN_name``) is :func:`covbook.book.edition.published_notebook`: its stored
-edition run where current (its ``{claim}`` roles citing the edition's claims), else the book's run, with a
-note saying which; a page is read again when that changes.  Configuration: ``covbook_claims_dir`` (default
-``generated/claims``) and ``covbook_report_doc`` (``generated/reproduction``).  Imports no torch.
+Roles: ``{claim}`id``` (a claim of the page's chapter) or ``{claim}`NN_name:id``` (``NN:id``) renders the
+measured value, verdict and window, linked to the claim's row in the report (statement, basis and alternatives
+in the tooltip); a claim the run did not record is a build warning naming the page and line.
+``{claim-row}`NN_name:id``` is that row's anchor, linked back to the chapter; ``{claimstat}`name``` a number
+about the run (``level``, ``z``, ``n_evidence``, ``n_claims``, ``familywise`` = 1 − (1 − level)^n_evidence in
+percent).  A chapter page (``generated/NN_name``) is :func:`covbook.book.edition.published_notebook`, its roles
+citing the edition's claims where it shows the edition's run.  Config: ``covbook_claims_dir``,
+``covbook_report_doc``.  Imports no torch.
 """
 
 from __future__ import annotations
