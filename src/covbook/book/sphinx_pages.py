@@ -1,13 +1,11 @@
 """Sphinx extension: the book's pages, with the buttons its repository allows and no console errors.
 
-At ``config-inited`` it asks :func:`covbook.book.repository.resolve_repository` where the book lives and sets
-sphinx-book-theme's repository, issue and launch (Colab, Binder) buttons for the branch the book workflow
-publishes, or none of them (no dead links); it adds each chapter's MyST source (``notebooks/NN_name.md``) to
-the download menu and makes the downloadable notebooks the published edition (:mod:`covbook.book.standalone`).
-It also keeps identical inline scripts once (sphinx-thebe's and sphinx-togglebutton's are registered twice: a
-``const`` SyntaxError), sets the light colour mode (pydata-sphinx-theme logs "invalid theme mode" without
-one), writes the root ``index.html`` redirect with the book's icon (else a ``/favicon.ico`` 404), and puts
-the covbook version and commit in every page's footer.
+The repository, issue and launch (Colab, Binder) buttons follow :func:`covbook.book.repository.resolve_repository`
+(none when it is unknown: no dead links); chapters offer their MyST source for download, and the downloadable
+notebooks are the published edition (:mod:`covbook.book.standalone`).  Identical inline scripts are kept once
+(sphinx-thebe's and sphinx-togglebutton's ``const`` twice is a SyntaxError), the colour mode is light (else
+pydata-sphinx-theme logs an error), ``index.html`` names the icon (else a favicon 404), and every footer names
+the covbook version and commit.
 """
 
 from __future__ import annotations
