@@ -77,26 +77,22 @@ class RunRecord(Mapping):
     @property
     def profile(self) -> str | None:
         """The profile the run used."""
-        p = self.parameters.get("profile")
-        return None if p is None else str(p)
+        return None if (p := self.parameters.get("profile")) is None else str(p)
 
     @property
     def seconds(self) -> float | None:
         """Wall seconds of the run."""
-        s = self._data.get("seconds")
-        return float(s) if isinstance(s, int | float) else None
+        return float(s) if isinstance(s := self._data.get("seconds"), int | float) else None
 
     @property
     def outputs(self) -> dict[str, str] | None:
         """``{"claims": sha256, "notebook": sha256}`` of the committed outputs (``None`` in older records)."""
-        o = self._data.get("outputs")
-        return dict(o) if isinstance(o, Mapping) else None
+        return dict(o) if isinstance(o := self._data.get("outputs"), Mapping) else None
 
     @property
     def error(self) -> str | None:
         """Why a failed run failed."""
-        e = self._data.get("error")
-        return None if e is None else str(e)
+        return None if (e := self._data.get("error")) is None else str(e)
 
 
 def read_run(path: str | os.PathLike) -> RunRecord | None:
