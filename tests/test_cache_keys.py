@@ -92,12 +92,10 @@ def test_each_chapter_is_keyed_on_its_own_experiment_module():
 
 
 def test_each_version_of_a_science_file_is_parsed_once(tmp_path):
-    """The code key of a file is cached on its bytes (a second hash of an unchanged tree parses nothing)."""
-    from covbook.book import cache
-
+    """The code key of a file is cached on its text (a second hash of an unchanged tree parses nothing)."""
     f = tmp_path / "m.py"
     f.write_text('"""doc"""\nx = 1  # comment\n')
-    first = cache._code_of(f, f.read_bytes())
-    hits = cache._code_of.cache_info().hits
-    assert cache._code_of(f, f.read_bytes()) == first and cache._code_of.cache_info().hits == hits + 1
-    assert first == cache._code_of(f, b"x = 1\n")  # docstring, comment and formatting do not count
+    first = cache.portable(f.read_text())
+    hits = cache.portable.cache_info().hits
+    assert cache.portable(f.read_text()) == first and cache.portable.cache_info().hits == hits + 1
+    assert first == cache.portable("x = 1\n")  # docstring, comment and formatting do not count

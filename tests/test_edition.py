@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from covbook.book import edition, sphinx_edition
+from covbook.book import edition, sphinx_claims
 from covbook.book.config import Paths, UsageError
 from helpers import covbook, make_notebook
 
@@ -69,7 +69,7 @@ def test_the_published_page_shows_the_stored_run_and_says_which(stored):
     # the Sphinx hook makes the same page from the book's own notebook
     app = SimpleNamespace(srcdir=str(stored / "book"))
     source = [json.dumps(own)]
-    sphinx_edition._source(app, "generated/02_beta", source)
+    sphinx_claims._source(app, "generated/02_beta", source)
     assert "shows its **smoke** run on cpu" in json.dumps(json.loads(source[0])["cells"][1])
 
 
@@ -116,7 +116,7 @@ parse:
   myst_enable_extensions: [colon_fence]
 sphinx:
   extra_extensions:
-    - covbook.book.sphinx_edition
+    - covbook.book.sphinx_claims
 """
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from covbook.book import edition
+from covbook.book.cache import portable
 from covbook.book.config import Paths, UsageError
 from helpers import make_notebook
 
@@ -15,10 +16,10 @@ A = 'def f(x):\n    """Doc."""\n    # a comment\n    return x + 1\n'
 
 def test_portable_source_ignores_comments_docstrings_and_formatting():
     same = "def f(x):   return (x+1)  # terse\n"
-    assert edition._portable(A) == edition._portable(same) == "def f(x):\n    return x + 1"
-    assert edition._portable(A) != edition._portable(A.replace("x + 1", "x + 2"))
-    assert "type_params" not in edition._portable(A) and "lineno" not in edition._portable(A)  # not ast.dump's form
-    assert edition._portable("%timeit f(1)\n") == "%timeit f(1)\n"  # not Python: as it is
+    assert portable(A) == portable(same) == "def f(x):\n    return x + 1"
+    assert portable(A) != portable(A.replace("x + 1", "x + 2"))
+    assert "type_params" not in portable(A) and "lineno" not in portable(A)  # not ast.dump's form
+    assert portable("%timeit f(1)\n") == "%timeit f(1)\n"  # not Python: as it is
 
 
 def test_the_key_follows_code_and_parameters_not_prose(project):

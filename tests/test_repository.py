@@ -17,12 +17,11 @@ from covbook.book.repository import (
     ENV,
     NOTEBOOKS_BRANCH,
     Repository,
-    fill_notebook_file,
     fill_setup_source,
     parse_github,
     resolve_repository,
 )
-from covbook.book.sphinx_repository import theme_options
+from covbook.book.sphinx_pages import theme_options
 from helpers import ROOT
 
 OCTO = Repository("octo", "covbook")
@@ -101,17 +100,21 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def test_fill_notebook_file(tmp_path: Path) -> None:
+def test_publishing_fills_the_setup_cell_and_no_prose(tmp_path: Path) -> None:
+    from covbook.book.standalone import standalone_file
+
     nb = nbformat.v4.new_notebook()
     line = "COVBOOK_SOURCE = None"
     nb.cells = [nbformat.v4.new_markdown_cell(line), nbformat.v4.new_code_cell(line)]
-    path = tmp_path / "n.ipynb"
+    path, out = tmp_path / "n.ipynb", tmp_path / "published.ipynb"
     nbformat.write(nb, path)
-    assert fill_notebook_file(path, OCTO.install_source)
-    cells = [_source(c) for c in json.loads(path.read_text())["cells"]]
+    assert standalone_file(path, out, tmp_path, install_source=OCTO.install_source)
+    cells = [_source(c) for c in json.loads(out.read_text())["cells"]]
     assert cells[0] == "COVBOOK_SOURCE = None"  # prose is never touched
     assert OCTO.install_source in cells[1]
-    assert not fill_notebook_file(path, OCTO.install_source)  # nothing left to fill
+    assert not standalone_file(out, out, tmp_path, install_source=OCTO.install_source)  # nothing left to fill
+    assert not standalone_file(path, out, tmp_path)  # no install source: the cell is left as it is
+    assert _source(json.loads(out.read_text())["cells"][1]) == line
 
 
 def test_theme_options_with_and_without_repository() -> None:
@@ -143,7 +146,7 @@ launch_buttons:
   notebook_interface: classic
 sphinx:
   extra_extensions:
-    - covbook.book.sphinx_repository
+    - covbook.book.sphinx_pages
 """
 
 

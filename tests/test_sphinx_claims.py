@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from claims_fixtures import claim, fake_project
-from covbook.book.citations import split_target
+from covbook.book.checks import split_target
 from covbook.book.config import Paths
 from covbook.book.report import write_report
 from covbook.claims import anchor

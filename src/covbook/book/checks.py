@@ -1,42 +1,31 @@
-"""Judge the last run: every claim passes its rule, every evidence claim has power, no claim vanished.
+"""Judge the last run (``covbook check``): every claim passes its rule, every evidence claim has power, no claim
+vanished, and every ``{claim}`` citation in the prose names a recorded claim.
 
-``covbook check`` reads the measurements and run records that ``covbook run``
-wrote into ``book/generated``, judges each measurement against its chapter's
-rules (``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`) without running
-anything, and fails when
-
-- a notebook failed, was not run, or recorded no claim;
-- a claim failed its rule (including one recorded as not evaluable, with a reason);
-- an *evidence* rule carries no ``basis`` or names no alternative;
-- an evidence rule's claim is *judged* ``compatible`` (its window contains an
-  alternative: :func:`covbook.rules.judged_kind`), which is noted, never a
-  failure: the kind follows the window's width at the run's profile;
-- a run recorded an id its rules do not declare, or did not record one they do;
-- a notebook's prose cites (``{claim}`id```) a claim the run did not record.
-
-It also notes chapters run at mixed profiles or seeds.  A changed rule is
-re-judged in well under a second: no kernel starts.
+Reads the measurements and run records in ``book/generated`` and judges them against the chapters' rules
+(``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`) without running anything.  An evidence claim judged
+``compatible`` (its window contains an alternative) at a profile that builds the book is a note.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.citations import citations, split_target
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
 from covbook.rules import Rule, load_rules, utf8_text
 
-__all__ = ["Verdict", "check", "rules_file", "read_rules", "run_profile", "judged", "mixed_runs",
-           "claim_problems", "id_problems", "citation_problems", "alternative_problems", "source_text",
-           "POWER_PROFILES"]
+__all__ = ["Verdict", "check", "read_rules", "claim_problems", "id_problems", "source_text",
+           "split_target", "CITATION", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
 POWER_PROFILES = tuple(name for name, p in PROFILE_TABLE.items() if p.power)
+#: a claim citation in the prose: ``{claim}`id``` or ``{claim}`NN_name:id```
+CITATION = re.compile(r"\{claim\}`([^`]+)`")
 
 
 @dataclass
@@ -56,8 +45,7 @@ class Verdict:
 
     def problems_of(self, name: str) -> list[str]:
         """The problems of notebook ``name``: its run, claims and rules, and its prose's citations."""
-        prefixes = (f"{name}:", f"notebooks/{name}.md:", f"{RULES / name}.yml:")
-        return [p for p in self.problems if p.startswith(prefixes)]
+        return [p for p in self.problems if p.startswith((f"{name}:", f"notebooks/{name}.md:", f"{RULES / name}.yml:"))]
 
     def as_json(self) -> list[dict]:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
@@ -65,12 +53,9 @@ class Verdict:
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """``kind -> (passed, total)`` for the kinds present, evidence first."""
-        out: dict[str, tuple[int, int]] = {}
-        for kind in ("evidence", "compatible", "identity", "sanity"):
-            cl = [c for c in self.claims if c.kind == kind]
-            if cl:
-                out[kind] = (sum(c.passed for c in cl), len(cl))
-        return out
+        kinds = ("evidence", "compatible", "identity", "sanity")
+        cl = {k: [c.passed for c in self.claims if c.kind == k] for k in kinds}
+        return {k: (sum(v), len(v)) for k, v in cl.items() if v}
 
 
 def source_text(paths: Paths, src: Path) -> str:
@@ -81,25 +66,15 @@ def source_text(paths: Paths, src: Path) -> str:
         raise UsageError(str(err)) from None
 
 
-def rules_file(paths: Paths, name: str) -> Path:
-    return paths.root / RULES / f"{name}.yml"
-
-
 def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
     """The rules of chapter ``name`` (a :class:`UsageError` naming the file when it is missing or invalid)."""
-    f = rules_file(paths, name)
+    f = paths.root / RULES / f"{name}.yml"
     if not f.is_file():
         raise UsageError(f"{f.relative_to(paths.root)} is missing: every chapter declares its claims' rules there")
     try:
         return load_rules(f)
     except ValueError as err:
         raise UsageError(str(err)) from err
-
-
-def run_profile(meta: dict) -> tuple[str | None, int | None]:
-    """The profile and seed a run record names."""
-    params = meta.get("parameters") or {}
-    return params.get("profile"), params.get("seed")
 
 
 def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -> tuple[list[str], list[str]]:
@@ -120,10 +95,8 @@ def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -
     return out, notes
 
 
-def id_problems(name: str, ids: list[str], expected: list[str] | None, where: str = "rules") -> list[str]:
+def id_problems(name: str, ids: list[str], expected: list[str], where: str = "rules") -> list[str]:
     """Differences between the claim ids a run recorded and those its rules file declares."""
-    if expected is None:
-        return [f"{name}: has no {where} file"]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     missing, new = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
     out = [f"{name}: claim id recorded twice: {', '.join(dup)}"] if dup else []
@@ -135,31 +108,57 @@ def id_problems(name: str, ids: list[str], expected: list[str] | None, where: st
     return out
 
 
-def mixed_runs(runs: dict[str, dict]) -> str | None:
-    """A warning when the chapters' last runs used different profiles or seeds (else ``None``)."""
-    used = {n: run_profile(m) for n, m in runs.items() if m.get("status") == "ok"}
-    if len({p for p, _ in used.values()}) > 1 or len({s for _, s in used.values()}) > 1:
-        return ("chapters were run at mixed profiles or seeds: "
-                + ", ".join(f"{n.split('_', 1)[0]} {p} seed {s}" for n, (p, s) in sorted(used.items())))
-    return None
-
-
-def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
-    """Citations in the notebooks' prose of claims that the run did not record.
-
-    ``recorded`` maps each notebook whose run succeeded to its claim ids; a
-    citation of a chapter that did not run is left to that chapter's own problem.
-    """
+def _alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: str) -> list[str]:
+    """Alternatives whose ``key`` names a number the measurement does not record (a typo would read as
+    "cannot exclude" instead of an error)."""
     out = []
-    for name, src in discover(paths).items():
+    for m in ms:
+        numbers = {k: x for k, x in {**m.extra, "prediction": m.prediction}.items()
+                   if isinstance(x, (int, float)) and not isinstance(x, bool)}
+        for i, a in enumerate(rules[m.id].alternatives if m.id in rules else ()):
+            if a.key is not None and a.key not in numbers:
+                out.append(f"{where}: rule {m.id!r}: alternatives[{i}] ({a.name!r}): key {a.key!r} is not a number "
+                           f"the measurement records (it records: {', '.join(sorted(numbers)) or 'none'})")
+    return out
+
+
+def split_target(text: str, docname: str, chapters: list[str]) -> tuple[str, str]:
+    """``(chapter, claim id)`` cited by a ``{claim}`` role's text on page ``docname``: ``id`` names this page's
+    chapter (the last part of ``docname``), ``NN_name:id`` or ``NN:id`` another of ``chapters`` (those with
+    claims in the run).  Raises ``ValueError`` with a message.
+
+    >>> split_target("05:risk", "generated/06_icl_multi_step", ["05_icl_one_step", "06_icl_multi_step"])
+    ('05_icl_one_step', 'risk')
+    """
+    text = text.strip()
+    if ":" in text:
+        chap, cid = (s.strip() for s in text.split(":", 1))
+        hits = [chap] if chap in chapters else [c for c in chapters if c.split("_", 1)[0] == chap]
+        if len(hits) != 1:
+            raise ValueError(f"no claims of chapter {chap!r} in this run (chapters with claims: "
+                             f"{', '.join(chapters) or 'none'})")
+        return hits[0], cid
+    chap = docname.rsplit("/", 1)[-1]
+    if chap not in chapters:
+        raise ValueError(f"page {docname!r} is not a chapter with claims in this run; cite another chapter's "
+                         f"claim as NN_name:{text}")
+    return chap, text
+
+
+def _citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
+    """Citations in the notebooks' prose of claims that the run did not record; ``recorded`` maps each notebook
+    whose run succeeded to its claim ids (a chapter that did not run is its own problem)."""
+    out = []
+    chapters = discover(paths)
+    for name, src in chapters.items():
         try:
-            prose = source_text(paths, src)
+            lines = source_text(paths, src).splitlines()
         except UsageError as err:
             out.append(str(err))
             continue
-        for line, text in citations(prose):
+        for line, text in ((i, m.group(1)) for i, ln in enumerate(lines, 1) for m in CITATION.finditer(ln)):
             try:
-                chap, cid = split_target(text, name, list(discover(paths)))
+                chap, cid = split_target(text, name, list(chapters))
             except ValueError as err:
                 out.append(f"notebooks/{src.name}:{line}: {{claim}}`{text}`: {err}")
                 continue
@@ -168,40 +167,16 @@ def citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
     return out
 
 
-def judged(paths: Paths, name: str, claims_file: Path, rules: dict[str, Rule],
-           profile: str | None = None) -> tuple[list[Claim], list[str]]:
-    """The claims of one stored run judged against ``rules``, and the recorded ids."""
-    ms = load_measurements(claims_file)
-    cl, _ = judge_file(ms, rules, profile=profile)
-    return cl, [m.id for m in ms]
-
-
-def alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: str) -> list[str]:
-    """Alternatives whose ``key`` names a number the measurement does not record (a typo would read as
-    "cannot exclude" instead of an error)."""
-    out = []
-    for m in ms:
-        for i, a in enumerate(rules[m.id].alternatives if m.id in rules else ()):
-            if a.key is None:
-                continue
-            v = m.prediction if a.key == "prediction" else m.extra.get(a.key)
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                numbers = {"prediction": m.prediction, **m.extra}
-                names = ", ".join(sorted(k for k, x in numbers.items()
-                                         if isinstance(x, (int, float)) and not isinstance(x, bool))) or "none"
-                out.append(f"{where}: rule {m.id!r}: alternatives[{i}] ({a.name!r}): key {a.key!r} is not a number "
-                           f"the measurement records (it records: {names})")
-    return out
-
-
 def check(paths: Paths) -> Verdict:
-    """Judge the stored measurements of the last run against the current rules; every reason it does not verify."""
+    """Judge the stored measurements of the last run against the current rules; every reason it does not verify
+    (a notebook that failed, was not run or recorded no claim, a failed claim, an evidence rule without basis or
+    alternative, an id its rules do not declare or one they do that the run did not record, a citation of an
+    unrecorded claim) and notes (claims without power, chapters run at mixed profiles or seeds)."""
     v = Verdict()
     names = discover(paths)
-    stale = sorted(f.stem for f in (paths.root / RULES).glob("*.yml") if f.stem not in names) \
-        if (paths.root / RULES).is_dir() else []
-    for s in stale:
-        v.problems.append(f"{RULES / (s + '.yml')}: rules of a notebook that does not exist")
+    for f in sorted((paths.root / RULES).glob("*.yml")):
+        if f.stem not in names:
+            v.problems.append(f"{RULES / f.name}: rules of a notebook that does not exist")
     for name in names:
         try:
             rules = read_rules(paths, name)
@@ -217,10 +192,10 @@ def check(paths: Paths) -> Verdict:
             v.problems.append(f"{name}: has not been run (covbook run {name})")
             continue
         v.runs[name] = meta
+        cfile = paths.claims / f"{name}.json"
         if not meta.ok:
             v.problems.append(f"{name}: notebook failed: {meta.error or 'unknown error'}")
             continue
-        cfile = paths.claims / f"{name}.json"
         if not cfile.is_file():
             v.problems.append(f"{name}: produced no claims")
             continue
@@ -232,20 +207,20 @@ def check(paths: Paths) -> Verdict:
         if rules is None:  # its rules file is the problem; its citations cannot be checked against the rules
             v.unjudged[name] = len(ms)
             continue
-        profile, _ = run_profile(meta)
-        cl, ids = judge_file(ms, rules, profile=profile)[0], [m.id for m in ms]
-        v.problems.extend(alternative_problems(ms, rules, f"{RULES / (name + '.yml')}"))
+        cl, ids = judge_file(ms, rules, profile=meta.profile)[0], [m.id for m in ms]
+        v.problems.extend(_alternative_problems(ms, rules, f"{RULES / name}.yml"))
         if not ids:
             v.problems.append(f"{name}: produced no claims")
         v.claims.extend(cl)
-        problems, notes = claim_problems(name, cl, profile)
+        problems, notes = claim_problems(name, cl, meta.profile)
         v.problems.extend(problems)
         v.notes.extend(notes)
-        v.problems.extend(id_problems(name, ids, sorted(rules), f"{RULES / (name + '.yml')}"))
-    mixed = mixed_runs(v.runs)
-    if mixed:
-        v.notes.append(mixed)
+        v.problems.extend(id_problems(name, ids, sorted(rules), f"{RULES / name}.yml"))
+    used = {n: (m.profile, m.seed) for n, m in v.runs.items() if m.ok}
+    if len(set(used.values())) > 1:
+        v.notes.append("chapters were run at mixed profiles or seeds: "
+                       + ", ".join(f"{n.split('_', 1)[0]} {p} seed {s}" for n, (p, s) in sorted(used.items())))
     recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
-                if m.get("status") == "ok" and name not in v.unjudged}
-    v.problems.extend(citation_problems(paths, recorded))
+                if m.ok and name not in v.unjudged}
+    v.problems.extend(_citation_problems(paths, recorded))
     return v

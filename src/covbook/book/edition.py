@@ -1,31 +1,15 @@
-"""The book's stored edition: every chapter run once at a profile (paper scale on a GPU), kept in the repository.
+"""The book's stored edition: every chapter run once at a profile (paper scale on a GPU), kept in ``book/edition``.
 
-``covbook edition full --device cuda`` runs the chapters at ``full`` in a scratch tree
-(``.covbook/edition/<profile>/``, so the book's own ``book/generated`` keeps its quick run), with
-figures drawn as SVG, and stores what each successful chapter made in ``book/edition/``::
-
-    book/edition/edition.json         the profile, seed, device, torch, CUDA, Python and numpy versions, the
-                                      commit and date; per chapter its science key, status, time and record
-    book/edition/NN_name.ipynb        the executed chapter
-    book/edition/claims/NN_name.json  its measurements (judged by the current rules wherever they are read)
-    book/edition/runs/NN_name.json    its run record
-
-A chapter's *science key* (:func:`science_key`) hashes what makes its results: the code cells of its
-notebook, the science modules they import (:func:`covbook.book.cache.notebook_science`) and its
-parameters at the edition's profile.  Prose and rules are not in it: prose is the chapter's own text,
-and the rules re-judge the stored measurements wherever they are read.
-
-A chapter's stored run is *current* when its science key equals the chapter's key now
-(:func:`status`).  ``covbook build`` shows a current chapter from its stored run and every other
-chapter from the book's own run (quick), each page saying which run it shows
-(:func:`published_notebook`); ``covbook check`` re-judges the stored measurements against the
-current rules (a failed claim fails it) and lists each chapter whose stored run is pending
-(:func:`edition_problems`).  Nothing here imports torch unless a chapter is run.
+``covbook edition full --device cuda`` runs the chapters in a scratch tree (``.covbook/edition/<profile>/``),
+figures as SVG, and stores each successful chapter's notebook, claims and run record in ``book/edition/`` with
+a manifest (``edition.json``: profile, seed, device, versions, commit, and per chapter its science key).  A
+stored run is *current* while its :func:`science_key` equals the chapter's now; ``covbook build`` shows a
+current chapter from it (:func:`published_notebook`), and ``covbook check`` re-judges its measurements by the
+current rules (:func:`edition_problems`).  Nothing here imports torch unless a chapter is run.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -33,76 +17,53 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
-from covbook.book.cache import without_docstrings
-from covbook.book.checks import claim_problems, id_problems, judged, read_rules
-from covbook.book.config import (
-    Paths,
-    UsageError,
-    _myst_code_cells,
-    discover,
-    load_profiles,
-    notebook_parameters,
-    resolve_parameters,
-)
+from covbook.book import config
+from covbook.book.cache import notebook_science, portable
+from covbook.book.checks import claim_problems, id_problems, read_rules
+from covbook.book.config import Paths, UsageError, discover
+from covbook.book.render import render
+from covbook.claims import judge_file, load_measurements
 
 __all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "banner", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV",
-           "refresh_verdict_lines"]
+           "published_notebook", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV", "refresh_verdict_lines"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
 COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
 #: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
 SVG_CONFIG = 'c.InlineBackend.figure_formats = {"svg"}\n'
+_NOW = "%Y-%m-%d %H:%M UTC"
 
 
 def _dir(paths: Paths) -> Path:
     return paths.root / EDITION
 
 
-@lru_cache(maxsize=4096)
-def _portable(text: str) -> str:
-    """Python source without comments, docstrings or formatting, in a form every Python that parses it gives
-    alike (``ast.unparse``; the form of ``ast.dump`` changes between Python versions: a GPU machine's Python
-    must key a chapter as this one does).  Text that does not parse keys as it is."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return text
-    return ast.unparse(without_docstrings(tree))
-
-
 def science_key(paths: Paths, name: str, profile: str) -> str:
-    """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells, the science
-    modules they import (:func:`covbook.book.cache.notebook_modules`, each as :func:`_portable` source)
-    and its parameters there (``notebooks/profiles.yml``).  Comments, docstrings and prose do not count."""
-    from covbook.book.cache import PACKAGE, notebook_modules
-
+    """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells and the science modules
+    they import (each as :func:`covbook.book.cache.portable` source), and its parameters there.  Prose,
+    comments and docstrings do not count; a :class:`UsageError` for an unknown chapter."""
     nb = discover(paths).get(name)
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
     h = hashlib.sha256()
-    for _, src in _myst_code_cells(nb.read_text(encoding="utf-8")):
-        h.update(_portable(src).encode() + b"\0")
-    for f in notebook_modules(nb, PACKAGE):
-        h.update(f.relative_to(PACKAGE).as_posix().encode() + b"\0")
-        h.update(_portable(f.read_text(encoding="utf-8")).encode() + b"\0")
-    params = resolve_parameters(name, notebook_parameters(nb), load_profiles(paths.profiles), profile, "auto", 0)
-    params = {k: v for k, v in params.items() if k not in ("device", "seed")}
-    h.update(json.dumps(params, sort_keys=True, default=str).encode())
+    for _, src in config._myst_code_cells(nb.read_text(encoding="utf-8")):
+        h.update(portable(src).encode() + b"\0")
+    h.update(notebook_science(nb).encode())
+    params = config.resolve_parameters(name, config.notebook_parameters(nb), config.load_profiles(paths.profiles),
+                                       profile, "auto", 0)
+    h.update(json.dumps({k: v for k, v in params.items() if k not in ("device", "seed")}, sort_keys=True,
+                        default=str).encode())
     return h.hexdigest()
 
 
 def read_manifest(paths: Paths) -> dict | None:
     """``book/edition/edition.json`` (``None`` when there is no edition)."""
     f = _dir(paths) / "edition.json"
-    if not f.is_file():
-        return None
-    return read_json(f, dict)
+    return read_json(f, dict) if f.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -127,19 +88,20 @@ def status(paths: Paths, manifest: dict | None = None) -> dict[str, Status]:
     for name in discover(paths):
         entry = chapters.get(name)
         if entry is None:
-            out[name] = Status(name, "absent")
+            state = "absent"
         elif entry.get("status") != "ok":
-            out[name] = Status(name, "failed", entry)
-        elif entry.get("science_key") != science_key(paths, name, manifest["profile"]):
-            out[name] = Status(name, "pending", entry)
+            state = "failed"
         else:
-            out[name] = Status(name, "current", entry)
+            state = "current" if entry.get("science_key") == science_key(paths, name, manifest["profile"]) \
+                else "pending"
+        out[name] = Status(name, state, entry)
     return out
 
 
 def edition_claims(paths: Paths, name: str, profile: str) -> list:
     """The stored measurements of chapter ``name`` judged by the current rules at the edition's ``profile``."""
-    return judged(paths, name, _dir(paths) / "claims" / f"{name}.json", read_rules(paths, name), profile)[0]
+    return judge_file(load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
+                      profile=profile)[0]
 
 
 def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
@@ -157,21 +119,20 @@ def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
         if st.state == "pending":
             notes.append(f"edition: {name}: its paper-scale run is pending: its science changed after the stored "
                          f"{profile} run (shown from the book's own run; `covbook edition {profile} {name[:2]}`)")
+        f = _dir(paths) / "claims" / f"{name}.json"
         if not st.current:
             continue
-        f = _dir(paths) / "claims" / f"{name}.json"
         if not f.is_file():
             problems.append(f"edition: {name}: {f.relative_to(paths.root)} is missing")
             continue
         try:
-            rules = read_rules(paths, name)
-            claims, ids = judged(paths, name, f, rules, profile)
+            rules, ms = read_rules(paths, name), load_measurements(f)
+            claims = judge_file(ms, rules, profile=profile)[0]
         except (UsageError, ValueError, OSError) as err:
             problems.append(f"edition: {name}: {err}")
             continue
-        p, _ = claim_problems(name, claims, profile)
-        problems += [f"edition ({profile}): {x}" for x in p]
-        problems += [f"edition ({profile}): {x}" for x in id_problems(name, ids, sorted(rules))]
+        problems += [f"edition ({profile}): {x}" for x in claim_problems(name, claims, profile)[0]]
+        problems += [f"edition ({profile}): {x}" for x in id_problems(name, [m.id for m in ms], sorted(rules))]
     return problems, notes
 
 
@@ -182,7 +143,7 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
     try:
         manifest = read_manifest(paths)
     except DamagedFile:
-        return claims, []
+        manifest = None
     if manifest is None:
         return claims, []
     st = status(paths, manifest)
@@ -193,56 +154,32 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
             shown += edition_claims(paths, name, manifest["profile"])
         except (UsageError, ValueError, OSError):
             shown += [c for c in claims if c.notebook == name]
-    from covbook.book.render import render
-
     return shown, render("edition_section.md.j2", m=manifest, statuses=st).split("\n")
-
-
-# --- the published page -----------------------------------------------------------------------------------------
-
-
-def banner(st: Status, manifest: dict | None, record: dict | None, commit: str | None = None) -> str:
-    """The note at the top of a published chapter: which run it shows (profile, device, date, commit).
-
-    ``record`` is the book's own run record of the chapter and ``commit`` the commit the book is built at
-    (a run record names no commit); the edition's manifest names its own.
-    """
-    from covbook.book.render import render
-
-    rec = record or {}
-    return render("edition_banner.md.j2", current=st.current and manifest is not None, m=manifest, e=st.entry or {},
-                  rec=rec, params=rec.get("parameters") or {}, commit=commit,
-                  pending=st.state == "pending" and manifest is not None).strip()
-
-
-def _banner_cell(text: str) -> dict:
-    return {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
-            "source": f":::{{note}}\n{text}\n:::\n"}
-
-
-def _with_banner(nb: dict, text: str) -> dict:
-    """``nb`` with the banner after its title (the first markdown cell that opens with ``# ``)."""
-    cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
-    at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
-               and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
-    return {**nb, "cells": [*cells[:at], _banner_cell(text), *cells[at:]]}
 
 
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
                        manifest: dict | None = None, commit: str | None = None) -> dict:
     """The notebook a reader sees for chapter ``name``: its stored edition run where that is current (verdict
-    lines re-judged by the current rules), else ``own`` (the book's run), each with its :func:`banner`."""
+    lines re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record, ``commit`` the
+    book's commit); under its title a note saying which run it shows (profile, device, date, commit)."""
     manifest = read_manifest(paths) if manifest is None else manifest
     st = status(paths, manifest).get(name, Status(name, "absent"))
+    nb = own
     if st.current:
-        nb = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8"))
+        nb, record, commit = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), None, None
         try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
-            claims = edition_claims(paths, name, manifest["profile"])
+            refresh_verdict_lines(nb, edition_claims(paths, name, manifest["profile"]))
         except (UsageError, ValueError, OSError):
-            claims = []
-        refresh_verdict_lines(nb, claims)
-        return _with_banner(nb, banner(st, manifest, None))
-    return _with_banner(own, banner(st, manifest, record, commit))
+            pass
+    cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
+    at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
+               and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
+    rec = record or {}
+    text = render("edition_banner.md.j2", current=st.current, m=manifest, e=st.entry or {}, rec=rec, commit=commit,
+                  params=rec.get("parameters") or {}, pending=st.state == "pending").strip()
+    note = {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
+            "source": f":::{{note}}\n{text}\n:::\n"}
+    return {**nb, "cells": [*cells[:at], note, *cells[at:]]}
 
 
 _SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (covbook.claims.anchor)
@@ -267,22 +204,16 @@ def refresh_verdict_lines(nb: dict, claims: list) -> int:
     return n
 
 
-# --- making the edition -----------------------------------------------------------------------------------------
-
-
 def _scratch(paths: Paths, profile: str) -> Paths:
-    """The edition's scratch tree: the chapters, rules and profiles copied; kernels that draw SVG."""
+    """The edition's scratch tree: the chapters, rules, profiles and ``_config.yml`` copied; kernels draw SVG."""
     root = paths.state / "edition" / profile
-    nbs = root / "notebooks"
-    if nbs.exists():
-        shutil.rmtree(nbs)
-    shutil.copytree(paths.notebooks, nbs, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    shutil.rmtree(root / "notebooks", ignore_errors=True)
+    shutil.copytree(paths.notebooks, root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
     cfg = root / ".covbook" / "home" / "ipython" / "profile_default" / "ipython_kernel_config.py"
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(SVG_CONFIG, encoding="utf-8")
-    for f in ("_config.yml",):
-        if (paths.root / f).is_file():
-            shutil.copy2(paths.root / f, root / f)
+    if (paths.root / "_config.yml").is_file():
+        shutil.copy2(paths.root / "_config.yml", root / "_config.yml")
     return Paths(root)
 
 
@@ -302,7 +233,8 @@ def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: in
     """Copy the successful chapters ``names`` of ``scratch`` into ``book/edition`` and update its manifest.
 
     A chapter that failed keeps its earlier stored run only when that is still current; otherwise it is
-    recorded as failed.  Files are written atomically, the manifest last.
+    recorded as failed.  Files are written atomically, the manifest last; the run times join this machine's
+    ``.covbook/timings.json``.
     """
     from covbook.book.provenance import git_commit
     from covbook.book.records import read_run
@@ -315,25 +247,24 @@ def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: in
     device = None
     for name in names:
         rec = read_run(scratch.runs / f"{name}.json")
+        key = science_key(paths, name, profile)
         if rec is None or not rec.ok:
-            if chapters.get(name, {}).get("science_key") != science_key(paths, name, profile):
+            if chapters.get(name, {}).get("science_key") != key:
                 chapters[name] = {"status": "failed", "error": (rec.error if rec is not None else None) or "no run"}
             continue
         for src, dst in ((scratch.generated / f"{name}.ipynb", out / f"{name}.ipynb"),
                          (scratch.claims / f"{name}.json", out / "claims" / f"{name}.json"),
                          (scratch.runs / f"{name}.json", out / "runs" / f"{name}.json")):
             dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(dst.name + ".tmp")
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
+            shutil.copyfile(src, dst.with_name(dst.name + ".tmp"))
+            os.replace(dst.with_name(dst.name + ".tmp"), dst)
         device = rec.device_used
-        chapters[name] = {"status": "ok", "science_key": science_key(paths, name, profile),
-                          "seconds": round(float(rec.get("seconds", 0.0)), 1), "device_used": rec.device_used,
-                          "when": rec.get("finished") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        chapters[name] = {"status": "ok", "science_key": key, "seconds": round(float(rec.get("seconds", 0.0)), 1),
+                          "device_used": device, "when": rec.get("finished") or time.strftime(_NOW, time.gmtime())}
     manifest = {"profile": profile, "seed": seed, "device": device or old.get("device", "?"),
                 **(versions if versions is not None else _versions()),
                 "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root),
-                "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
+                "made": time.strftime(_NOW, time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
     write_json_atomic(out / "edition.json", manifest)
     _merge_timings(paths, scratch)
     return manifest
@@ -355,18 +286,13 @@ def _merge_timings(paths: Paths, scratch: Paths) -> None:
 
 def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int = 0, jobs: int = 1,
          timeout: float | None = None, force: bool = False, progress: bool = True) -> tuple[list, dict]:
-    """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store them.
-
-    Returns the runner's results and the new manifest.  The scratch tree keeps its cache: a chapter whose
-    run is current there is not run again (``force`` runs it).
-    """
+    """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store them;
+    returns the runner's results and the new manifest.  A chapter cached there is not run again unless ``force``."""
     from covbook.book.lock import tree_lock
     from covbook.book.runner import run_notebooks
 
     scratch = _scratch(paths, profile)
-    chosen = list(discover(scratch)) if not names else names
     with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
-        results = run_notebooks(scratch, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
-                                progress=progress, timeout=timeout, lock_fd=held.fd)
-    done = [r.name for r in results]
-    return results, store(paths, scratch, done, profile, seed)
+        results = run_notebooks(scratch, names or list(discover(scratch)), profile=profile, device=device, seed=seed,
+                                jobs=jobs, force=force, progress=progress, timeout=timeout, lock_fd=held.fd)
+    return results, store(paths, scratch, [r.name for r in results], profile, seed)

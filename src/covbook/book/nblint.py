@@ -1,20 +1,11 @@
-r"""Format and lint the code of the book's notebooks with ruff.
+"""Format and lint the code of the book's notebooks with ruff (``make lint`` checks, ``make format`` fixes).
 
-The chapters are MyST-markdown notebooks (``notebooks/NN_*.md``); ruff reads Jupyter
-notebooks, not MyST markdown.  This module converts each chapter with jupytext to a
-temporary ``.ipynb`` (ruff's notebook mode keeps a cell's trailing ``;``, which hides a
-figure's or object's repr, and allows imports at the top of any cell), runs ruff on it with
-the project's ``[tool.ruff]`` rules and a line length that fits the book's page
-(:data:`LINE_LENGTH`), and with ``--fix`` writes the changed code cells back into the
-markdown.  Only code changes: prose, cell metadata and the markdown layout stay as jupytext
-writes them.  ruff's formatter preserves the program (it checks that the syntax tree is
-unchanged), so formatting never changes a computation.
+ruff reads Jupyter notebooks, not MyST markdown: each chapter is converted with jupytext to a temporary
+``.ipynb`` (ruff's notebook mode keeps a cell's trailing ``;`` and allows imports atop any cell) and checked
+with the project's ``[tool.ruff]`` rules at :data:`LINE_LENGTH`; ``--fix`` writes the changed code cells back
+(prose and metadata as jupytext writes them; ruff's formatter never changes the syntax tree).
 
-Command line (``make lint`` runs the check, ``make format`` the fix)::
-
-    python -m covbook.book.nblint            # check: exit 1 and say what to fix
-    python -m covbook.book.nblint --fix      # ruff format + ruff check --fix, written back
-    python -m covbook.book.nblint notebooks/01_covariance_readout.md   # some chapters only
+    python -m covbook.book.nblint [--fix] [notebooks/NN_name.md ...]
 """
 
 from __future__ import annotations
@@ -45,9 +36,8 @@ class Report:
         return not self.unformatted and not self.findings.strip()
 
     def text(self) -> str:
-        parts = []
-        for name, diff in self.unformatted.items():
-            parts.append(f"{name}: code not formatted (ruff format, line length {LINE_LENGTH}):\n{diff}")
+        parts = [f"{name}: code not formatted (ruff format, line length {LINE_LENGTH}):\n{diff}"
+                 for name, diff in self.unformatted.items()]
         if self.findings.strip():
             parts.append(self.findings.rstrip())
         if parts:
@@ -55,15 +45,15 @@ class Report:
         return "\n".join(parts)
 
 
-def chapter_notebooks(root: Path) -> list[Path]:
-    """The chapters: ``notebooks/NN_*.md`` under the project root, in order."""
-    return sorted((Path(root) / "notebooks").glob("[0-9][0-9]_*.md"))
-
-
-def _project_root() -> Path:
+def _root() -> Path:
     from covbook.book.config import project_root
 
     return Path(project_root())
+
+
+def chapter_notebooks(root: Path) -> list[Path]:
+    """The chapters: ``notebooks/NN_*.md`` under the project root, in order."""
+    return sorted((Path(root) / "notebooks").glob("[0-9][0-9]_*.md"))
 
 
 def _ruff(args: list[str], root: Path) -> subprocess.CompletedProcess:
@@ -82,46 +72,35 @@ def _writes(nb, original: str) -> str:
     return text
 
 
-def _code(nb) -> list[str]:
-    return [c.source for c in nb.cells if c.cell_type == "code"]
-
-
 def _run(paths: list[Path], fix: bool) -> Report:
     import jupytext
     import nbformat
 
-    root = _project_root()
-    report = Report()
+    root, report = _root(), Report()
+    if not paths:
+        return report
     with tempfile.TemporaryDirectory(prefix="covbook-nblint-") as tmp:
-        originals, tmp_files = {}, []
-        for path in paths:
-            nb = jupytext.read(path)
-            originals[path] = nb
-            target = Path(tmp) / f"{path.stem}.ipynb"
-            nbformat.write(nb, target)
-            tmp_files.append(str(target))
-        if not tmp_files:
-            return report
-        fmt = _ruff(["format", "--quiet", *tmp_files], root)
-        if fmt.returncode not in (0, 1):
-            raise RuntimeError(f"ruff format failed:\n{fmt.stdout}{fmt.stderr}")
-        check = _ruff(["check", "--quiet", "--output-format", "concise", *(["--fix"] if fix else []), *tmp_files],
-                      root)
-        if check.returncode not in (0, 1):
-            raise RuntimeError(f"ruff check failed:\n{check.stdout}{check.stderr}")
-        out = check.stdout.replace(tmp + "/", "notebooks/")
-        report.findings = re.sub(r"notebooks/(\S+?)\.ipynb", r"notebooks/\1.md", out)
-        for path in paths:
-            nb = originals[path]
-            formatted = jupytext.read(Path(tmp) / f"{path.stem}.ipynb")
-            old, new = _code(nb), _code(formatted)
+        originals = {path: jupytext.read(path) for path in paths}
+        tmp_files = [str(Path(tmp) / f"{path.stem}.ipynb") for path in paths]
+        for path, target in zip(paths, tmp_files):
+            nbformat.write(originals[path], target)
+        fix_args = ["--fix"] if fix else []
+        for args in (["format", "--quiet"], ["check", "--quiet", "--output-format", "concise", *fix_args]):
+            done = _ruff([*args, *tmp_files], root)
+            if done.returncode not in (0, 1):
+                raise RuntimeError(f"ruff {args[0]} failed:\n{done.stdout}{done.stderr}")
+        findings = done.stdout.replace(tmp + "/", "notebooks/")  # ruff check's output
+        report.findings = re.sub(r"notebooks/(\S+?)\.ipynb", r"notebooks/\1.md", findings)
+        for path, target in zip(paths, tmp_files):
+            code_cells = [c for c in originals[path].cells if c.cell_type == "code"]
+            old = [c.source for c in code_cells]
+            new = [c.source for c in jupytext.read(target).cells if c.cell_type == "code"]
             if old == new:
                 continue
             if fix:
-                code_cells = [c for c in nb.cells if c.cell_type == "code"]
                 for cell, source in zip(code_cells, new, strict=True):
                     cell.source = source
-                path.write_text(_writes(nb, path.read_text(encoding="utf-8")), encoding="utf-8")
+                path.write_text(_writes(originals[path], path.read_text(encoding="utf-8")), encoding="utf-8")
             else:
                 diff = []
                 for k, (a, b) in enumerate(zip(old, new, strict=True)):
@@ -135,12 +114,12 @@ def _run(paths: list[Path], fix: bool) -> Report:
 
 def check_notebooks(paths: list[Path] | None = None) -> Report:
     """ruff format (check only) and ruff check of the chapters' code; nothing is written."""
-    return _run(list(paths) if paths is not None else chapter_notebooks(_project_root()), fix=False)
+    return _run(list(paths) if paths is not None else chapter_notebooks(_root()), fix=False)
 
 
 def fix_notebooks(paths: list[Path] | None = None) -> Report:
     """Format the chapters' code and apply ruff's safe fixes; returns what is left to fix by hand."""
-    paths = list(paths) if paths is not None else chapter_notebooks(_project_root())
+    paths = list(paths) if paths is not None else chapter_notebooks(_root())
     _run(paths, fix=True)
     return check_notebooks(paths)
 

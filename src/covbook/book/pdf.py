@@ -1,17 +1,10 @@
 """The PDF edition: the built HTML book printed by headless Chromium, one file with a contents page.
 
-``make pdf`` (or ``python -m covbook.book.pdf``) serves ``_build/html`` on 127.0.0.1, prints
-every page of the table of contents (``book/_toc.yml``, in order) with Chromium's
-print-to-PDF, after MathJax has typeset it, and joins the pages with pypdf behind a contents
-page that gives each chapter's first page; each chapter is also a bookmark.  The book's print
-stylesheet (``covbook.css``, ``@media print``) leaves out the code, the toggles, the sidebars
-and empty boxes.  Offline: nothing but the built book and Chromium.
-
-Why Chromium and not Jupyter Book's LaTeX builder: the PDF shows the pages a reader sees
-online (claims with their verdicts, glued numbers, MathJax math, the SVG figures, tables
-styled as on the web), it reuses the HTML build instead of a second Sphinx build, and it needs
-one Debian package (``chromium``) instead of a TeX Live of about 1 GB whose LaTeX would have
-to handle the notebooks' HTML outputs; on the 2-core machine it takes about a minute.
+``make pdf`` (``python -m covbook.book.pdf``) serves ``_build/html`` on 127.0.0.1, prints every page of
+``book/_toc.yml`` in order with Chromium's print-to-PDF (the print stylesheet in ``covbook.css`` leaves out
+code, toggles and sidebars), and joins them with pypdf behind a contents page, each chapter a bookmark.
+Not jupyter-book's ``pdfhtml``: it needs playwright's own Chromium, downloaded at first use (the book builds
+offline), and a second, single-page Sphinx build; this prints the pages a reader sees with the system's Chromium.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ from __future__ import annotations
 import functools
 import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,25 +39,22 @@ def toc_pages(toc_file: Path) -> list[str]:
     """The book's pages in reading order, as docnames (``intro``, ``generated/01_...``), from ``_toc.yml``."""
     import yaml
 
-    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(items: list) -> None:
+    def walk(items: list) -> list[str]:
+        pages = []
         for item in items or []:
             if "file" in item:
                 pages.append(str(item["file"]).removesuffix(".md").removesuffix(".ipynb"))
-            walk(item.get("sections", []))
+            pages += walk(item.get("sections", []))
+        return pages
 
-    for part in toc.get("parts", []):
-        walk(part.get("chapters", []))
-    walk(toc.get("chapters", []))
-    return pages
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
+    return [toc["root"], *walk([c for part in toc.get("parts", []) for c in part.get("chapters", [])]),
+            *walk(toc.get("chapters", []))]
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    #: URL path → file served from outside the book's folder (the contents page, made in a temporary folder,
-    #: so that the build folder is never written but for the finished PDF: another reader of it, such as
-    #: the browser test, may walk it meanwhile)
+    #: URL path → file served from outside the book's folder (the contents page: the build folder is never
+    #: written but for the finished PDF, since another reader, such as the browser test, may walk it meanwhile)
     extra: dict[str, str] = {}
 
     def translate_path(self, path: str) -> str:
@@ -82,26 +73,17 @@ def _print(chromium: str, url: str, out: Path, timeout: float = 180) -> None:
 
 def _title(page_html: Path) -> str:
     """The page's first heading (its ``<h1>``), as text."""
-    import re
-
     text = page_html.read_text(encoding="utf-8", errors="replace")
     m = re.search(r"<h1[^>]*>(.*?)</h1>", text, re.DOTALL)
     title = re.sub(r"<[^>]+>", "", m.group(1)) if m else page_html.stem
     return html.unescape(title).replace("#", "").strip()
 
 
-def _contents_page(title: str, entries: list[tuple[str, int]], version_line: str) -> str:
-    rows = "\n".join(f"<tr><td>{html.escape(t)}</td><td class='n'>{n}</td></tr>" for t, n in entries)
-    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title>
-<style>body{{font-family:sans-serif;margin:2.5cm 2cm}} h1{{font-size:1.6em}}
-table{{width:100%;border-collapse:collapse}}
-td{{padding:.35em 0;border-bottom:1px dotted #bbb}} td.n{{text-align:right}} p{{color:#555}}</style></head>
-<body><h1>{html.escape(title)}</h1><p>{html.escape(version_line)}</p><h2>Contents</h2><table>{rows}</table></body></html>"""
-
-
 def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None = None, log=print) -> Path:
     """Print the book in ``html_dir`` (pages from ``toc_file``) to ``out``; return ``out``."""
     from pypdf import PdfReader, PdfWriter
+
+    from covbook.book.render import render
 
     chromium = chromium or find_chromium()
     if chromium is None:
@@ -118,30 +100,25 @@ def build_pdf(html_dir: Path, toc_file: Path, out: Path, *, chromium: str | None
         threading.Thread(target=server.serve_forever, daemon=True).start()
         base = f"http://127.0.0.1:{server.server_address[1]}/"
         try:
-            parts = []
+            entries, start = [], 2  # (title, first page, file); page 1 is the contents page
             for i, page in enumerate(pages):
                 part = work / f"{i:03d}.pdf"
                 _print(chromium, base + f"{page}.html", part)
-                parts.append((page, part))
                 log(f"covbook pdf: printed {page}")
-            entries, start = [], 2  # page 1: the contents page
-            for page, part in parts:
-                entries.append((_title(html_dir / f"{page}.html"), start))
+                entries.append((_title(html_dir / f"{page}.html"), start, part))
                 start += len(PdfReader(part).pages)
             footer = html_dir / "intro.html"
-            import re
-
             m = re.search(r'<p class="covbook-build">(.*?)</p>', footer.read_text(encoding="utf-8")) \
                 if footer.is_file() else None
-            contents.write_text(_contents_page(_title(html_dir / f"{pages[0]}.html"), entries,
-                                               html.unescape(m.group(1)) if m else ""), encoding="utf-8")
+            contents.write_text(render("pdf_contents.html.j2", title=entries[0][0], entries=[e[:2] for e in entries],
+                                       version_line=html.unescape(m.group(1)) if m else ""), encoding="utf-8")
             _print(chromium, base + ".covbook-contents.html", work / "contents.pdf")
         finally:
             server.shutdown()
             server.server_close()
         writer = PdfWriter()
         writer.append(str(work / "contents.pdf"))
-        for (_, part), (title, first) in zip(parts, entries):
+        for title, first, part in entries:
             writer.append(str(part))
             writer.add_outline_item(title=title, page_number=first - 1)
         writer.add_metadata({"/Title": entries[0][0], "/Creator": "covbook (Chromium print-to-PDF, pypdf)"})

@@ -1,9 +1,4 @@
-"""Provenance of a run or a page: this checkout's commit and the versions of what ran.
-
-Read by the report, the calibration page (:mod:`covbook.book.sweep`) and the book's footer
-(:mod:`covbook.book.sphinx_pages`); it imports nothing of the pipeline, so no module needs
-another's internals for it.
-"""
+"""Provenance of a run or a page: this checkout's commit and the versions of what ran (imports no pipeline)."""
 
 from __future__ import annotations
 
@@ -11,7 +6,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-__all__ = ["versions", "git_commit"]
+__all__ = ["versions", "git", "git_commit"]
 
 
 def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",
@@ -29,21 +24,22 @@ def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", 
     return out
 
 
-def git_commit(root: Path) -> str:
-    """This project's commit (short hash, and whether it has uncommitted changes).
+def git(root: Path, *args: str) -> str | None:
+    """The output of ``git ARGS`` in ``root`` when ``root`` is the top of its own git checkout (a project copied
+    inside another checkout is not that checkout's), else None."""
+    def run(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout
 
-    Only when ``root`` is the top of its git checkout: a book copied inside
-    another repository is not that repository's commit.
-    """
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        if not top or Path(top).resolve() != Path(root).resolve():
-            return "unknown (not a git checkout of its own)"
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return sha + (" (with uncommitted changes)" if dirty else "")
+        top = run("rev-parse", "--show-toplevel").strip()
+        return run(*args).strip() if top and Path(top).resolve() == Path(root).resolve() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit(root: Path) -> str:
+    """This project's commit (short hash, and whether it has uncommitted changes)."""
+    sha = git(root, "rev-parse", "--short", "HEAD")
+    if sha is None:
+        return "unknown (not a git checkout of its own)"
+    return sha + (" (with uncommitted changes)" if git(root, "status", "--porcelain", "--untracked-files=no") else "")

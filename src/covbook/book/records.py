@@ -1,11 +1,7 @@
 """Run records (``book/generated/runs/NAME.json``): the one reader of what a notebook run wrote.
 
-The runner writes one record per run (:func:`covbook.book.runner.commit_outcome`): the notebook,
-its parameters (profile, seed, device and sizes), the cache key, wall and CPU seconds, the device
-it resolved, whether it was a rehearsal, its status, and the SHA-256 of the outputs it committed.
-Every reader (cache, check, plan, sweep, report) goes through :func:`read_run`, which returns a
-typed :class:`RunRecord` (still a read-only mapping of the stored fields, for the pages that show
-them) or ``None`` when the notebook has no record.
+A record (written by :mod:`covbook.book.runner`) holds the notebook, its parameters, the cache key, the
+seconds, the device, whether it was a rehearsal, its status and the SHA-256 of the outputs it committed.
 """
 
 from __future__ import annotations
@@ -22,8 +18,6 @@ __all__ = ["RunRecord", "read_run", "run_ok"]
 class RunRecord(Mapping):
     """One run record: typed accessors over the stored JSON object (a read-only mapping of it).
 
-    Examples
-    --------
     >>> r = RunRecord({"notebook": "01_a", "status": "ok", "parameters": {"profile": "smoke", "seed": 3}})
     >>> r.ok, r.profile, r.seed, r["notebook"]
     (True, 'smoke', 3, '01_a')
@@ -32,8 +26,7 @@ class RunRecord(Mapping):
     def __init__(self, data: Mapping[str, object], path: str | os.PathLike | None = None) -> None:
         if not isinstance(data, Mapping):
             raise ValueError(f"a run record must be a JSON object, got {type(data).__name__}")
-        params = data.get("parameters", {})
-        if params is not None and not isinstance(params, Mapping):
+        if not isinstance(data.get("parameters", {}), (Mapping, type(None))):
             raise DamagedFile(path or "run record", "its parameters are not an object")
         self._data = dict(data)
 
@@ -62,28 +55,14 @@ class RunRecord(Mapping):
         return dict(self._data.get("parameters") or {})
 
     @property
-    def profile(self) -> str | None:
-        """The profile the run used."""
-        p = self.parameters.get("profile")
-        return None if p is None else str(p)
-
-    @property
     def seed(self) -> int | None:
         """The seed the run used."""
-        s = self.parameters.get("seed")
-        return s if isinstance(s, int) else None
+        return s if isinstance(s := self.parameters.get("seed"), int) else None
 
     @property
     def key(self) -> str | None:
         """The cache key (content hash) the run was made for."""
-        h = self._data.get("hash")
-        return h if isinstance(h, str) else None
-
-    @property
-    def seconds(self) -> float | None:
-        """Wall seconds of the run."""
-        s = self._data.get("seconds")
-        return float(s) if isinstance(s, int | float) else None
+        return h if isinstance(h := self._data.get("hash"), str) else None
 
     @property
     def device_used(self) -> str:
@@ -96,24 +75,30 @@ class RunRecord(Mapping):
         return bool(self._data.get("rehearsal"))
 
     @property
+    def profile(self) -> str | None:
+        """The profile the run used."""
+        return None if (p := self.parameters.get("profile")) is None else str(p)
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall seconds of the run."""
+        return float(s) if isinstance(s := self._data.get("seconds"), int | float) else None
+
+    @property
     def outputs(self) -> dict[str, str] | None:
         """``{"claims": sha256, "notebook": sha256}`` of the committed outputs (``None`` in older records)."""
-        o = self._data.get("outputs")
-        return dict(o) if isinstance(o, Mapping) else None
+        return dict(o) if isinstance(o := self._data.get("outputs"), Mapping) else None
 
     @property
     def error(self) -> str | None:
         """Why a failed run failed."""
-        e = self._data.get("error")
-        return None if e is None else str(e)
+        return None if (e := self._data.get("error")) is None else str(e)
 
 
 def read_run(path: str | os.PathLike) -> RunRecord | None:
     """The run record at ``path``; ``None`` when there is none.  Raises :class:`DamagedFile` if it does not parse."""
     p = Path(path)
-    if not p.is_file():
-        return None
-    return RunRecord(read_json(p, dict), p)
+    return RunRecord(read_json(p, dict), p) if p.is_file() else None
 
 
 def run_ok(path: str | os.PathLike) -> bool:

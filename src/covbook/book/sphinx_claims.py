@@ -1,42 +1,20 @@
-"""Sphinx extension: the book's prose cites its claims, and the build checks every citation.
+"""Sphinx extension: the prose cites its claims, and each chapter shows the run its claims come from.
 
-Roles (usable in any MyST page or notebook markdown cell of the book):
-
-``{claim}`id```
-    the claim ``id`` recorded by this chapter's run (the chapter is the page's
-    docname, e.g. ``generated/05_icl_one_step`` reads
-    ``generated/claims/05_icl_one_step.json``).
-``{claim}`05_icl_one_step:id``` (or ``{claim}`05:id```)
-    a claim of another chapter.
-
-  Both render a compact verdict chip: the measured value (four significant
-  digits, as :func:`covbook.claims.fmt`), the verdict (``✓``, a red
-  ``✗ FAILED``, or ``≈ compatible, cannot exclude X`` for a claim without
-  power against its alternative X) and the window inline, linked to the claim's
-  row in the reproduction report; the statement, basis and alternatives are
-  its tooltip (details on demand).  The claims are judged against the current
-  rules (``notebooks/rules``) when the build starts.  A role naming a claim
-  that the run did not record is a build warning (an error under ``-W``) with
-  the page and line.
-
-``{claim-row}`05_icl_one_step:id```
-    used by the generated reproduction report: the claim id as an anchor
-    (``claim-05-id``, :func:`covbook.claims.anchor`) that the ``{claim}`` links
-    point to, itself linked back to the claim's verdict line in the chapter.
-
-``{claimstat}`name```
-    a number about the whole run, for the notation page and the report:
-    ``level`` (the per-claim level), ``z``, ``n_evidence``, ``n_claims``,
-    ``familywise`` (the chance that a correct run fails at least one evidence
-    claim by chance, ``1 − (1 − level)^n_evidence``, in percent).
-
-Configuration: ``covbook_claims_dir`` (default ``generated/claims``, relative
-to the book's source folder) and ``covbook_report_doc`` (default
-``generated/reproduction``).  The extension imports no science (no torch).
+Roles: ``{claim}`id``` (a claim of the page's chapter) or ``{claim}`NN_name:id``` (``NN:id``) renders the
+measured value, verdict and window, linked to the claim's row in the report (statement, basis and alternatives
+in the tooltip); a claim the run did not record is a build warning naming the page and line.
+``{claim-row}`NN_name:id``` is that row's anchor, linked back to the chapter; ``{claimstat}`name``` a number
+about the run (``level``, ``z``, ``n_evidence``, ``n_claims``, ``familywise`` = 1 − (1 − level)^n_evidence in
+percent).  A chapter page (``generated/NN_name``) is :func:`covbook.book.edition.published_notebook`, its roles
+citing the edition's claims where it shows the edition's run.  Config: ``covbook_claims_dir``,
+``covbook_report_doc``.  Imports no torch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from pathlib import Path
 
 from docutils import nodes
@@ -44,7 +22,11 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
-from covbook.book.citations import split_target
+from covbook.book import edition
+from covbook.book.checks import split_target
+from covbook.book.config import Paths, UsageError
+from covbook.book.provenance import git_commit
+from covbook.book.records import read_run
 from covbook.claims import LEVEL, Claim, Z, anchor, familywise, fmt, load_claims
 
 __all__ = ["setup", "split_target"]
@@ -52,19 +34,7 @@ __all__ = ["setup", "split_target"]
 logger = logging.getLogger(__name__)
 
 CSS_FILE = "covbook-claims.css"
-CSS = """\
-.covbook-claim { white-space: nowrap; }
-.covbook-claim-pass .covbook-claim-mark { color: #1a7f37; }
-.covbook-claim-fail, .covbook-claim-fail .covbook-claim-mark, .covbook-claim-missing {
-  color: #b3261e; font-weight: bold; }
-.covbook-claim-fail { background: #fde7e9; padding: 0 .2em; border-radius: .2em; }
-.covbook-claim-compatible .covbook-claim-mark { color: #8a6d00; }
-.covbook-claim-compatible { background: #fff6d6; padding: 0 .2em; border-radius: .2em; }
-.covbook-claim-window { color: #57606a; font-size: 90%; }
-/* in a table a chip wraps like the cell's text, and its window is left to the tooltip */
-table .covbook-claim { white-space: normal; }
-table .covbook-claim-window { display: none; }
-"""
+STATIC = Path(__file__).resolve().parent / "static"
 
 
 class claim_link(nodes.inline):
@@ -75,16 +45,65 @@ def _claims_dir(app: Sphinx) -> Path:
     return Path(app.srcdir) / app.config.covbook_claims_dir
 
 
+def _paths(app: Sphinx) -> Paths:
+    return Paths(Path(app.srcdir).parent)
+
+
 def _load(app: Sphinx) -> None:
-    """Read every chapter's claims JSON (at ``builder-inited``)."""
+    """At ``builder-inited``: every chapter's claims (a current edition chapter's from the edition), and a key
+    per chapter page of the run it shows (the edition's state and the stored files' bytes)."""
     store: dict[str, dict[str, Claim]] = {}
-    folder = _claims_dir(app)
-    for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for f in sorted(_claims_dir(app).glob("*.json")):
         try:
             store[f.stem] = {c.id: c for c in load_claims(f)}
         except (ValueError, TypeError) as err:
             logger.warning(f"covbook claims: cannot read {f}: {err}", type="covbook", subtype="claims")
-    app.covbook_claims = store  # type: ignore[attr-defined]
+    app.covbook_claims, app.covbook_edition = store, {}  # type: ignore[attr-defined]
+    paths = _paths(app)
+    try:
+        manifest = edition.read_manifest(paths)
+        statuses = edition.status(paths, manifest)
+    except (ValueError, OSError):
+        return
+    for name, st in statuses.items():
+        h = hashlib.sha256(f"{st.state}{json.dumps(manifest, sort_keys=True)}".encode())
+        if st.current:
+            for f in (paths.root / edition.EDITION / f"{name}.ipynb",
+                      paths.root / edition.EDITION / "claims" / f"{name}.json"):
+                h.update(f.read_bytes() if f.is_file() else b"")
+            try:
+                store[name] = {c.id: c for c in edition.edition_claims(paths, name, manifest["profile"])}
+            except (UsageError, ValueError, OSError):  # `covbook check` reports it; the role keeps the book's run
+                pass
+        app.covbook_edition[f"generated/{name}"] = h.hexdigest()  # type: ignore[attr-defined]
+
+
+def _outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
+    """The chapter pages whose shown run changed since the last build."""
+    old, new = getattr(env, "covbook_edition", {}), app.covbook_edition  # type: ignore[attr-defined]
+    env.covbook_edition = new
+    return sorted(d for d in new if old.get(d) != new[d] and d in env.found_docs and d not in added)
+
+
+def _source(app: Sphinx, docname: str, source: list[str]) -> None:
+    """At ``source-read``: a chapter's executed notebook becomes the one a reader sees, with its note."""
+    name = docname.removeprefix("generated/")
+    if name == docname or not name[:2].isdigit():
+        return
+    try:
+        own = json.loads(source[0])
+    except ValueError:
+        return  # not a notebook: myst-nb reports it
+    paths = _paths(app)
+    try:
+        record = read_run(paths.runs / f"{name}.json")
+    except (ValueError, OSError):
+        record = None
+    if not hasattr(app, "covbook_commit"):
+        app.covbook_commit = git_commit(paths.root)  # type: ignore[attr-defined]
+    nb = edition.published_notebook(paths, name, own, dict(record) if record is not None else None,
+                                    commit=app.covbook_commit)  # type: ignore[attr-defined]
+    source[0] = json.dumps(nb)
 
 
 def _store(env) -> dict[str, dict[str, Claim]]:
@@ -107,32 +126,36 @@ def _title(cid: str, c: Claim) -> str:
     return f"{cid} ({kind}, {c.verdict}): {c.statement} Window {c.expected_text()}.{alts}{basis}"
 
 
-def _where(lineno: int) -> str:
-    """Notebook pages number lines as (cell + 1) × 10000 + line (myst-nb): say which cell."""
-    if lineno >= 10000:
-        return f" (in markdown cell {lineno // 10000} of the notebook, counting from 1)"
-    return ""
-
-
-class ClaimRole(SphinxRole):
-    """``{claim}`[chapter:]id``` — the measured value and verdict, linked to the report."""
-
-    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
+class _ClaimRole(SphinxRole):
+    def claim(self, role: str) -> tuple[str, str, Claim] | None:
+        """``(chapter, id, claim)`` the role's text cites, or None after a warning naming the page and line
+        (myst-nb numbers a notebook's lines as (cell + 1) × 10000 + line: the warning names the cell)."""
         store = _store(self.env)
         try:
             chap, cid = split_target(self.text, self.env.docname, list(store))
-            claim = store[chap].get(cid)
-            if claim is None:
+            if cid not in store[chap]:
                 raise ValueError(f"the run did not record claim {cid!r} in {chap} "
                                  f"(recorded: {', '.join(sorted(store[chap])) or 'none'})")
         except ValueError as err:
-            logger.warning(f"{{claim}}`{self.text}`: {err}{_where(self.lineno)}", location=self.get_location(),
-                           type="covbook", subtype="claim")
+            cell = f" (in markdown cell {self.lineno // 10000} of the notebook, counting from 1)" \
+                if self.lineno >= 10000 else ""
+            logger.warning(f"{{{role}}}`{self.text}`: {err}{cell}", location=self.get_location(), type="covbook",
+                           subtype="claim")
+            return None
+        self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
+        return chap, cid, store[chap][cid]
+
+
+class ClaimRole(_ClaimRole):
+    """``{claim}`[chapter:]id``` — the measured value and verdict, linked to the report."""
+
+    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
+        found = self.claim("claim")
+        if found is None:
             return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
                                  classes=["covbook-claim", "covbook-claim-missing"])], []
-        self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
-        verdict = claim.verdict.lower()
-        node = claim_link("", "", classes=["covbook-claim", f"covbook-claim-{verdict}"],
+        chap, cid, claim = found
+        node = claim_link("", "", classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"],
                           target="report", anchor=anchor(chap, cid), title=_title(cid, claim))
         node += nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"])
         node += _mark(claim)
@@ -140,35 +163,18 @@ class ClaimRole(SphinxRole):
         return [node], []
 
 
-class ClaimRowRole(SphinxRole):
+class ClaimRowRole(_ClaimRole):
     """``{claim-row}`chapter:id``` — the report's anchor for a claim, linked back to the chapter."""
 
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        store = _store(self.env)
-        try:
-            chap, cid = split_target(self.text, self.env.docname, list(store))
-            if cid not in store[chap]:
-                raise ValueError(f"the run did not record claim {cid!r} in {chap}")
-        except ValueError as err:
-            logger.warning(f"{{claim-row}}`{self.text}`: {err}{_where(self.lineno)}", location=self.get_location(),
-                           type="covbook", subtype="claim")
+        found = self.claim("claim-row")
+        if found is None:
             return [nodes.literal(self.rawtext, self.text)], []
-        self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
+        chap, cid, _ = found
         node = claim_link("", "", ids=[anchor(chap, cid)], classes=["covbook-claim-row"], target=chap,
                           anchor=anchor(chap, cid), title=f"where {chap} records {cid}")
         node += nodes.literal(text=cid)
         return [node], []
-
-
-def _stats(store: dict[str, dict[str, Claim]]) -> dict[str, str]:
-    evidence = sum(c.kind == "evidence" for cl in store.values() for c in cl.values())
-    return {
-        "level": f"{LEVEL:g}",
-        "z": f"{Z:.2f}",
-        "n_evidence": str(evidence),
-        "n_claims": str(sum(len(cl) for cl in store.values())),
-        "familywise": f"{100 * familywise(evidence):.2g} %",
-    }
 
 
 class ClaimStatRole(SphinxRole):
@@ -176,20 +182,17 @@ class ClaimStatRole(SphinxRole):
 
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
         store = _store(self.env)
-        stats = _stats(store)
-        key = self.text.strip()
-        if key not in stats:
+        evidence = sum(c.kind == "evidence" for cl in store.values() for c in cl.values())
+        stats = {"level": f"{LEVEL:g}", "z": f"{Z:.2f}", "n_evidence": str(evidence),
+                 "n_claims": str(sum(len(cl) for cl in store.values())),
+                 "familywise": f"{100 * familywise(evidence):.2g} %"}
+        if self.text.strip() not in stats:
             logger.warning(f"{{claimstat}}`{self.text}`: unknown; valid: {', '.join(stats)}",
                            location=self.get_location(), type="covbook", subtype="claim")
             return [nodes.inline(self.rawtext, f"[{self.text}?]", classes=["covbook-claim-missing"])], []
         for chap in store:
             self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
-        return [nodes.inline(self.rawtext, stats[key], classes=["covbook-claimstat"])], []
-
-
-def _chapter_doc(env, chapter: str) -> str | None:
-    hits = [d for d in env.all_docs if d.rsplit("/", 1)[-1] == chapter]
-    return hits[0] if len(hits) == 1 else None
+        return [nodes.inline(self.rawtext, stats[self.text.strip()], classes=["covbook-claimstat"])], []
 
 
 def _resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
@@ -197,7 +200,8 @@ def _resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     env = app.env
     report = app.config.covbook_report_doc
     for node in list(doctree.findall(claim_link)):
-        target = report if node["target"] == "report" else _chapter_doc(env, node["target"])
+        hits = [d for d in env.all_docs if d.rsplit("/", 1)[-1] == node["target"]]
+        target = report if node["target"] == "report" else hits[0] if len(hits) == 1 else None
         new: nodes.Element
         if app.builder.format == "html" and target in env.all_docs:
             uri = app.builder.get_relative_uri(docname, target) + "#" + node["anchor"]
@@ -216,7 +220,7 @@ def _write_css(app: Sphinx, exc: Exception | None) -> None:
     if exc is None and app.builder.format == "html":
         static = Path(app.outdir) / "_static"
         static.mkdir(parents=True, exist_ok=True)
-        (static / CSS_FILE).write_text(CSS, encoding="utf-8")
+        shutil.copyfile(STATIC / CSS_FILE, static / CSS_FILE)
 
 
 def setup(app: Sphinx) -> dict[str, object]:
@@ -227,8 +231,9 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_role("claim-row", ClaimRowRole())
     app.add_role("claimstat", ClaimStatRole())
     app.connect("builder-inited", _load)
+    app.connect("env-get-outdated", _outdated)
+    app.connect("source-read", _source)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_css)
     app.add_css_file(CSS_FILE)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
-

@@ -1,79 +1,68 @@
-"""Sphinx hook: pages without console errors.
+"""Sphinx extension: the book's pages, with the buttons its repository allows and no console errors.
 
-Two defects of the Jupyter Book 1 theme stack show up as JavaScript errors in a reader's
-browser, and the browser test (tests/test_browser.py) fails on any console error:
-
-- the inline script of sphinx-thebe (``const THEBE_JS_URL = ...``) and of
-  sphinx-togglebutton are registered twice, so the second ``const`` is a SyntaxError on
-  every page: identical scripts are kept once;
-- pydata-sphinx-theme logs "Got invalid theme mode" on a reader's first page when no
-  default colour mode is configured: the default is the light mode, in which the book's
-  figures (white background) are drawn;
-- the site's ``index.html``, a bare redirect to the first page written by
-  sphinx-external-toc, names no icon, so the browser asks for ``/favicon.ico`` (a 404 in
-  the console): the redirect is written here first, as a small page with the book's icon.
+The repository, issue and launch (Colab, Binder) buttons follow :func:`covbook.book.repository.resolve_repository`
+(none when it is unknown: no dead links); chapters offer their MyST source for download, and the downloadable
+notebooks are the published edition (:mod:`covbook.book.standalone`).  Identical inline scripts are kept once
+(sphinx-thebe's and sphinx-togglebutton's ``const`` twice is a SyntaxError), the colour mode is light (else
+pydata-sphinx-theme logs an error), ``index.html`` names the icon (else a favicon 404), and every footer names
+the covbook version and commit.
 """
 
 from __future__ import annotations
 
 import html
+import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["unique_scripts", "setup"]
+from covbook.book.provenance import git_commit, versions
+from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
+
+__all__ = ["theme_options", "unique_scripts", "footer_text", "redirect_page", "setup"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+COLAB_URL = "https://colab.research.google.com"
+BINDER_URL = "https://mybinder.org"
+_BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button", "use_source_button")
+_LAUNCHERS = ("colab_url", "binderhub_url", "jupyterhub_url", "deepnote_url", "jupyterlite_url")
+#: Jupyter Book's built-in default ``repository.url``: not this book's repository.
+_JB_DEFAULT_URL = "https://github.com/executablebooks/jupyter-book"
 
 
-def _key(js: object) -> tuple:
-    """What makes two script tags the same: file (None and '' both mean inline), attributes, inline body."""
-    attributes = getattr(js, "attributes", None)
-    if attributes is None:  # a plain string (old Sphinx): its file name
-        return (str(js),)
-    return (getattr(js, "filename", None) or "", tuple(sorted((k, str(v)) for k, v in attributes.items())))
+def theme_options(options: dict[str, Any], repo: Repository | None, path_to_book: str = "book") -> dict[str, Any]:
+    """sphinx-book-theme options with the repository and launch buttons set for ``repo`` (or removed)."""
+    out = {k: v for k, v in options.items() if k not in ("repository_url", "repository_branch", "path_to_docs")}
+    out.update(dict.fromkeys(_BUTTONS, False))
+    launch = {k: v for k, v in (out.get("launch_buttons") or {}).items() if k not in _LAUNCHERS}
+    if repo is not None:
+        out.update(repository_url=repo.url, repository_branch=NOTEBOOKS_BRANCH, path_to_docs=path_to_book,
+                   use_repository_button=True, use_issues_button=True)
+        launch.update(colab_url=COLAB_URL, binderhub_url=BINDER_URL)
+    out["launch_buttons"] = launch
+    return out
 
 
 def unique_scripts(scripts: list) -> list:
     """``scripts`` with later duplicates (same file, inline body and attributes) removed, order kept."""
-    seen: set = set()
-    out = []
+    def key(js: object) -> tuple:  # a plain string (old Sphinx) is its file name; '' and None both mean inline
+        attributes = getattr(js, "attributes", None)
+        if attributes is None:
+            return (str(js),)
+        return (getattr(js, "filename", None) or "", tuple(sorted((k, str(v)) for k, v in attributes.items())))
+
+    first: dict[tuple, object] = {}
     for js in scripts:
-        key = _key(js)
-        if key not in seen:
-            seen.add(key)
-            out.append(js)
-    return out
-
-
-STATIC = Path(__file__).resolve().parent / "static"
+        first.setdefault(key(js), js)
+    return list(first.values())
 
 
 def footer_text(version: str, commit: str) -> str:
-    """The line every page's footer carries: which covbook built it, from which commit.
+    """The line every page's footer carries.
 
     >>> footer_text("0.1.0", "abc1234")
     'Built by covbook 0.1.0 from commit abc1234.'
     """
     return f"Built by covbook {version} from commit {commit}."
-
-
-def _configure(app, config) -> None:
-    from covbook.book.provenance import git_commit, versions
-
-    config.html_static_path = [*config.html_static_path, str(STATIC)]
-    context = dict(config.html_context or {})
-    context.setdefault("default_mode", "light")  # pydata-sphinx-theme reads it from html_context
-    config.html_context = context
-    options = dict(config.html_theme_options or {})
-    version = versions(("covbook",), missing="unknown")["covbook"]
-    line = html.escape(footer_text(version, git_commit(Path(app.srcdir).resolve().parent)))
-    options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
-    extra = options.get("extra_footer") or ""
-    options["extra_footer"] = f'{extra}<p class="covbook-build">{line}</p>'
-    config.html_theme_options = options
-
-
-def _dedupe(app, pagename: str, templatename: str, context: dict, doctree) -> None:
-    if "script_files" in context:
-        context["script_files"] = unique_scripts(list(context["script_files"]))
 
 
 def redirect_page(title: str, target: str, icon: str | None) -> str:
@@ -83,6 +72,43 @@ def redirect_page(title: str, target: str, icon: str | None) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{t}</title>\n{link}'
             f'<meta http-equiv="Refresh" content="0; url={u}">\n</head>\n'
             f'<body><p><a href="{u}">{t}</a></p></body>\n</html>\n')
+
+
+def _root(app) -> Path:
+    return Path(app.srcdir).resolve().parent
+
+
+def _configure(app, config) -> None:
+    options = dict(config.html_theme_options or {})
+    root, configured = _root(app), options.get("repository_url") or None
+    app.covbook_repository = resolve_repository(root, None if configured == _JB_DEFAULT_URL else configured)
+    options = theme_options(options, app.covbook_repository, Path(app.srcdir).resolve().relative_to(root).as_posix())
+    options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
+    line = html.escape(footer_text(versions(("covbook",), missing="unknown")["covbook"], git_commit(root)))
+    options["extra_footer"] = f'{options.get("extra_footer") or ""}<p class="covbook-build">{line}</p>'
+    config.html_theme_options = options
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+    config.html_context = {"default_mode": "light", **(config.html_context or {})}
+
+
+def _md_source(app, pagename: str) -> Path | None:
+    """``notebooks/NN_name.md`` for a chapter page ``generated/NN_name``."""
+    folder, _, stem = pagename.rpartition("/")
+    src = _root(app) / "notebooks" / f"{stem}.md"
+    return src if folder == "generated" and src.is_file() else None
+
+
+def _page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+    if "script_files" in context:
+        context["script_files"] = unique_scripts(list(context["script_files"]))
+    if _md_source(app, pagename) is None:
+        return
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "download-buttons":
+            group["buttons"].insert(-1, {
+                "type": "link", "url": f"{context['pathto']('_sources', 1)}/{pagename}.md", "text": ".md",
+                "tooltip": "Download the MyST notebook source (open it in Jupyter with jupytext)",
+                "icon": "fas fa-file-lines", "label": "download-md-button"})
 
 
 def _write_index(app, exception: Exception | None) -> None:
@@ -96,10 +122,27 @@ def _write_index(app, exception: Exception | None) -> None:
                      encoding="utf-8")
 
 
+def _publish_sources(app, exception: Exception | None) -> None:
+    """Each chapter's MyST source next to its ``.ipynb`` in ``_sources``; the notebooks as published."""
+    if exception is not None or app.builder.format != "html":
+        return
+    from covbook.book.standalone import standalone_file
+
+    sources = Path(app.outdir) / "_sources"
+    for pagename in app.env.found_docs:
+        if (md := _md_source(app, pagename)) is not None:
+            (sources / pagename).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(md, sources / f"{pagename}.md")
+    repo: Repository | None = getattr(app, "covbook_repository", None)
+    for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
+        standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None)
+
+
 def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _configure, priority=600)
     app.add_css_file("covbook.css")
     app.add_js_file("covbook.js")
-    app.connect("html-page-context", _dedupe, priority=900)
+    app.connect("html-page-context", _page_context, priority=900)  # after the theme's buttons (501)
     app.connect("build-finished", _write_index, priority=400)
+    app.connect("build-finished", _publish_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,21 +1,11 @@
 """The published edition of a chapter: an executed notebook that reads well outside the book.
 
-The book's prose uses MyST roles that only Sphinx understands: ``{claim}`id```,
-``{glue:text}`name:fmt```, ``{cite:t}`key```, ``{cite:p}`key```, ``{numref}`label``` and
-``{prf:ref}`label```.  In Jupyter, Colab or Binder they would show as raw markup, so the
-edition a reader downloads or launches (``_sources/generated/*.ipynb`` of the built book and
-the ``executed-notebooks`` branch) is rewritten by :func:`standalone`:
-
-- every role becomes plain Markdown text: a claim its measured value and verdict, a glued
-  name its value (formatted as the role asks), a citation "Author (year)", a figure reference
-  "Figure N" (the figures of the chapter in order), a theorem reference its label; each is a
-  link into the online book when its address is known (``book_url``);
-- papermill's injected-parameters cell is removed, so the reader's own edit of the
-  ``parameters`` cell is what runs;
-- the kernel is the standard ``python3`` (what Colab and Binder provide; a checkout's
-  ``covbook`` kernel is for the book's own runs).
-
-Imports nothing beyond the standard library.
+Jupyter, Colab and Binder would show the prose's Sphinx roles as raw markup, so the notebook a reader downloads
+or launches is rewritten by :func:`standalone`: each role becomes Markdown text (a claim its value and verdict,
+a glued name its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its
+label), linked into the online book when its address is known; papermill's injected-parameters cell goes (the
+reader's ``parameters`` cell is what runs), the kernel is the standard ``python3``, and the setup cell installs
+covbook where it is missing (Colab).  Standard library only.
 """
 
 from __future__ import annotations
@@ -27,14 +17,52 @@ import math
 import re
 from pathlib import Path
 
-__all__ = ["ROLE", "standalone", "glued_values", "figure_numbers", "bib_labels", "standalone_file"]
+__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "glued_values",
+           "figure_numbers", "bib_labels", "standalone_file"]
+
+#: The line of the notebooks' setup cell that publishing replaces by the install source.
+SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
+#: The first code cell of every chapter (tagged ``remove-cell``); publishing replaces it by :data:`INSTALL_CELL`.
+SETUP_CELL = f"""\
+# Setup: a published notebook opened outside a checkout installs covbook here.
+{SETUP_PLACEHOLDER}  # set when the executed notebooks are published"""
+#: The setup cell of a published notebook: outside a checkout it installs covbook's runtime from
+#: ``COVBOOK_SOURCE`` (:func:`fill_setup_source`) and shows pip's output when that fails.
+INSTALL_CELL = f"""\
+# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
+# its repository.
+import importlib.util
+import subprocess
+import sys
+
+{SETUP_PLACEHOLDER}
+if importlib.util.find_spec("covbook") is None:
+    # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
+    done = subprocess.run(
+        [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
+    )
+    if done.returncode:
+        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
+        raise RuntimeError("pip could not install covbook: its output is above")
+    importlib.invalidate_caches()"""
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
 _BIB_ENTRY = re.compile(r"@\w+\s*\{\s*(?P<key>[^,\s]+)\s*,(?P<body>.*?)\n\}", re.DOTALL)
 _BIB_FIELD = re.compile(r"(?P<name>author|year)\s*=\s*[{\"](?P<value>[^\n]*?)[}\"]\s*,?\s*$", re.MULTILINE)
+_PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
 
 
-def _source(cell: dict) -> str:
+def fill_setup_source(source: str, install_source: str) -> str:
+    """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
+    any other cell is returned unchanged."""
+    if not _PLACEHOLDER_LINE.search(source):
+        return source
+    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
+                                 INSTALL_CELL)
+
+
+def _text(cell: dict) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
 
@@ -42,12 +70,10 @@ def _source(cell: dict) -> str:
 def glued_values(nb: dict) -> dict[str, object]:
     """``{name: value}`` of every ``glue`` in the notebook's outputs (myst-nb's ``scrapbook`` metadata)."""
     out: dict[str, object] = {}
-    for cell in nb.get("cells", []):
-        for o in cell.get("outputs", []) or []:
-            name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
-            text = (o.get("data") or {}).get("text/plain")
-            if name is None or text is None:
-                continue
+    for o in (o for cell in nb.get("cells", []) for o in cell.get("outputs", []) or []):
+        name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
+        text = (o.get("data") or {}).get("text/plain")
+        if name is not None and text is not None:
             text = "".join(text) if isinstance(text, list) else text
             try:
                 out[name] = ast.literal_eval(text)
@@ -58,12 +84,8 @@ def glued_values(nb: dict) -> dict[str, object]:
 
 def figure_numbers(nb: dict) -> dict[str, int]:
     """``{label: n}``: the chapter's figures (code cells with ``mystnb.figure.name``) numbered in order."""
-    labels: dict[str, int] = {}
-    for cell in nb.get("cells", []):
-        name = ((cell.get("metadata") or {}).get("mystnb") or {}).get("figure", {}).get("name")
-        if name and name not in labels:
-            labels[name] = len(labels) + 1
-    return labels
+    names = [((c.get("metadata") or {}).get("mystnb") or {}).get("figure", {}).get("name") for c in nb.get("cells", [])]
+    return {name: i for i, name in enumerate(dict.fromkeys(n for n in names if n), 1)}
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
@@ -76,9 +98,8 @@ def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
     for m in _BIB_ENTRY.finditer(bib_text):
         fields = {f["name"]: f["value"] for f in _BIB_FIELD.finditer(m["body"])}
         names = [a.split(",")[0].strip(" {}") for a in fields.get("author", "").split(" and ") if a.strip()]
-        who = names[0] if len(names) == 1 else " and ".join(names) if len(names) == 2 else f"{names[0]} et al." \
-            if names else m["key"]
-        out[m["key"]] = (who, fields.get("year", "n.d."))
+        who = " and ".join(names) if len(names) <= 2 else f"{names[0]} et al."
+        out[m["key"]] = (who or m["key"], fields.get("year", "n.d."))
     return out
 
 
@@ -88,102 +109,88 @@ def _number(value: object, spec: str) -> str:
             return format(value, spec)
         except (TypeError, ValueError):
             pass
-    if isinstance(value, float) and math.isfinite(value):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _link(text: str, url: str | None) -> str:
-    return f"[{text}]({url})" if url else text
+    return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
 
 
 def standalone(
     nb: dict, chapter: str, *, claims: dict[str, dict[str, dict]], bib: dict[str, tuple[str, str]],
-    book_url: str | None = None,
+    book_url: str | None = None, install_source: str | None = None,
 ) -> dict:
     """A copy of the executed notebook ``nb`` of ``chapter`` with its roles resolved (module docstring).
 
-    ``claims`` maps chapter names to ``{id: claim record}`` (the claims JSON of the run), ``bib``
-    citation keys to ``(authors, year)`` (:func:`bib_labels`), ``book_url`` is the online book's
-    root (links are left out when it is None).
+    ``claims`` maps chapter names to ``{id: claim record}`` (the claims JSON of the run), ``bib`` citation keys
+    to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links);
+    ``install_source`` fills the setup cell (:func:`fill_setup_source`; None: left as it is).
     """
-    out = copy.deepcopy(nb)
+    from covbook.book.checks import split_target
+
     glued, figures = glued_values(nb), figure_numbers(nb)
     base = book_url.rstrip("/") + "/" if book_url else None
-    page = f"{base}generated/{chapter}.html" if base else None
-    chapters = sorted(claims)
 
-    def claim(text: str) -> str:
-        from covbook.book.citations import split_target
-
-        try:
-            chap, cid = split_target(text, f"generated/{chapter}", chapters)
-            c = claims[chap][cid]
-        except (KeyError, ValueError):
-            return f"`{text}`"
-        mark = "✓" if c.get("passed") else "✗"
-        value = c.get("measured")
-        shown = _number(value, "") if isinstance(value, (int, float)) else str(value)
-        prefix = chap.split("_", 1)[0]
-        url = f"{base}generated/reproduction.html#claim-{prefix}-{cid}" if base else None
-        return _link(f"**{shown}** {mark}", url)
+    def link(text: str, path: str) -> str:
+        return f"[{text}]({base}{path})" if base else text
 
     def resolve(m: re.Match) -> str:
         role, text = m["role"], m["text"].strip()
+        label = re.sub(r"^.*<(.+)>$", r"\1", text)
         if role == "claim":
-            return claim(text)
+            try:
+                chap, cid = split_target(text, f"generated/{chapter}", sorted(claims))
+                c = claims[chap][cid]
+            except (KeyError, ValueError):
+                return f"`{text}`"
+            value = c.get("measured")
+            shown = _number(value, "") if isinstance(value, (int, float)) else str(value)
+            return link(f"**{shown}** {'✓' if c.get('passed') else '✗'}",
+                        f"generated/reproduction.html#claim-{chap.split('_', 1)[0]}-{cid}")
         if role.startswith("glue"):
             name, _, spec = text.partition(":")
             return _number(glued[name], spec) if name in glued else f"`{name}`"
         if role.startswith("cite"):
-            keys = [k.strip() for k in text.split(",")]
-            url = f"{base}bibliography.html" if base else None
-            parts = [bib.get(k, (k, "n.d.")) for k in keys]
+            parts = [bib.get(k.strip(), (k.strip(), "n.d.")) for k in text.split(",")]
             if role == "cite:t":
-                return "; ".join(_link(f"{who} ({year})", url) for who, year in parts)
-            return "(" + "; ".join(_link(f"{who}, {year}", url) for who, year in parts) + ")"
+                return "; ".join(link(f"{who} ({year})", "bibliography.html") for who, year in parts)
+            return "(" + "; ".join(link(f"{who}, {year}", "bibliography.html") for who, year in parts) + ")"
         if role == "numref":
-            label = re.sub(r"^.*<(.+)>$", r"\1", text)
             n = figures.get(label)
-            return _link(f"Figure {n}" if n else "the figure", f"{page}#{label}" if page else None)
+            return link(f"Figure {n}" if n else "the figure", f"generated/{chapter}.html#{label}")
         if role == "prf:ref":
-            label = re.sub(r"^.*<(.+)>$", r"\1", text)
-            return _link("the theorem" if label.startswith("thm") else label, f"{page}#{label}" if page else None)
+            return link("the theorem" if label.startswith("thm") else label, f"generated/{chapter}.html#{label}")
         return re.sub(r"^(.*)<.+>$", r"\1", text).strip() or text  # {doc}, {ref}: the link text
 
-    cells = []
-    for cell in out.get("cells", []):
+    out = copy.deepcopy(nb)
+    out["cells"] = [c for c in out.get("cells", []) if "injected-parameters" not in
+                    ((c.get("metadata") or {}).get("tags") or [])]
+    for cell in out["cells"]:
         tags = (cell.get("metadata") or {}).get("tags") or []
-        if "injected-parameters" in tags:
-            continue
+        text = _text(cell)
         if cell.get("cell_type") == "markdown":
-            cell["source"] = ROLE.sub(resolve, _source(cell))
+            cell["source"] = ROLE.sub(resolve, text)
+        elif cell.get("cell_type") == "code" and install_source and _PLACEHOLDER_LINE.search(text):
+            cell["source"] = fill_setup_source(text, install_source)
         if "parameters" in tags:
             cell["metadata"]["tags"] = [t for t in tags if t != "remove-cell"]
-        cells.append(cell)
-    out["cells"] = cells
-    meta = out.setdefault("metadata", {})
-    meta["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    meta.pop("papermill", None)
+    out.setdefault("metadata", {})["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    out["metadata"].pop("papermill", None)
     return out
 
 
-def _claims_of(generated: Path) -> dict[str, dict[str, dict]]:
-    out: dict[str, dict[str, dict]] = {}
-    for f in sorted((generated / "claims").glob("[0-9][0-9]_*.json")):
+def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
+                    install_source: str | None = None) -> bool:
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically; the claims are the
+    run's, ``book/generated/claims``, the citations ``book/references.bib``'s); True when a setup cell was filled."""
+    from covbook._jsonio import write_json_atomic
+
+    bib_file = root / "book" / "references.bib"
+    claims: dict[str, dict[str, dict]] = {}
+    for f in sorted((root / "book" / "generated" / "claims").glob("[0-9][0-9]_*.json")):
         try:
-            out[f.stem] = {c["id"]: c for c in json.loads(f.read_text(encoding="utf-8"))}
+            claims[f.stem] = {c["id"]: c for c in json.loads(f.read_text(encoding="utf-8"))}
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
-    return out
-
-
-def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None) -> None:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically)."""
-    bib_file = root / "book" / "references.bib"
     bib = bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
     nb = json.loads(src.read_text(encoding="utf-8"))
-    new = standalone(nb, src.stem, claims=_claims_of(root / "book" / "generated"), bib=bib, book_url=book_url)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(dst)
+    new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
+    write_json_atomic(dst, new)
+    return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
+                                        for c in nb.get("cells", []))
