@@ -15,21 +15,24 @@ stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 setup: $(STAMP)
 
 # torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and
-# dev extras (by uv, which resolves and installs them several times faster than pip; pip
-# when uv cannot be installed or fails; torch stays pip's, as it is already installed and satisfies the
-# requirement; --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and every kernel would
-# otherwise compile what it imports), the package's own modules compiled too, then the Jupyter kernel `covbook`
-# the notebooks run on. Which torch build comes depends on the
-# index: on Linux PyPI serves the CUDA build (several GB); for the CPU build pass PyTorch's CPU index,
+# dev extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or
+# fails). uv does not read pip's configuration, so torch's install is handed the wheel folders of
+# PIP_FIND_LINKS, where a machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
+# every kernel would otherwise compile what it imports; then the package's own modules, and the Jupyter kernel
+# `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
+# build (several GB); for the CPU build pass PyTorch's CPU index,
 #   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # (this project's machines hold a CPU wheel on local disk, so there the default gets the CPU build).
 TORCH_INDEX_URL ?=
+TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+TORCH_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
+UV_INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-	$(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
-	  -e ".[book,dev]" || $(BIN)/python -m pip install --quiet -e ".[book,dev]"
+	$(BIN)/python -m pip install --quiet uv || true
+	$(UV_INSTALL) "torch==2.13.0" $(TORCH_INDEX) $(TORCH_LINKS) || $(BIN)/python -m pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
+	$(UV_INSTALL) -e ".[book,dev]" || $(BIN)/python -m pip install --quiet -e ".[book,dev]"
 	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python -m ipykernel install --sys-prefix --name covbook --display-name "Python 3 (covbook)" >/dev/null
 	touch $(STAMP)
