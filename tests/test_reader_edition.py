@@ -79,12 +79,19 @@ def test_runtime_is_apart_from_the_book_and_dev_extras():
     assert not set(runtime) & set(dev)
 
 
-def test_binder_installs_the_cpu_torch_and_no_extras():
+def test_binder_runs_the_torch_a_checkout_runs_on_the_cpu_and_no_extras():
+    """Binder's torch is the CPU build of the version `make setup` pins (so a reader there gets the numbers of a
+    checkout), covbook's own requirement admits it, and Binder installs no [book] or [dev] extra."""
+    from packaging.requirements import Requirement
+
     req = (ROOT / "binder" / "requirements.txt").read_text(encoding="utf-8")
     lines = [x.strip() for x in req.splitlines() if x.strip() and not x.startswith("#")]
+    pinned = re.search(r'"torch==([0-9.]+)"', (ROOT / "Makefile").read_text(encoding="utf-8")).group(1)
+    assert f"torch=={pinned}+cpu" in lines
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
-    assert "torch==2.13.0+cpu" in lines and "." in lines
-    assert not any("[" in x for x in lines)  # no [book] or [dev]
+    torch_req = next(Requirement(r) for r in requires("covbook") if Requirement(r).name == "torch")
+    assert torch_req.specifier.contains(pinned) and not torch_req.marker
+    assert "." in lines and not any("[" in x for x in lines)
 
 
 def test_setup_cell_shows_pips_error_when_the_install_fails():
