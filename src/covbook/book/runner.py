@@ -867,7 +867,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`; call it holding every tree's
     lock.  The jobs are submitted longest first (the plan's estimate, :func:`covbook.book.plan.expected_seconds`;
     unknown ones first), so that the longest do not start last.  A notebook's time limit is ``timeout`` seconds,
-    else :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM.
+    else :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error
+    stops the jobs before it goes on.
     """
     from tqdm import tqdm
 
@@ -928,8 +929,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 bar.write(f"  {'ok    ' if r.status == 'ok' else 'FAILED'}  {label(i, r.name)}  {r.seconds:6.1f} s"
                           f"{cpu}" + (f"\n          {r.error}" if r.error else ""))
                 bar.update(1)
-    except KeyboardInterrupt as interrupt:
-        term = isinstance(interrupt, Terminated)
+    except BaseException as error:  # Ctrl-C, SIGTERM, or an error here (a full disk): the jobs stop too
+        interrupted, term = isinstance(error, KeyboardInterrupt), isinstance(error, Terminated)
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
         try:  # cancel the queue, stop the running jobs; keep those that finished before the stop reached them
@@ -938,7 +939,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             for fut in pending:
                 fut.cancel()
             cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
-            for fut, (i, job) in list(pending.items()):
+            for fut, (i, job) in list(pending.items()) if interrupted else []:
                 r = commit_job(fut, trees[i][0], job.name, rundirs[i]) if fut.done() and not fut.cancelled() else None
                 if r is not None:
                     results.append((i, r))
@@ -947,6 +948,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             _close(executor, bar, rundirs, wait=False)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
+        if not interrupted:
+            raise
         unfinished = sorted(((i, j.name) for i, j in pending.values()), key=order.index)
         raise Interrupted([r for _, r in sorted(results, key=lambda x: order.index((x[0], x[1].name)))],
                           [label(i, n) for i, n in unfinished], 143 if term else 130,
