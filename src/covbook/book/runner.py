@@ -877,7 +877,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev)
              for p, seed in trees]
-    order = [(i, job.name) for i, plan in enumerate(plans) for job in plan]
+    # (tree, notebook) -> its place in the notebooks' order, the order of the Results
+    rank = {key: k for k, key in enumerate((i, job.name) for i, plan in enumerate(plans) for job in plan)}
 
     def label(i: int, name: str) -> str:
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
@@ -898,7 +899,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict[cf.Future, tuple[int, Job]] = {}
     executor = stop = None
-    bar = tqdm(total=len(order), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
+    bar = tqdm(total=len(rank), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
                unit="nb", disable=not progress, file=sys.stderr)
     try:
         for i, r in results:
@@ -950,13 +951,15 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             signal.signal(signal.SIGTERM, previous)
         if not interrupted:
             raise
-        unfinished = sorted(((i, j.name) for i, j in pending.values()), key=order.index)
-        raise Interrupted([r for _, r in sorted(results, key=lambda x: order.index((x[0], x[1].name)))],
+        unfinished = sorted(((i, j.name) for i, j in pending.values()), key=rank.__getitem__)
+        raise Interrupted([r for _, r in sorted(results, key=lambda x: rank[x[0], x[1].name])],
                           [label(i, n) for i, n in unfinished], 143 if term else 130,
                           "stopped by SIGTERM" if term else "interrupted") from None
     _close(executor, bar, rundirs, wait=True)
-    return [[r for i, r in sorted(results, key=lambda x: order.index((x[0], x[1].name))) if i == t]
-            for t in range(len(trees))]
+    per_tree: list[list[Result]] = [[] for _ in trees]
+    for i, r in sorted(results, key=lambda x: rank[x[0], x[1].name]):
+        per_tree[i].append(r)
+    return per_tree
 
 
 def _close(executor: cf.Executor | None, bar, rundirs: list[Path], *, wait: bool) -> None:
