@@ -975,8 +975,9 @@ def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str 
                   device: str = "auto", seed: int = 0, jobs: int = 1, force: bool = False, progress: bool = True,
                   rehearse: bool = False, cluster: object | None = None, timeout: float | None = None,
                   lock_fd: int | None = None) -> list[Result]:
-    """Execute (or serve from cache) the selected notebooks of one tree on ``jobs`` local processes (holding the
-    tree's lock, ``lock_fd``) or ``cluster``'s workers: :func:`run_trees`.  :class:`UsageError` before anything."""
+    """Execute (or serve from cache) the selected notebooks of one tree, ``jobs`` at a time here (:class:`LocalPool`,
+    holding the tree's lock ``lock_fd``) or on ``cluster``'s workers: :func:`run_trees`.  :class:`UsageError`
+    before anything."""
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
