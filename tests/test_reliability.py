@@ -313,7 +313,7 @@ class _OneWaits:
     label, threads = "", None
 
     def __init__(self) -> None:
-        self.stopped = threading.Event()
+        self.started, self.stopped = threading.Event(), threading.Event()
 
     def resolve_device(self, device: str) -> str:
         return "cpu"
@@ -328,6 +328,8 @@ class _OneWaits:
         return executor.submit(self.job, job["name"], stop)
 
     def job(self, name: str, stop) -> dict:
+        if name == "02_beta":
+            self.started.set()
         deadline = time.monotonic() + 30
         while name == "02_beta" and time.monotonic() < deadline:
             if stop():
@@ -341,11 +343,13 @@ def test_an_error_of_the_covbook_process_stops_the_running_jobs(project, monkeyp
     """A full disk while committing one job ends the run with that error and stops the others (their threads
     would otherwise keep the process alive at exit until their notebooks finished)."""
 
+    engine = _OneWaits()
+
     def full_disk(*args, **kwargs):
+        assert engine.started.wait(10)  # 02_beta runs (a job still queued is cancelled, never started)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(runner, "commit_job", full_disk)
-    engine = _OneWaits()
     with pytest.raises(OSError, match="No space left"):
         runner.run_trees(engine, [(Paths(project), 0)], None, profile="smoke", device="cpu", progress=False)
     assert engine.stopped.wait(10), "the waiting job was never told to stop"
