@@ -154,3 +154,25 @@ def test_run_trees_submits_the_longest_job_first_and_reports_in_the_notebooks_or
     paths.timings.unlink()  # nothing measured: the notebooks' order
     run_trees(engine, [(paths, 0)], None, profile="smoke", device="cpu", progress=False)
     assert engine.order == ["01_alpha", "02_beta"]
+
+
+def test_run_trees_returns_a_large_sweeps_results_in_time(tmp_path, monkeypatch):
+    """A cluster sweep hands every (notebook, seed) job to one run_trees: its 6,000 results go back to their trees
+    in the notebooks' order in a moment (not by a search of the whole order per result and tree)."""
+    import time
+
+    from covbook.book import plan, runner
+
+    names = [f"{k:02d}_n" for k in range(20)]
+
+    def planned(paths, selected, *, seed, **kwargs):
+        return [runner.Job(name, paths.root / f"{name}.md", {"seed": seed}, "0" * 64, "cpu") for name in names]
+
+    monkeypatch.setattr(runner, "plan_jobs", planned)
+    monkeypatch.setattr(plan, "expected_seconds", lambda paths, job: None)
+    trees = [(Paths(tmp_path / f"seed-{s}"), s) for s in range(300)]
+    start = time.perf_counter()
+    results = run_trees(_Recorder(), trees, None, profile="smoke", device="cpu", force=True, progress=False,
+                        timeout=60.0)
+    assert time.perf_counter() - start < 15.0
+    assert [[r.name for r in rs] for rs in results] == [names] * 300

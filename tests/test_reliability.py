@@ -3,12 +3,14 @@ the lock, the CLI's error paths.  The tests that execute stub notebooks are in t
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import errno
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -303,6 +305,55 @@ def test_a_job_the_stop_reached_first_starts_nothing(tmp_path):
     with pytest.raises(runner.Stopped):
         runner.run_job({"name": "01_alpha", "rundir": str(tmp_path / "run")}, stop=lambda: True)
     assert not (tmp_path / "run").exists()
+
+
+class _OneWaits:
+    """An engine of two thread jobs: 01_alpha ends at once, 02_beta waits (at most 30 s) for the run's stop."""
+
+    label, threads = "", None
+
+    def __init__(self) -> None:
+        self.started, self.stopped = threading.Event(), threading.Event()
+
+    def resolve_device(self, device: str) -> str:
+        return "cpu"
+
+    def executor(self, paths: Paths, n_jobs: int | None = None) -> cf.Executor:
+        return cf.ThreadPoolExecutor(2)
+
+    def stop_signal(self, run_id: str, rundir: Path) -> runner.StopFile:
+        return runner.StopFile(str(rundir / "stop"))
+
+    def submit(self, executor: cf.Executor, job: dict, paths: Paths, stop, say) -> cf.Future:
+        return executor.submit(self.job, job["name"], stop)
+
+    def job(self, name: str, stop) -> dict:
+        if name == "02_beta":
+            self.started.set()
+        deadline = time.monotonic() + 30
+        while name == "02_beta" and time.monotonic() < deadline:
+            if stop():
+                self.stopped.set()
+                raise runner.Stopped(name)
+            time.sleep(0.05)
+        return {}
+
+
+def test_an_error_of_the_covbook_process_stops_the_running_jobs(project, monkeypatch):
+    """A full disk while committing one job ends the run with that error and stops the others (their threads
+    would otherwise keep the process alive at exit until their notebooks finished)."""
+
+    engine = _OneWaits()
+
+    def full_disk(*args, **kwargs):
+        assert engine.started.wait(10)  # 02_beta runs (a job still queued is cancelled, never started)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runner, "commit_job", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        runner.run_trees(engine, [(Paths(project), 0)], None, profile="smoke", device="cpu", progress=False)
+    assert engine.stopped.wait(10), "the waiting job was never told to stop"
+    assert not any(Paths(project).tmp.iterdir())  # the run's temporaries are gone
 
 
 def test_a_killed_build_takes_its_jupyter_book_child_and_the_lock_with_it(project):

@@ -117,6 +117,21 @@ def test_publishing_fills_the_setup_cell_and_no_prose(tmp_path: Path) -> None:
     assert _source(json.loads(out.read_text())["cells"][1]) == line
 
 
+def test_a_published_notebook_is_readable_by_all_and_written_as_nbformat_writes_it(tmp_path: Path) -> None:
+    """A web server serving the built book (another user) must read it; its text stays UTF-8, not escapes."""
+    from covbook.book.standalone import standalone_file
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Straße — é"), nbformat.v4.new_code_cell("COVBOOK_SOURCE = None")]
+    path, out = tmp_path / "n.ipynb", tmp_path / "published.ipynb"
+    nbformat.write(nb, path)
+    standalone_file(path, out, tmp_path, install_source=OCTO.install_source)
+    assert out.stat().st_mode & 0o044 == 0o044
+    text = out.read_text(encoding="utf-8")
+    assert "Straße — é" in text and text.endswith("}\n")
+    nbformat.validate(nbformat.read(out, as_version=4))
+
+
 def test_theme_options_with_and_without_repository() -> None:
     base = {"launch_buttons": {"notebook_interface": "classic", "colab_url": "https://x"},
             "use_repository_button": True, "repository_url": "https://github.com/a/b", "other": 1}

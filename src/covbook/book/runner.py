@@ -867,7 +867,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`; call it holding every tree's
     lock.  The jobs are submitted longest first (the plan's estimate, :func:`covbook.book.plan.expected_seconds`;
     unknown ones first), so that the longest do not start last.  A notebook's time limit is ``timeout`` seconds,
-    else :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM.
+    else :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error
+    stops the jobs before it goes on.
     """
     from tqdm import tqdm
 
@@ -876,7 +877,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev)
              for p, seed in trees]
-    order = [(i, job.name) for i, plan in enumerate(plans) for job in plan]
+    # (tree, notebook) -> its place in the notebooks' order, the order of the Results
+    rank = {key: k for k, key in enumerate((i, job.name) for i, plan in enumerate(plans) for job in plan)}
 
     def label(i: int, name: str) -> str:
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
@@ -897,7 +899,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict[cf.Future, tuple[int, Job]] = {}
     executor = stop = None
-    bar = tqdm(total=len(order), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
+    bar = tqdm(total=len(rank), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
                unit="nb", disable=not progress, file=sys.stderr)
     try:
         for i, r in results:
@@ -928,8 +930,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 bar.write(f"  {'ok    ' if r.status == 'ok' else 'FAILED'}  {label(i, r.name)}  {r.seconds:6.1f} s"
                           f"{cpu}" + (f"\n          {r.error}" if r.error else ""))
                 bar.update(1)
-    except KeyboardInterrupt as interrupt:
-        term = isinstance(interrupt, Terminated)
+    except BaseException as error:  # Ctrl-C, SIGTERM, or an error here (a full disk): the jobs stop too
+        interrupted, term = isinstance(error, KeyboardInterrupt), isinstance(error, Terminated)
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
         try:  # cancel the queue, stop the running jobs; keep those that finished before the stop reached them
@@ -938,7 +940,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             for fut in pending:
                 fut.cancel()
             cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
-            for fut, (i, job) in list(pending.items()):
+            for fut, (i, job) in list(pending.items()) if interrupted else []:
                 r = commit_job(fut, trees[i][0], job.name, rundirs[i]) if fut.done() and not fut.cancelled() else None
                 if r is not None:
                     results.append((i, r))
@@ -947,13 +949,17 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             _close(executor, bar, rundirs, wait=False)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
-        unfinished = sorted(((i, j.name) for i, j in pending.values()), key=order.index)
-        raise Interrupted([r for _, r in sorted(results, key=lambda x: order.index((x[0], x[1].name)))],
+        if not interrupted:
+            raise
+        unfinished = sorted(((i, j.name) for i, j in pending.values()), key=rank.__getitem__)
+        raise Interrupted([r for _, r in sorted(results, key=lambda x: rank[x[0], x[1].name])],
                           [label(i, n) for i, n in unfinished], 143 if term else 130,
                           "stopped by SIGTERM" if term else "interrupted") from None
     _close(executor, bar, rundirs, wait=True)
-    return [[r for i, r in sorted(results, key=lambda x: order.index((x[0], x[1].name))) if i == t]
-            for t in range(len(trees))]
+    per_tree: list[list[Result]] = [[] for _ in trees]
+    for i, r in sorted(results, key=lambda x: rank[x[0], x[1].name]):
+        per_tree[i].append(r)
+    return per_tree
 
 
 def _close(executor: cf.Executor | None, bar, rundirs: list[Path], *, wait: bool) -> None:
@@ -969,8 +975,9 @@ def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str 
                   device: str = "auto", seed: int = 0, jobs: int = 1, force: bool = False, progress: bool = True,
                   rehearse: bool = False, cluster: object | None = None, timeout: float | None = None,
                   lock_fd: int | None = None) -> list[Result]:
-    """Execute (or serve from cache) the selected notebooks of one tree on ``jobs`` local processes (holding the
-    tree's lock, ``lock_fd``) or ``cluster``'s workers: :func:`run_trees`.  :class:`UsageError` before anything."""
+    """Execute (or serve from cache) the selected notebooks of one tree, ``jobs`` at a time here (:class:`LocalPool`,
+    holding the tree's lock ``lock_fd``) or on ``cluster``'s workers: :func:`run_trees`.  :class:`UsageError`
+    before anything."""
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:

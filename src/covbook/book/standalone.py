@@ -14,6 +14,7 @@ import ast
 import copy
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -177,9 +178,10 @@ def standalone(
 
 def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
                     install_source: str | None = None) -> bool:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically; the claims are the
-    run's, ``book/generated/claims``, the citations ``book/references.bib``'s); True when a setup cell was filled."""
-    from covbook._jsonio import write_json_atomic
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, readable by all, as
+    nbformat writes it; the claims are the run's, ``book/generated/claims``, the citations
+    ``book/references.bib``'s); True when a setup cell was filled."""
+    from covbook._jsonio import atomic_write
 
     bib_file = root / "book" / "references.bib"
     claims: dict[str, dict[str, dict]] = {}
@@ -191,6 +193,11 @@ def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = Non
     bib = bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
     nb = json.loads(src.read_text(encoding="utf-8"))
     new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
-    write_json_atomic(dst, new)
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o644)  # a published file: the temporary's 0600 would hide it from a web server
+
+    atomic_write(dst, write)
     return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
                                         for c in nb.get("cells", []))
