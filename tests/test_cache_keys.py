@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from covbook.book import cache
-from covbook.book.config import _myst_code_cells
+from covbook.book.config import myst_code_cells
 from helpers import ROOT, make_notebook
 
 
@@ -80,7 +80,7 @@ def test_each_chapter_is_keyed_on_its_own_experiment_module():
     """The book's chapters: 01 imports neither the transformers nor the other chapters' experiments."""
     def modules(name: str) -> set[str]:
         nb = next((ROOT / "notebooks").glob(f"{name}_*.md"))
-        mods = cache.science_modules([src for _, src in _myst_code_cells(nb.read_text())])
+        mods = cache.science_modules([src for _, src in myst_code_cells(nb.read_text())])
         return {m.relative_to(cache.PACKAGE).as_posix() for m in mods}
 
     first, eighth = modules("01"), modules("08")

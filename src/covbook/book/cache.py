@@ -19,7 +19,7 @@ from pathlib import Path
 
 from covbook._devices import device_name
 from covbook._jsonio import DamagedFile, read_json
-from covbook.book.config import Paths, UsageError, _myst_code_cells
+from covbook.book.config import Paths, UsageError, myst_code_cells
 from covbook.book.provenance import versions
 from covbook.book.records import read_run
 
@@ -131,7 +131,7 @@ def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
     """Hash of the science code notebook ``nb_path`` runs: :func:`science_hash` of the :func:`science_modules` of
     its code cells (IPython's magics and shell lines left out), of all when those cannot be followed statically."""
     sources = ["\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
-               for _, src in _myst_code_cells(nb_path.read_text(encoding="utf-8"))]
+               for _, src in myst_code_cells(nb_path.read_text(encoding="utf-8"))]
     return science_hash(package, science_modules(sources, package))
 
 

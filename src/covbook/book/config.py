@@ -22,7 +22,7 @@ from covbook._devices import DEVICES
 __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
     "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
-    "discover", "select", "load_profiles", "notebook_parameters", "resolve_parameters", "Terminated",
+    "discover", "select", "load_profiles", "myst_code_cells", "notebook_parameters", "resolve_parameters", "Terminated",
     "stop_on_sigterm", "oserror_text",
 ]
 
@@ -256,7 +256,7 @@ _CELL = re.compile(r"^[^\S\n]*(?P<fence>````?)\{code-cell\}[^\n]*\n?(?P<body>.*?
                    re.MULTILINE | re.DOTALL)
 
 
-def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
+def myst_code_cells(text: str) -> list[tuple[dict, str]]:
     """The code cells of a MyST notebook as ``(options, source)``; options are the ``:key: value`` lines or the
     ``---`` YAML block that open a cell (jupytext's two forms).  A test checks it against jupytext.
 
@@ -283,7 +283,7 @@ def _myst_code_cells(text: str) -> list[tuple[dict, str]]:
 def notebook_parameters(path: Path) -> dict[str, object]:
     """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text)."""
     text = Path(path).read_text(encoding="utf-8")
-    cells = [src for opts, src in _myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
+    cells = [src for opts, src in myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
     if len(cells) != 1:
         raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
     try:

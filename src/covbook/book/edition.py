@@ -50,7 +50,7 @@ def science_key(paths: Paths, name: str, profile: str) -> str:
     if nb is None:
         raise UsageError(f"unknown notebook {name!r}")
     h = hashlib.sha256()
-    for _, src in config._myst_code_cells(nb.read_text(encoding="utf-8")):
+    for _, src in config.myst_code_cells(nb.read_text(encoding="utf-8")):
         h.update(portable(src).encode() + b"\0")
     h.update(notebook_science(nb).encode())
     params = config.resolve_parameters(name, config.notebook_parameters(nb), config.load_profiles(paths.profiles),

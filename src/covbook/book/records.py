@@ -57,12 +57,14 @@ class RunRecord(Mapping):
     @property
     def seed(self) -> int | None:
         """The seed the run used."""
-        return s if isinstance(s := self.parameters.get("seed"), int) else None
+        s = self.parameters.get("seed")
+        return s if isinstance(s, int) else None
 
     @property
     def key(self) -> str | None:
         """The cache key (content hash) the run was made for."""
-        return h if isinstance(h := self._data.get("hash"), str) else None
+        h = self._data.get("hash")
+        return h if isinstance(h, str) else None
 
     @property
     def device_used(self) -> str:
@@ -77,22 +79,26 @@ class RunRecord(Mapping):
     @property
     def profile(self) -> str | None:
         """The profile the run used."""
-        return None if (p := self.parameters.get("profile")) is None else str(p)
+        p = self.parameters.get("profile")
+        return None if p is None else str(p)
 
     @property
     def seconds(self) -> float | None:
         """Wall seconds of the run."""
-        return float(s) if isinstance(s := self._data.get("seconds"), int | float) else None
+        s = self._data.get("seconds")
+        return float(s) if isinstance(s, int | float) else None
 
     @property
     def outputs(self) -> dict[str, str] | None:
         """``{"claims": sha256, "notebook": sha256}`` of the committed outputs (``None`` in older records)."""
-        return dict(o) if isinstance(o := self._data.get("outputs"), Mapping) else None
+        o = self._data.get("outputs")
+        return dict(o) if isinstance(o, Mapping) else None
 
     @property
     def error(self) -> str | None:
         """Why a failed run failed."""
-        return None if (e := self._data.get("error")) is None else str(e)
+        e = self._data.get("error")
+        return None if e is None else str(e)
 
 
 def read_run(path: str | os.PathLike) -> RunRecord | None:

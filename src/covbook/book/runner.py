@@ -39,6 +39,7 @@ from covbook.book.config import (
     UsageError,
     discover,
     load_profiles,
+    myst_code_cells,
     notebook_parameters,
     oserror_text,
     resolve_parameters,
@@ -798,12 +799,9 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
 
 
 def check_cells(path: Path) -> None:
-    """Parse every code cell of a MyST notebook (as jupytext reads it): a syntax error is a :class:`UsageError`.
+    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
     Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
-    import jupytext
-
-    cells = [c.source for c in jupytext.reads(path.read_text(encoding="utf-8"), fmt="md:myst").cells
-             if c.cell_type == "code"]
+    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
     for index, source in enumerate(cells):
         if source.lstrip().startswith("%%"):
             continue
