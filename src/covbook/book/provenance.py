@@ -41,5 +41,5 @@ def git_commit(root: Path) -> str:
     """This project's commit (short hash, and whether it has uncommitted changes)."""
     sha = git(root, "rev-parse", "--short", "HEAD")
     if sha is None:
-        return "unknown (not a git checkout of its own)"
+        return "unknown (not a git checkout of its own, or no git or no commit)"
     return sha + (" (with uncommitted changes)" if git(root, "status", "--porcelain", "--untracked-files=no") else "")
