@@ -33,3 +33,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         atomic_write(path, fails)
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]
+
+
+def test_an_atomic_write_gets_the_mode_a_plain_open_gives(tmp_path):
+    """Not the temporary's private 0600: a page or a published notebook must be readable as any file is."""
+    import os
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x", encoding="utf-8")
+    write_json_atomic(tmp_path / "a.json", [1])
+    atomic_write(tmp_path / "b.txt", lambda tmp: Path(tmp).write_text("x", encoding="utf-8"))
+    for name in ("a.json", "b.txt"):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == os.stat(plain).st_mode & 0o777

@@ -18,6 +18,9 @@ from pathlib import Path
 
 __all__ = ["DamagedFile", "atomic_write", "write_json_atomic", "read_json"]
 
+_UMASK = os.umask(0o022)  # read once, at import (os.umask can only be read by setting it), and put back
+os.umask(_UMASK)
+
 
 class DamagedFile(ValueError):
     """A pipeline output that exists but does not parse (or has the wrong shape)."""
@@ -31,7 +34,8 @@ class DamagedFile(ValueError):
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """Create ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, then a rename.
 
-    On any error (also Ctrl-C) the temporary file is removed and ``path`` is left as it was.
+    The file gets the mode a plain ``open`` would give it (not the temporary's private 0600).  On any error
+    (also Ctrl-C) the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +43,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

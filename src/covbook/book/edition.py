@@ -17,9 +17,10 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
 from covbook.book import config
 from covbook.book.cache import notebook_science, portable
 from covbook.book.checks import claim_problems, id_problems, read_rules
@@ -255,9 +256,7 @@ def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: in
         for src, dst in ((scratch.generated / f"{name}.ipynb", out / f"{name}.ipynb"),
                          (scratch.claims / f"{name}.json", out / "claims" / f"{name}.json"),
                          (scratch.runs / f"{name}.json", out / "runs" / f"{name}.json")):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst.with_name(dst.name + ".tmp"))
-            os.replace(dst.with_name(dst.name + ".tmp"), dst)
+            atomic_write(dst, partial(shutil.copyfile, src))
         device = rec.device_used
         chapters[name] = {"status": "ok", "science_key": key, "seconds": round(float(rec.get("seconds", 0.0)), 1),
                           "device_used": device, "when": rec.get("finished") or time.strftime(_NOW, time.gmtime())}

@@ -63,9 +63,8 @@ def render(template: str, **context: object) -> str:
 
 
 def write_page(path: Path, text: str) -> Path:
-    """Write the page ``text`` to ``path`` atomically (a temporary file beside it, then a rename); returns ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write the page ``text`` to ``path`` atomically (:func:`covbook._jsonio.atomic_write`); returns ``path``."""
+    from covbook._jsonio import atomic_write
+
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return path

@@ -14,7 +14,6 @@ import ast
 import copy
 import json
 import math
-import os
 import re
 from pathlib import Path
 
@@ -196,7 +195,6 @@ def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = Non
 
     def write(tmp: str) -> None:
         Path(tmp).write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o644)  # a published file: the temporary's 0600 would hide it from a web server
 
     atomic_write(dst, write)
     return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
