@@ -18,8 +18,8 @@ from covbook.book.cache import resolve_device
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
 from covbook.book.records import read_run
 
-__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "time_limit", "DEFAULT_LIMITS", "LIMIT_FACTOR",
-           "LIMIT_FLOOR", "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
+__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "time_limit", "limit_for", "DEFAULT_LIMITS",
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
@@ -164,7 +164,11 @@ def expected_seconds(paths: Paths, job) -> float | None:
 def time_limit(paths: Paths, job, profile: str) -> float:
     """A planned job's time limit in seconds: ``LIMIT_FACTOR`` × :func:`expected_seconds`, at least ``LIMIT_FLOOR``
     (a loaded machine or a cold cache is slower), else the profile's ``DEFAULT_LIMITS`` entry."""
-    high = expected_seconds(paths, job)
+    return limit_for(expected_seconds(paths, job), profile)
+
+
+def limit_for(high: float | None, profile: str) -> float:
+    """The time limit of a job whose estimate's upper end is ``high`` seconds (``None``: no estimate)."""
     if high is None:
         return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
     return max(LIMIT_FLOOR, LIMIT_FACTOR * high)

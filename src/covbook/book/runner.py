@@ -865,12 +865,12 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`; call it holding every tree's
     lock.  The jobs are submitted longest first (the plan's estimate, :func:`covbook.book.plan.expected_seconds`;
     unknown ones first), so that the longest do not start last.  A notebook's time limit is ``timeout`` seconds,
-    else :func:`covbook.book.plan.time_limit`.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error
-    stops the jobs before it goes on.
+    else :func:`covbook.book.plan.limit_for` of that estimate.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM;
+    any other error stops the jobs before it goes on.
     """
     from tqdm import tqdm
 
-    from covbook.book.plan import expected_seconds, time_limit
+    from covbook.book.plan import expected_seconds, limit_for
 
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev)
@@ -882,17 +882,16 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
 
     results: list[tuple[int, Result]] = []
-    todo: list[tuple[float, int, Job]] = []
+    todo: list[tuple[float | None, int, Job]] = []
     for i, ((paths, _), plan) in enumerate(zip(trees, plans)):
         clean_stale(paths)
         for job in plan:
             if force or not is_cached(paths, job.name, job.digest):
-                expected = expected_seconds(paths, job)
-                todo.append((math.inf if expected is None else expected, i, job))
+                todo.append((expected_seconds(paths, job), i, job))
             else:
                 results.append((i, Result(job.name, "cached", 0.0)))
                 _forget_failure(paths, job.name)  # a failure under this key no longer applies
-    todo.sort(key=lambda t: -t[0])  # longest first (LPT); stable: the notebooks' order among equals
+    todo.sort(key=lambda t: -math.inf if t[0] is None else -t[0])  # longest first (LPT), unknown first; stable
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict[cf.Future, tuple[int, Job]] = {}
@@ -908,11 +907,11 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 d.mkdir(parents=True, exist_ok=True)
             stop = engine.stop_signal(run_id, rundirs[0])
             executor = engine.executor(trees[0][0], len(todo))
-        for _, i, job in todo:
+        for expected, i, job in todo:
             paths = trees[i][0]
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force,
-                       "timeout": float(timeout) if timeout else time_limit(paths, job, profile),
+                       "timeout": float(timeout) if timeout else limit_for(expected, profile),
                        "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
             pending[engine.submit(executor, payload, paths, stop, bar.write)] = (i, job)
         while pending:

@@ -261,7 +261,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
             manifest[name] = sorted(read_rules(paths, name))
         except UsageError:
             manifest[name] = []
-    commit = git_commit(paths.root)
+    commit, rules = git_commit(paths.root), rules_commit(paths.root)
     out: dict[str, dict] = {}
     for name in names:
         per_seed: dict[int, dict[str, Claim]] = {}
@@ -278,7 +278,7 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                 per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
         ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + manifest[name])
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
-                     "rules_commit": rules_commit(paths.root),
+                     "rules_commit": rules,
                      "out_of_sample": not any(s in DEVELOPMENT_SEEDS for s in seeds),
                      "date": time.strftime("%Y-%m-%d"), "claims": [_claim_row(cid, per_seed, seeds) for cid in ids]}
     return out

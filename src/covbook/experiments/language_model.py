@@ -27,8 +27,7 @@ import numpy as np
 import torch
 from scipy.stats import binom, binomtest
 
-from covbook._validate import check_positive_float, check_positive_int
-from covbook._validate import check_positive_ints as _check_sizes
+from covbook._validate import check_positive_float, check_positive_int, check_positive_ints
 from covbook.experiments.repetition import counted, measure_above
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
@@ -169,7 +168,7 @@ def train_models(text: Corpus, *, d_model: int, n_layers: int, n_heads: int, seq
     :data:`LOSS_BLOCKS` contiguous blocks of held-out windows of :math:`\ell^{\rm NoPE}_w - \ell^{\rm rotary}_w`,
     above 0 (:func:`_measure_above`: a significance with ``significance``, else its direction).
     """
-    _check_sizes(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
+    check_positive_ints(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
                  steps=steps)
     check_positive_float(lr, "lr")
     ckpt = Path(checkpoints) if checkpoints is not None else None
@@ -247,9 +246,9 @@ def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt
 
     Raises ``ValueError`` unless the sizes are positive and the held-out text holds one window.
     """
-    _check_sizes(n_text=n_text, n_prompts=n_prompts, n_greedy=n_greedy, prompt_len=prompt_len, gen_len=gen_len)
+    check_positive_ints(n_text=n_text, n_prompts=n_prompts, n_greedy=n_greedy, prompt_len=prompt_len, gen_len=gen_len)
     if n_rep is not None:
-        _check_sizes(n_rep=n_rep)
+        check_positive_ints(n_rep=n_rep)
     val = text.val_tokens
     t_eval = prompt_len + gen_len
     n_fit = (len(val) - 1) // t_eval
