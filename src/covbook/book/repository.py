@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covbook.book.provenance import git
-from covbook.book.standalone import INSTALL_CELL, SETUP_CELL, SETUP_PLACEHOLDER, fill_setup_source, standalone_file
+from covbook.book.standalone import (
+    INSTALL_CELL,
+    SETUP_CELL,
+    SETUP_PLACEHOLDER,
+    book_context,
+    fill_setup_source,
+    standalone_file,
+)
 
 __all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "Repository", "parse_github",
            "resolve_repository", "fill_setup_source", "publish_notebook"]
@@ -97,9 +104,10 @@ def resolve_repository(
     return parse_github(git(Path(root), "remote", "get-url", "origin") or "")
 
 
-def publish_notebook(paths, nb_path: Path, repo: Repository) -> bool:
+def publish_notebook(paths, nb_path: Path, repo: Repository, context: tuple[dict, dict] | None = None) -> bool:
     """Rewrite the executed notebook ``nb_path`` in place as its published edition (:mod:`covbook.book.standalone`),
-    its setup cell installing from ``repo``; True when it had a setup placeholder.  Call it holding the tree's
+    its setup cell installing from ``repo`` (``context``: :func:`~covbook.book.standalone.book_context`, read when
+    not given); True when it had a setup placeholder.  Call it holding the tree's
     lock; its run record follows it (:func:`covbook.book.runner.commit_rewritten`), so ``covbook check`` holds."""
     import tempfile
 
@@ -108,7 +116,7 @@ def publish_notebook(paths, nb_path: Path, repo: Repository) -> bool:
     paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="publish-", dir=paths.tmp) as d:
         new_nb = Path(d) / nb_path.name
-        filled = standalone_file(nb_path, new_nb, paths.root, repo.pages_url, repo.install_source)
+        filled = standalone_file(nb_path, new_nb, paths.root, repo.pages_url, repo.install_source, context)
         commit_rewritten(paths, nb_path.stem, new_nb)
     return filled
 
@@ -138,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with tree_lock(paths.lock, "python -m covbook.book.repository publish"):
-            filled = [p.name for p in notebooks if publish_notebook(paths, p, repo)]
+            context = book_context(paths.root)
+            filled = [p.name for p in notebooks if publish_notebook(paths, p, repo, context)]
     except Busy as err:
         print(f"covbook repository: error: {err}", file=sys.stderr)
         return 2

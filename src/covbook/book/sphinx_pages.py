@@ -126,7 +126,7 @@ def _publish_sources(app, exception: Exception | None) -> None:
     """Each chapter's MyST source next to its ``.ipynb`` in ``_sources``; the notebooks as published."""
     if exception is not None or app.builder.format != "html":
         return
-    from covbook.book.standalone import standalone_file
+    from covbook.book.standalone import book_context, standalone_file
 
     sources = Path(app.outdir) / "_sources"
     for pagename in app.env.found_docs:
@@ -134,8 +134,10 @@ def _publish_sources(app, exception: Exception | None) -> None:
             (sources / pagename).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(md, sources / f"{pagename}.md")
     repo: Repository | None = getattr(app, "covbook_repository", None)
+    context = book_context(_root(app))
     for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
-        standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None)
+        standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None,
+                        context)
 
 
 def setup(app) -> dict[str, Any]:

@@ -175,13 +175,9 @@ def standalone(
     return out
 
 
-def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
-                    install_source: str | None = None) -> bool:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, readable by all, as
-    nbformat writes it; the claims are the run's, ``book/generated/claims``, the citations
-    ``book/references.bib``'s); True when a setup cell was filled."""
-    from covbook._jsonio import atomic_write
-
+def book_context(root: Path) -> tuple[dict[str, dict[str, dict]], dict[str, tuple[str, str]]]:
+    """What the published notebooks cite: each chapter's claims by id (the run's, ``book/generated/claims``) and
+    the bibliography's labels (``book/references.bib``); read once for all chapters."""
     bib_file = root / "book" / "references.bib"
     claims: dict[str, dict[str, dict]] = {}
     for f in sorted((root / "book" / "generated" / "claims").glob("[0-9][0-9]_*.json")):
@@ -189,7 +185,17 @@ def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = Non
             claims[f.stem] = {c["id"]: c for c in json.loads(f.read_text(encoding="utf-8"))}
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
-    bib = bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
+    return claims, bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
+
+
+def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
+                    install_source: str | None = None,
+                    context: tuple[dict, dict] | None = None) -> bool:
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, as nbformat writes it;
+    ``context``: :func:`book_context` of ``root``, read here when not given); True when a setup cell was filled."""
+    from covbook._jsonio import atomic_write
+
+    claims, bib = context if context is not None else book_context(root)
     nb = json.loads(src.read_text(encoding="utf-8"))
     new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
 
