@@ -159,12 +159,15 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
 
 
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
-                       manifest: dict | None = None, commit: str | None = None) -> dict:
+                       manifest: dict | None = None, commit: str | None = None,
+                       statuses: dict[str, Status] | None = None) -> dict:
     """The notebook a reader sees for chapter ``name``: its stored edition run where that is current (verdict
     lines re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record, ``commit`` the
-    book's commit); under its title a note saying which run it shows (profile, device, date, commit)."""
+    book's commit); under its title a note saying which run it shows (profile, device, date, commit).
+    ``manifest`` and ``statuses`` (:func:`status` of that manifest) are read when not given."""
     manifest = read_manifest(paths) if manifest is None else manifest
-    st = status(paths, manifest).get(name, Status(name, "absent"))
+    statuses = status(paths, manifest) if statuses is None else statuses
+    st = statuses.get(name, Status(name, "absent"))
     nb = own
     if st.current:
         nb, record, commit = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), None, None

@@ -65,6 +65,7 @@ def _load(app: Sphinx) -> None:
         statuses = edition.status(paths, manifest)
     except (ValueError, OSError):
         return
+    app.covbook_shown = manifest, statuses  # type: ignore[attr-defined]  # each chapter page's, at source-read
     for name, st in statuses.items():
         h = hashlib.sha256(f"{st.state}{json.dumps(manifest, sort_keys=True)}".encode())
         if st.current:
@@ -101,8 +102,9 @@ def _source(app: Sphinx, docname: str, source: list[str]) -> None:
         record = None
     if not hasattr(app, "covbook_commit"):
         app.covbook_commit = git_commit(paths.root)  # type: ignore[attr-defined]
-    nb = edition.published_notebook(paths, name, own, dict(record) if record is not None else None,
-                                    commit=app.covbook_commit)  # type: ignore[attr-defined]
+    manifest, statuses = getattr(app, "covbook_shown", (None, None))
+    nb = edition.published_notebook(paths, name, own, dict(record) if record is not None else None, manifest,
+                                    app.covbook_commit, statuses)  # type: ignore[attr-defined]
     source[0] = json.dumps(nb)
 
 
