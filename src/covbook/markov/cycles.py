@@ -32,11 +32,10 @@ import numpy as np
 import torch
 
 from covbook._validate import check_nonnegative_int, check_positive_int
-from covbook.markov import reduction
 from covbook.markov._checks import MeanField, _model_device_dtype, _tokens_np, _vocab_size
 from covbook.markov.decoding import greedy_decode
 from covbook.markov.frequencies import empirical_frequencies, running_frequencies, tv_distance
-from covbook.markov.reduction import kernel_rows, markov_gap, markov_kernel, next_token_probs
+from covbook.markov.reduction import kernel_chunks, kernel_rows, markov_gap, markov_kernel, next_token_probs
 
 __all__ = [
     "find_cycle",
@@ -191,10 +190,8 @@ def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField |
     if pi.ndim < 2:
         return torch.argmax(markov_kernel(model, pi, 1.0, mean_field=mean_field), dim=-1)
     out = torch.empty(pi.shape, dtype=torch.long)  # (n, V)
-    step = reduction.LAWS_PER_CALL
-    for i in range(0, pi.shape[0], step):
-        k = markov_kernel(model, pi[i:i + step], 1.0, mean_field=mean_field)  # (c, V, V)
-        out[i:i + step] = torch.argmax(k, dim=-1).cpu()
+    for chunk, k in kernel_chunks(model, pi, 1.0, mean_field=mean_field):  # k: (c, V, V)
+        out[chunk] = torch.argmax(k, dim=-1).cpu()
     return out
 
 

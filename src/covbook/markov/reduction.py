@@ -28,6 +28,8 @@ Generative Transformers. ICML 2024.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -48,6 +50,7 @@ from covbook.transformer.generation import tempered_softmax
 __all__ = [
     "cached_mean_field",
     "markov_kernel",
+    "kernel_chunks",
     "kernel_rows",
     "next_token_probs",
     "markov_gap",
@@ -157,6 +160,16 @@ def _kernels(model: torch.nn.Module, pi: torch.Tensor, tau: float, mean_field: M
     return tempered_softmax(logits, tau)
 
 
+def kernel_chunks(
+    model: torch.nn.Module, freqs: torch.Tensor, temperature: float = 1.0, *, mean_field: MeanField | None = None,
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """:func:`markov_kernel` of the (n, V) laws ``freqs``, :data:`LAWS_PER_CALL` at a time, so that a caller holds
+    one chunk's kernels: yields (the chunk's slice of the laws, its (c, V, V) kernels on the model's device)."""
+    for i in range(0, freqs.shape[0], LAWS_PER_CALL):
+        chunk = slice(i, i + LAWS_PER_CALL)
+        yield chunk, markov_kernel(model, freqs[chunk], temperature, mean_field=mean_field)
+
+
 def kernel_rows(
     model: torch.nn.Module, freqs: object, current: object, temperature: float = 1.0, *,
     mean_field: MeanField | None = None,
@@ -186,10 +199,9 @@ def kernel_rows(
         raise ValueError(f"freqs must have shape ({x.shape[0]}, {v}): one law per current token, "
                          f"got {tuple(pi.shape)}")
     out = torch.empty(x.shape[0], v, dtype=torch.float64)  # (n, V)
-    for i in range(0, x.shape[0], LAWS_PER_CALL):
-        k = markov_kernel(model, pi[i:i + LAWS_PER_CALL], temperature, mean_field=mean_field)  # (c, V, V)
-        at = x[i:i + LAWS_PER_CALL].to(k.device)  # (c,)
-        out[i:i + LAWS_PER_CALL] = k[torch.arange(k.shape[0], device=k.device), at].cpu()
+    for chunk, k in kernel_chunks(model, pi, temperature, mean_field=mean_field):  # k: (c, V, V)
+        at = x[chunk].to(k.device)  # (c,)
+        out[chunk] = k[torch.arange(k.shape[0], device=k.device), at].cpu()
     return out
 
 
@@ -305,10 +317,9 @@ def fixed_point_residual(
     nu = nu.reshape(-1, v)  # (B n_pos, V)
     laws, _ = _laws_along(x, pos, v)  # (B n_pos, V)
     out = torch.empty(nu.shape[0], dtype=torch.float64)  # (B n_pos,)
-    for i in range(0, nu.shape[0], LAWS_PER_CALL):
-        k = markov_kernel(model, laws[i:i + LAWS_PER_CALL], tau, mean_field=mean_field).cpu()  # (c, V, V)
-        n_i = nu[i:i + LAWS_PER_CALL]  # (c, V)
-        out[i:i + LAWS_PER_CALL] = tv_distance((n_i[:, None, :] @ k)[:, 0], n_i)  # TV(ν_t K, ν_t)
+    for chunk, k in kernel_chunks(model, laws, tau, mean_field=mean_field):  # k: (c, V, V)
+        n_i = nu[chunk]  # (c, V)
+        out[chunk] = tv_distance((n_i[:, None, :] @ k.cpu())[:, 0], n_i)  # TV(ν_t K, ν_t)
     out = out.reshape(x.shape[0], len(pos))
     return out[0] if single else out
 
