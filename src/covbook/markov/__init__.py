@@ -56,7 +56,6 @@ from covbook.markov.metrics import distinct_n, rep_l, repetition_metrics, seq_re
 from covbook.markov.reduction import (
     cached_mean_field,
     fixed_point_residual,
-    kernel_chunks,
     kernel_rows,
     markov_gap,
     markov_kernel,
@@ -83,7 +82,6 @@ __all__ = [
     "asymptotic_covariance",
     "sample_markov_chain",
     "markov_kernel",
-    "kernel_chunks",
     "kernel_rows",
     "cached_mean_field",
     "greedy_map",

@@ -35,7 +35,7 @@ from covbook._validate import check_nonnegative_int, check_positive_int
 from covbook.markov._checks import MeanField, _model_device_dtype, _tokens_np, _vocab_size
 from covbook.markov.decoding import greedy_decode
 from covbook.markov.frequencies import empirical_frequencies, running_frequencies, tv_distance
-from covbook.markov.reduction import kernel_chunks, kernel_rows, markov_gap, markov_kernel, next_token_probs
+from covbook.markov.reduction import _kernel_chunks, kernel_rows, markov_gap, markov_kernel, next_token_probs
 
 __all__ = [
     "find_cycle",
@@ -190,7 +190,7 @@ def greedy_map(model: torch.nn.Module, freqs: object, *, mean_field: MeanField |
     if pi.ndim < 2:
         return torch.argmax(markov_kernel(model, pi, 1.0, mean_field=mean_field), dim=-1)
     out = torch.empty(pi.shape, dtype=torch.long)  # (n, V)
-    for chunk, k in kernel_chunks(model, pi, 1.0, mean_field=mean_field):  # k: (c, V, V)
+    for chunk, k in _kernel_chunks(model, pi, 1.0, mean_field=mean_field):  # k: (c, V, V)
         out[chunk] = torch.argmax(k, dim=-1).cpu()
     return out
 

@@ -50,7 +50,6 @@ from covbook.transformer.generation import tempered_softmax
 __all__ = [
     "cached_mean_field",
     "markov_kernel",
-    "kernel_chunks",
     "kernel_rows",
     "next_token_probs",
     "markov_gap",
@@ -160,7 +159,7 @@ def _kernels(model: torch.nn.Module, pi: torch.Tensor, tau: float, mean_field: M
     return tempered_softmax(logits, tau)
 
 
-def kernel_chunks(
+def _kernel_chunks(
     model: torch.nn.Module, freqs: torch.Tensor, temperature: float = 1.0, *, mean_field: MeanField | None = None,
 ) -> Iterator[tuple[slice, torch.Tensor]]:
     """:func:`markov_kernel` of the (n, V) laws ``freqs``, :data:`LAWS_PER_CALL` at a time, so that a caller holds
@@ -199,7 +198,7 @@ def kernel_rows(
         raise ValueError(f"freqs must have shape ({x.shape[0]}, {v}): one law per current token, "
                          f"got {tuple(pi.shape)}")
     out = torch.empty(x.shape[0], v, dtype=torch.float64)  # (n, V)
-    for chunk, k in kernel_chunks(model, pi, temperature, mean_field=mean_field):  # k: (c, V, V)
+    for chunk, k in _kernel_chunks(model, pi, temperature, mean_field=mean_field):  # k: (c, V, V)
         at = x[chunk].to(k.device)  # (c,)
         out[chunk] = k[torch.arange(k.shape[0], device=k.device), at].cpu()
     return out
@@ -317,7 +316,7 @@ def fixed_point_residual(
     nu = nu.reshape(-1, v)  # (B n_pos, V)
     laws, _ = _laws_along(x, pos, v)  # (B n_pos, V)
     out = torch.empty(nu.shape[0], dtype=torch.float64)  # (B n_pos,)
-    for chunk, k in kernel_chunks(model, laws, tau, mean_field=mean_field):  # k: (c, V, V)
+    for chunk, k in _kernel_chunks(model, laws, tau, mean_field=mean_field):  # k: (c, V, V)
         n_i = nu[chunk]  # (c, V)
         out[chunk] = tv_distance((n_i[:, None, :] @ k.cpu())[:, 0], n_i)  # TV(ν_t K, ν_t)
     out = out.reshape(x.shape[0], len(pos))
