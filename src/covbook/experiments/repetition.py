@@ -62,6 +62,16 @@ CHAPTER = "09"
 
 #: The shortest context length of the slope fits in :func:`markov_gap_rates`.
 FIT_FROM = 32
+#: Geometric bands of context lengths in a slope fit (:func:`fit_bands`).
+N_BANDS = 8
+#: Lengths per band at which the Markov gap is read (one kernel row each; the model's law is one forward pass).
+GAP_PER_BAND = 8
+#: Lengths per band at which the shuffle test is read (each a forward pass of a shuffled context of that length).
+SHUFFLE_PER_BAND = 2
+#: Short context lengths read for the figure only (before the asymptotic regime; not fitted).
+SHORT = np.array([4, 8, 16])
+#: Queries per attention block of the chapter's random models: blocks of 128 keep a T × T attention in cache.
+ATTN_CHUNK = 128
 #: Random kicks per self-consistent orbit in ``cycles_attract``.
 KICKS = 4
 #: What :func:`temperature_sweep` records per temperature and model (greedy: no H, h_kernel, h_model).
@@ -72,7 +82,7 @@ def random_model(n_layers: int, model_seed: int, *, vocab: int, d_model: int, lo
                  device: str | torch.device = "cpu") -> CausalTransformer:
     """A random causal transformer without positional encoding (float64), initialised from ``model_seed``."""
     return CausalTransformer(vocab_size=vocab, d_model=d_model, n_layers=n_layers, logit_scale=logit_scale,
-                             seed=model_seed).to(device)
+                             seed=model_seed, attn_chunk=ATTN_CHUNK).to(device)
 
 
 def measure_above(out: Result, cid: str, value: float, *, prediction: float, se: float, dof: int,
@@ -111,12 +121,33 @@ def _draws(streams: RandomStreams, draws: torch.Generator | None) -> torch.Gener
 # Experiment 1: the Markov gap and the shuffle test
 
 
+def fit_bands(t_max: int, per_band: int) -> tuple[list[np.ndarray], np.ndarray]:
+    r"""The context lengths a slope fit reads: :data:`N_BANDS` geometric bands from :data:`FIT_FROM` to ``t_max``.
+
+    Band j is [e_j, e_{j+1}) with e = geomspace(FIT_FROM, t_max + 1, N_BANDS + 1) rounded down; it is read at
+    ``per_band`` evenly spaced lengths (fewer where the band holds fewer).  A fit takes the mean of a quantity
+    over each band's lengths (and over the contexts) against the band's centre exp(mean log t): for a power
+    law :math:`c\,t^{b}` the band means are :math:`c' t_j^{b}`, so the log-log slope is b, read from many
+    lengths instead of one per band.  Returns (the lengths of each band, the band centres (n_bands,)).
+    """
+    edges = np.unique(np.geomspace(FIT_FROM, t_max + 1, N_BANDS + 1).astype(int))  # (n_bands + 1,)
+    bands = [np.unique(np.linspace(lo, hi - 1, per_band).round().astype(int)) for lo, hi in zip(edges[:-1], edges[1:])]
+    return bands, np.array([np.exp(np.log(b).mean()) for b in bands])
+
+
+def _band_means(values: np.ndarray, read: np.ndarray, bands: list[np.ndarray]) -> np.ndarray:
+    """Means (rows, n_bands) over each band's lengths of ``values`` (rows, n_read) read at the lengths ``read``."""
+    at = {int(t): j for j, t in enumerate(read)}
+    return np.stack([values[:, [at[int(t)] for t in b]].mean(1) for b in bands], 1)
+
+
 @dataclass
 class MarkovGapRates(Result):
     """The Markov gap and the shuffle test along iid contexts, per depth L = 1, 2, 3.
 
-    ``gaps[L]`` and ``shuffles[L]`` have shape (models · contexts per model, n_t): total variations
-    at the context lengths ``checkpoints``; ``fit`` marks the lengths of the slope fits.
+    ``gaps[L]`` and ``shuffles[L]`` have shape (models · contexts per model, n_t): total variations at the
+    short lengths :data:`SHORT` and, where ``fit`` is true, their means over the bands of :func:`fit_bands`
+    (``checkpoints``: the lengths, or the bands' centres).
     """
 
     checkpoints: np.ndarray  # (n_t,)
@@ -146,21 +177,29 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
     r"""Markov gap :math:`\mathrm{TV}(p(\cdot\mid x_{1:t}), K_{\hat\pi_t}(x_t,\cdot))` and shuffle test at L = 1, 2, 3.
 
     Per depth, ``gap_models`` random models (three at L = 1, where the reduction is exact), each
-    read along ``gap_seqs`` contexts of ``t_gap`` iid tokens from a flat-Dirichlet law, at 10
-    geometric context lengths from 4.  Measures ``gap_L1_max`` and ``shuffle_L1_max`` (zero to
-    rounding) and the log-log slopes ``{gap,shuffle}_slope_L{2,3}`` (predicted −1/2) over t ≥ 32,
-    with a jackknife SE over models (the contexts of one model share its weights).
+    read along ``gap_seqs`` contexts of ``t_gap`` iid tokens from a flat-Dirichlet law.  The gap is read
+    at :data:`GAP_PER_BAND` lengths and the shuffle test at :data:`SHUFFLE_PER_BAND` lengths of each band
+    of :func:`fit_bands` (t ≥ :data:`FIT_FROM`; one forward pass gives the model's law at every length, a
+    shuffled context costs a pass of its own), and both at the short lengths :data:`SHORT` for the
+    figure.  Measures ``gap_L1_max`` and ``shuffle_L1_max`` (zero to rounding) and the log-log slopes
+    ``{gap,shuffle}_slope_L{2,3}`` (predicted −1/2) of the band means, with a jackknife SE over models
+    (the contexts of one model share its weights).
 
-    Raises ``ValueError`` unless the sizes are positive integers and ``t_gap`` gives two fit lengths (≥ 48).
+    Raises ``ValueError`` unless the sizes are positive integers and ``t_gap`` ≥ 4 · FIT_FROM (the bands
+    must span a factor of four).
     """
     check_positive_ints(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs, t_gap=t_gap)
-    checkpoints = np.unique(np.geomspace(4, t_gap, 10).astype(int))  # (n_t,)
-    fit = checkpoints >= FIT_FROM
-    if fit.sum() < 2:
-        raise ValueError(f"t_gap must give two context lengths of at least {FIT_FROM} to fit "
-                         f"(t_gap of about 48 or more), got {t_gap}")
+    if t_gap < 4 * FIT_FROM:
+        raise ValueError(f"t_gap must be at least {4 * FIT_FROM} (bands of context lengths from {FIT_FROM} "
+                         f"spanning a factor of four), got {t_gap}")
+    if gap_models < 2:
+        raise ValueError(f"gap_models must be at least 2 (the SE is over models), got {gap_models}")
+    gap_bands, centres = fit_bands(t_gap, GAP_PER_BAND)
+    shuffle_bands, shuffle_centres = fit_bands(t_gap, SHUFFLE_PER_BAND)
+    read_gap = np.unique(np.concatenate([SHORT, *gap_bands]))  # (n_read,)
+    read_shuffle = np.unique(np.concatenate([SHORT, *shuffle_bands]))
     gen = _draws(streams, draws)
-    gaps, shuffles = {}, {}
+    gaps, shuffles, raw_max = {}, {}, {}
     for L in (1, 2, 3):
         g_rows, s_rows = [], []
         # depth one is exact (an identity to rounding): three models check it
@@ -169,21 +208,27 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
                                  logit_scale=logit_scale, device=device)
             x = torch.multinomial(flat_dirichlet(vocab, gen).expand(gap_seqs, vocab), t_gap, replacement=True,
                                   generator=gen)  # (gap_seqs, t_gap)
-            g_rows.append(markov_gap(model, x, checkpoints))  # (gap_seqs, n_t)
-            s_rows.append(shuffle_test(model, x, checkpoints, generator=gen))  # (gap_seqs, n_t)
-        gaps[L], shuffles[L] = torch.cat(g_rows).numpy(), torch.cat(s_rows).numpy()
+            g_rows.append(markov_gap(model, x, read_gap).numpy())  # (gap_seqs, n_read)
+            s_rows.append(shuffle_test(model, x, read_shuffle, generator=gen).numpy())  # (gap_seqs, n_read')
+        g, sh = np.concatenate(g_rows), np.concatenate(s_rows)
+        raw_max[L] = (g.max(), sh.max())
+        gaps[L] = np.concatenate([g[:, :len(SHORT)], _band_means(g, read_gap, gap_bands)], 1)  # (rows, n_t)
+        shuffles[L] = np.concatenate([sh[:, :len(SHORT)], _band_means(sh, read_shuffle, shuffle_bands)], 1)
+    checkpoints = np.concatenate([SHORT, centres]).astype(float)  # (n_t,)
+    fit = np.arange(checkpoints.size) >= len(SHORT)
     out = MarkovGapRates(checkpoints, fit, gaps, shuffles)
     for name, value in dict(vocab=vocab, d_model=d_model, gap_models=gap_models, gap_seqs=gap_seqs,
-                            t_gap=t_gap).items():
+                            t_gap=t_gap, n_bands=len(gap_bands), gap_per_band=GAP_PER_BAND,
+                            shuffle_per_band=SHUFFLE_PER_BAND, fit_from=FIT_FROM).items():
         out.glue(name, value)
-    out.measure("gap_L1_max", gaps[1].max())
-    out.measure("shuffle_L1_max", shuffles[1].max())
+    out.measure("gap_L1_max", raw_max[1][0])
+    out.measure("shuffle_L1_max", raw_max[1][1])
     groups = np.repeat(np.arange(gap_models), gap_seqs)  # (gap_models * gap_seqs,)
     for L in (2, 3):
-        for name, data in (("gap", gaps), ("shuffle", shuffles)):
-            slope, se, dof = slope_with_group_se(checkpoints[fit], data[L][:, fit], groups)
+        for name, data, t in (("gap", gaps, centres), ("shuffle", shuffles, shuffle_centres)):
+            slope, se, dof = slope_with_group_se(t, data[L][:, fit], groups)
             out.measure(f"{name}_slope_L{L}", slope, prediction=-0.5, se=se, dof=dof, L=L,
-                        gap_models=gap_models)
+                        gap_models=gap_models, gap_seqs=gap_seqs)
     return out
 
 

@@ -25,6 +25,7 @@ chapters 08-10).  One concept per module:
 """
 
 from covbook.transformer.attention_sinks import early_attention_ratio, sink_free_logit_scale
+from covbook.transformer.batch import ModelBatch
 from covbook.transformer.generation import generate
 from covbook.transformer.mean_field import (
     collapse_constant,
@@ -52,6 +53,7 @@ from covbook.transformer.training import (
 )
 
 __all__ = [
+    "ModelBatch",
     "POSITIONS",
     "CausalTransformer",
     "hidden_states_at",

@@ -52,7 +52,8 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, *, temper
 
     Parameters
     ----------
-    model : CausalTransformer with vocab_size, or any module with ``vocab_size`` mapping (B, T) -> (B, T, V)
+    model : CausalTransformer with vocab_size, a :class:`~covbook.transformer.ModelBatch`, or any module with
+        ``vocab_size`` mapping (B, T) -> (B, T, V)
     prompt : LongTensor (B, T0), T0 >= 1
     steps : int, number of new tokens
     temperature : float >= 0
@@ -83,7 +84,8 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, *, temper
     prompt = _check_prompt(model, prompt, vocab)
     if prompt.shape[1] == 0:
         raise ValueError("prompt must contain at least one token")
-    cached = isinstance(model, CausalTransformer)
+    # a CausalTransformer, or a module that declares the same cached call (covbook.transformer.ModelBatch)
+    cached = isinstance(model, CausalTransformer) or getattr(model, "kv_cache", False) is True
     dev = next(iter(model.parameters())).device if any(True for _ in model.parameters()) else prompt.device
     prompt = prompt.to(dev)
     caches: list[dict] | None = [{} for _ in range(model.n_layers)] if cached else None
