@@ -21,7 +21,7 @@ from helpers import ROOT  # noqa: E402
 
 torch.set_num_threads(1)
 MODELS = dict(vocab=4, d_model=4, logit_scale=1.0)
-GAP = dict(**MODELS, gap_models=2, gap_seqs=1, t_gap=48)
+GAP = dict(**MODELS, gap_models=2, gap_seqs=1, t_gap=128)
 CYCLES = dict(**MODELS, n_models=2, n_prompts=2, prompt_len=3, t_detect=12, t_greedy=32)
 SWEEP = dict(**MODELS, taus=[0.5, 1.0], tau_models=2, tau_prompts=3, prompt_len=3, t_sample=16)
 RULES = set(load_rules(rules_path(ROOT, "09_repetition_markov")))
@@ -50,8 +50,8 @@ def test_the_measurements_are_the_chapters_claims(results) -> None:
                                      "gap_slope_L3", "shuffle_slope_L3"}
     ids = [k for r in results for k in r.measurements]
     assert len(ids) == len(set(ids)) and set(ids) == RULES
-    assert {"hold_base_rate", "hold_chance_at_base", "n_runs", "median_entry", "n_orbits", "attract_z"} <= set(
-        cycles.numbers)
+    assert {"hold_base_rate", "hold_pred_share", "n_runs", "median_entry", "n_orbits", "attract_z",
+            "attract_control"} <= set(cycles.numbers)
     assert {"taus_text", "rep_window", "fp_first", "t_models", "distinct_hi"} <= set(sweep.numbers)
 
 
@@ -113,10 +113,10 @@ def test_cycles_are_counted_once_per_orbit(results) -> None:
     n = cycles.numbers
     assert n["n_orbits"] == len(orbits) <= n["n_cycled"]
     m = cycles.measurements["cycles_attract"]
-    assert m["n_orbits"] == n["attract_orbits"] == n["n_orbits_consistent"] and m["kicks"] == repetition.KICKS
-    assert m["prediction"] == 0.0 and (m.get("reason") is not None) == (m["n_models"] < 2)
+    assert m["n_orbits"] == n["attract_orbits"] == n["n_orbits_consistent"] - n["attract_no_control"]
+    assert m["kicks"] == repetition.KICKS and (m.get("reason") is not None) == (m["n_models"] < 2)
     if m["n_models"] >= 2:  # the SE is over models, the independent draws, not over their orbits
-        assert m["dof"] == m["n_models"] - 1 <= m["n_orbits"] - 1
+        assert m["prediction"] == 0.0 and m["dof"] == m["n_models"] - 1 <= m["n_orbits"] - 1
 
 
 def test_hold_claims(results) -> None:
@@ -126,23 +126,42 @@ def test_hold_claims(results) -> None:
     m = cycles.measurements["hold_bound_holds"]
     assert m["n_cycles"] == len(bound) == cycles.numbers["n_bound"]
     h = cycles.measurements["hold_predictions_hold"]
-    assert h["upper"] == 1.0 and 0.0 <= h["lower"] <= 1.0 and h["n_orbits"] == cycles.numbers["hold_pred_orbits"]
+    assert h["n_orbits"] == cycles.numbers["hold_pred_orbits"]
 
 
-def test_hold_window_is_the_exact_binomial_test() -> None:
-    # 8 early orbits, 4 of them hold (base rate 1/2), and exactly those 4 are predicted to hold
+def test_hold_base_rate_is_held_out_and_the_model_is_the_replicate() -> None:
+    # two models, four early orbits each: the judged orbits hold, the others (the base rate) do not
     recs = []
     for i in range(8):
-        held, pred = i < 4, i < 4
+        judged = i % 4 < 2
         recs.append(CycleRecord(final=None, early=(0, 1), early_orbit=(i,), t_check=4,
-                                           observed_break=None if held else 9, margin=0.5 if pred else -0.1,
-                                           gap=0.1, gap_after=0.1 if pred else None))
+                                observed_break=None if judged else 9, margin=0.5 if judged else -0.1,
+                                gap=0.1, gap_after=0.1 if judged else None))
     out = repetition.GreedyCycles(recs, {}, 8, 4, 4, 12)
-    repetition._measure_hold(out, recs, n_prompts=1, t_detect=4)
+    repetition._measure_hold(out, recs, n_prompts=4, t_detect=4)
     h = out.measurements["hold_predictions_hold"]
-    # 4 of 4 under Binomial(4, 1/2) has probability 1/16 > LEVEL/2: no count rejects, the window is [0, 1]
-    assert h["value"] == 1.0 and h["base_rate"] == 0.5 and h["lower"] == 0.0
+    assert h["value"] == 1.0 and h["dof"] == 1 and h["n_models"] == 2 and h["n_base"] == 4
+    assert out.numbers["hold_base_rate"] == 0.0 and out.numbers["hold_pred_share"] == 1.0
     assert out.measurements["hold_bound_holds"]["value"] == 1.0
+
+
+def test_pooled_contrast_is_a_jackknife_over_groups() -> None:
+    a = [np.array([1.0, 1.0, 0.0]), np.array([1.0, 0.0]), np.array([1.0, 1.0])]
+    b = [np.array([0.0]), np.array([0.0, 1.0]), np.array([0.0, 0.0])]
+    d, se, dof = repetition.pooled_contrast(list(zip(a, b, strict=True)))
+    assert d == pytest.approx(5 / 7 - 1 / 5) and dof == 2
+    loo = [np.concatenate(a[:j] + a[j + 1:]).mean() - np.concatenate(b[:j] + b[j + 1:]).mean() for j in range(3)]
+    assert se == pytest.approx(np.sqrt(2 / 3 * ((np.array(loo) - np.mean(loo)) ** 2).sum()))
+    assert np.isnan(repetition.pooled_contrast([(a[0], b[0])])[0])  # one group: no SE
+
+
+def test_fit_bands_read_a_power_law_at_its_exponent() -> None:
+    bands, centres = repetition.fit_bands(1024, 8)
+    assert len(bands) == repetition.N_BANDS and bands[0][0] == repetition.FIT_FROM and bands[-1][-1] == 1024
+    read = np.unique(np.concatenate(bands))
+    y = read[None, :] ** -0.5 * np.array([[1.0], [3.0]])  # (2, n_read): two rows of c t^(-1/2)
+    means = repetition._band_means(y, read, bands)  # (2, n_bands)
+    assert np.polyfit(np.log(centres), np.log(means.mean(0)), 1)[0] == pytest.approx(-0.5, abs=0.01)
 
 
 def test_plots(results) -> None:

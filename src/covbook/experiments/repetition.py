@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.stats import binom
 
 from covbook._validate import check_positive_float, check_positive_ints
 from covbook.experiments.result import RandomStreams, Result
@@ -35,12 +34,14 @@ from covbook.markov import (
     CycleRecord,
     cached_mean_field,
     cycle_records,
+    cycle_self_consistent,
     cycle_summary,
     empirical_frequencies,
     entropy,
     entropy_rate,
     fixed_point_residual,
     greedy_decode,
+    least_rotation,
     markov_gap,
     markov_kernel,
     next_token_probs,
@@ -53,10 +54,11 @@ from covbook.markov import (
 from covbook.rules import LEVEL, quantile
 from covbook.stats import mean_with_se, slope_with_group_se
 from covbook.token_laws import flat_dirichlet
-from covbook.transformer import CausalTransformer
+from covbook.transformer import CausalTransformer, ModelBatch
 
 __all__ = ["CHAPTER", "random_model", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
-           "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS", "measure_above", "counted"]
+           "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS", "measure_above", "counted",
+           "fit_bands", "pooled_contrast", "control_cycle"]
 
 CHAPTER = "09"
 
@@ -72,8 +74,10 @@ SHUFFLE_PER_BAND = 2
 SHORT = np.array([4, 8, 16])
 #: Queries per attention block of the chapter's random models: blocks of 128 keep a T × T attention in cache.
 ATTN_CHUNK = 128
-#: Random kicks per self-consistent orbit in ``cycles_attract``.
+#: Random kicks per self-consistent orbit (and per control cycle) in ``cycles_attract``.
 KICKS = 4
+#: Draws of a control cycle (:func:`control_cycle`) before an orbit is left without one.
+CONTROL_TRIES = 32
 #: What :func:`temperature_sweep` records per temperature and model (greedy: no H, h_kernel, h_model).
 SWEEP_KEYS = ("H", "h_kernel", "h_pred", "h_model", "within", "between", "seq_rep", "rep_l", "distinct")
 
@@ -121,16 +125,16 @@ def _draws(streams: RandomStreams, draws: torch.Generator | None) -> torch.Gener
 # Experiment 1: the Markov gap and the shuffle test
 
 
-def fit_bands(t_max: int, per_band: int) -> tuple[list[np.ndarray], np.ndarray]:
-    r"""The context lengths a slope fit reads: :data:`N_BANDS` geometric bands from :data:`FIT_FROM` to ``t_max``.
+def fit_bands(t_max: int, per_band: int, t_min: int = FIT_FROM) -> tuple[list[np.ndarray], np.ndarray]:
+    r"""The context lengths a slope fit reads: :data:`N_BANDS` geometric bands from ``t_min`` to ``t_max``.
 
-    Band j is [e_j, e_{j+1}) with e = geomspace(FIT_FROM, t_max + 1, N_BANDS + 1) rounded down; it is read at
+    Band j is [e_j, e_{j+1}) with e = geomspace(t_min, t_max + 1, N_BANDS + 1) rounded down; it is read at
     ``per_band`` evenly spaced lengths (fewer where the band holds fewer).  A fit takes the mean of a quantity
     over each band's lengths (and over the contexts) against the band's centre exp(mean log t): for a power
     law :math:`c\,t^{b}` the band means are :math:`c' t_j^{b}`, so the log-log slope is b, read from many
     lengths instead of one per band.  Returns (the lengths of each band, the band centres (n_bands,)).
     """
-    edges = np.unique(np.geomspace(FIT_FROM, t_max + 1, N_BANDS + 1).astype(int))  # (n_bands + 1,)
+    edges = np.unique(np.geomspace(t_min, t_max + 1, N_BANDS + 1).astype(int))  # (n_bands + 1,)
     bands = [np.unique(np.linspace(lo, hi - 1, per_band).round().astype(int)) for lo, hi in zip(edges[:-1], edges[1:])]
     return bands, np.array([np.exp(np.log(b).mean()) for b in bands])
 
@@ -275,19 +279,21 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
                   prompt_len: int, t_detect: int, t_greedy: int, streams: RandomStreams,
                   device: str | torch.device = "cpu", draws: torch.Generator | None = None,
                   significance: bool = True) -> GreedyCycles:
-    r"""Greedy runs of random two-layer models: the cycles they end in, and the mean field's hold predictions.
+    r"""Greedy runs of random two-layer models: the cycles they end in, their attraction, the hold predictions.
 
-    ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps.  A
-    cycle is counted once per orbit (one model, one cycle up to rotation: runs that end in it share
-    its verdicts).  Measures
+    ``n_prompts`` random prompts (``prompt_len`` tokens) per model, ``t_greedy`` greedy steps, every
+    model's runs decoded in one batch (:class:`covbook.transformer.ModelBatch`).  A cycle is counted
+    once per orbit (one model, one cycle up to rotation: runs that end in it share its verdicts).  Measures
 
-    * ``cycles_attract``: each self-consistent final orbit is kicked (:func:`_measure_attraction`)
-      and generation returns to it more often than a random prompt of its model lands on it;
+    * ``cycles_attract``: each self-consistent final orbit and a matched cycle that does not reproduce
+      itself get the same kicks (:func:`_measure_attraction`); generation returns to the orbits more often;
     * ``hold_bound_holds``: every early cycle whose kernel margin m beats twice the largest Markov
       gap measured along its own run after detection holds (the total-variation bound, exact);
-    * ``hold_predictions_hold``: the share of the orbits predicted to hold at detection (m > 2δ,
-      δ the gap at detection, :func:`covbook.markov.cycle_summary`) that held, with the window of
-      an exact one-sided binomial test against the base rate of holding (:func:`_measure_hold`).
+    * ``hold_predictions_hold``: the orbits predicted to hold at detection (m > 2δ, δ the gap at
+      detection) hold more often than the early orbits the prediction does not judge (:func:`_measure_hold`).
+
+    Both contrasts are significances over models (:func:`pooled_contrast`).  ``significance`` is kept for
+    the notebook's parameters; every profile tests them as significances.
 
     Raises ``ValueError`` unless the sizes are positive integers and ``t_detect`` < ``t_greedy``.
     """
@@ -296,13 +302,14 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
     if t_detect >= t_greedy:
         raise ValueError(f"t_detect must be shorter than t_greedy={t_greedy}, got {t_detect}")
     gen = _draws(streams, draws)
+    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                           logit_scale=logit_scale, device=device) for i in range(n_models)]
+    prompts = torch.randint(0, vocab, (n_models * n_prompts, prompt_len), generator=gen)  # (models · prompts, len)
+    batch = ModelBatch(models, np.repeat(np.arange(n_models), n_prompts))
+    runs = greedy_decode(batch, prompts.to(device), t_greedy).cpu()  # (models · prompts, prompt_len + t_greedy)
     records: list[CycleRecord] = []
-    for i in range(n_models):
-        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                             logit_scale=logit_scale, device=device)
-        prompts = torch.randint(0, vocab, (n_prompts, prompt_len), generator=gen)  # (n_prompts, prompt_len)
-        runs = greedy_decode(model, prompts.to(device), t_greedy).cpu()  # (n_prompts, prompt_len + t_greedy)
-        records += cycle_records(model, runs, prompt_len, t_detect=t_detect)
+    for i, model in enumerate(models):
+        records += cycle_records(model, runs[i * n_prompts:(i + 1) * n_prompts], prompt_len, t_detect=t_detect)
     cyc = cycle_summary(records)
     out = GreedyCycles(records, cyc, vocab, t_detect, prompt_len + t_detect, prompt_len + t_greedy)
     for name, value in dict(n_models=n_models, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy,
@@ -314,11 +321,47 @@ def greedy_cycles(*, vocab: int, d_model: int, logit_scale: float, n_models: int
     med = cyc["median_entry"]
     out.glue("median_entry_text", counted(med, "step") if med == med else "undefined (no run cycled)")
     _measure_orbits(out, records, n_prompts=n_prompts)
-    _measure_attraction(out, records, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy, vocab=vocab,
-                        d_model=d_model, logit_scale=logit_scale, streams=streams, device=device,
-                        significance=significance)
+    _measure_attraction(out, records, models, n_prompts=n_prompts, t_detect=t_detect, t_greedy=t_greedy,
+                        vocab=vocab, streams=streams)
     _measure_hold(out, records, n_prompts=n_prompts, t_detect=t_detect)
     return out
+
+
+def pooled_contrast(groups: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, int]:
+    r"""Difference of two pooled shares, with a jackknife SE over independent groups (models).
+
+    Each group g (a model) contributes outcomes :math:`a_g` (e.g. the kicks of its self-consistent
+    orbits: returned or not) and :math:`b_g` (the same kicks of its control cycles).  The contrast is
+
+    .. math:: D = \frac{\sum_g \sum a_g}{\sum_g |a_g|} - \frac{\sum_g \sum b_g}{\sum_g |b_g|},
+
+    and its SE the delete-one-group jackknife, :math:`\mathrm{SE}^2 = \frac{G-1}{G}\sum_g (D_{(-g)} -
+    \bar D_{(\cdot)})^2`, with G − 1 degrees of freedom: the outcomes of one model share its weights, so
+    the model, not the outcome, is the replicate.  Groups with no outcome on either side count for the
+    side they have.  Returns (D, SE, G − 1); (nan, nan, 0) when fewer than two groups have outcomes
+    or a side has none.
+
+    Examples
+    --------
+    >>> d, se, dof = pooled_contrast([(np.array([1, 1]), np.array([0, 0])), (np.array([1, 0]), np.array([0]))])
+    >>> round(d, 4), dof
+    (0.75, 1)
+    """
+    groups = [(np.asarray(a, float), np.asarray(b, float)) for a, b in groups if len(a) + len(b) > 0]
+
+    def contrast(gs: list[tuple[np.ndarray, np.ndarray]]) -> float:
+        a = np.concatenate([x for x, _ in gs])
+        b = np.concatenate([y for _, y in gs])
+        return float(a.mean() - b.mean()) if a.size and b.size else float("nan")
+
+    d = contrast(groups)
+    if len(groups) < 2 or d != d:
+        return float("nan"), float("nan"), 0
+    loo = np.array([contrast(groups[:j] + groups[j + 1:]) for j in range(len(groups))])  # (G,)
+    if np.isnan(loo).any():
+        return float("nan"), float("nan"), 0
+    n = len(groups)
+    return d, float(np.sqrt((n - 1) / n * ((loo - loo.mean()) ** 2).sum())), n - 1
 
 
 def _orbits(records: list[CycleRecord], n_prompts: int, attr: str = "orbit") -> dict[tuple, list[CycleRecord]]:
@@ -345,70 +388,85 @@ def _measure_orbits(out: GreedyCycles, records: list[CycleRecord], *, n_prompts:
     out.glue("n_orbits_text", counted(len(orbits), "orbit"))
 
 
-def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int,
-                        t_greedy: int, vocab: int, d_model: int, logit_scale: float, streams: RandomStreams,
-                        device: str | torch.device, significance: bool = True, kick_len: int | None = None) -> None:
-    r"""``cycles_attract``: kicked off a self-consistent orbit, greedy decoding returns more often than chance.
+def control_cycle(model: CausalTransformer, period: int, exclude: set, generator: torch.Generator) -> np.ndarray | None:
+    r"""A cycle of ``period`` distinct tokens that does not reproduce itself: the control of an orbit.
 
-    For each distinct self-consistent final orbit o (one model, one cycle up to rotation), :data:`KICKS`
-    contexts of ``t_detect`` tokens on the orbit are kicked by ``kick_len`` (default ``t_detect // 4``)
-    uniform random tokens (stream ``kicks``) and continued greedily for ``t_greedy - t_detect`` steps
-    (:func:`covbook.markov.perturbed_returns`): r_o is the share that return.  The base rate b_o is the
-    share of its model's random prompts whose runs end in o, the chance of landing on o from a random
-    start.  The independent draws are the models, not the orbits (the orbits of one model share its
-    weights), so each model m with a self-consistent orbit contributes its mean excess
-    :math:`\bar d_m = \operatorname{mean}_{o \in m}(r_o - b_o)`, and the measurement is the mean of
-    :math:`\bar d_m` over those models with the SE over models (Student t at (models − 1) degrees of freedom;
-    :func:`measure_above`: a significance with ``significance``, else its direction).
+    Draws p distinct tokens in random order (``generator``) until the cycle is not self-consistent
+    (:func:`covbook.markov.cycle_self_consistent`: the mean-field greedy map at its own statistics does
+    not follow it) and its orbit is not in ``exclude``; ``None`` after :data:`CONTROL_TRIES` draws.
+    """
+    v = model.vocab_size
+    for _ in range(CONTROL_TRIES):
+        c = torch.randperm(v, generator=generator)[:period].numpy()
+        if least_rotation(c) not in exclude and not cycle_self_consistent(model, c):
+            return c
+    return None
+
+
+def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], models: list[CausalTransformer], *,
+                        n_prompts: int, t_detect: int, t_greedy: int, vocab: int, streams: RandomStreams,
+                        kick_len: int | None = None) -> None:
+    r"""``cycles_attract``: kicked off a self-consistent orbit, greedy decoding returns; kicked off a control, not.
+
+    For each distinct self-consistent final orbit o of model m (one cycle up to rotation), a control
+    cycle of the same period that does not reproduce itself (:func:`control_cycle`, stream
+    ``controls``).  Both get the same :data:`KICKS` kicks: contexts of ``t_detect`` tokens on the cycle,
+    then ``kick_len`` (default ``t_detect // 4``) uniform random tokens (stream ``kicks``, one draw
+    replayed for the control), continued greedily for ``t_greedy - t_detect`` steps
+    (:func:`covbook.markov.perturbed_returns`).  The measurement is the share of kicks that return to
+    the orbits minus the share that return to the controls, pooled over the models, with the jackknife
+    SE over models (:func:`pooled_contrast`; window ``above``: a significance that excludes no effect).
     """
     orbits = _orbits(records, n_prompts)
     kick_len = max(1, t_detect // 4) if kick_len is None else kick_len
-    gen = streams.torch_generator("kicks")
+    gen, gen_ctrl = streams.torch_generator("kicks"), streams.torch_generator("controls")
     by_model: dict[int, list[tuple]] = {}  # model: its self-consistent orbits, in the order of ``orbits``
     for (i, key), runs in orbits.items():
         if runs[0].self_consistent:
-            by_model.setdefault(i, []).append((key, len(runs) / n_prompts))
-    returns, bases, per_model = [], [], []
-    for i, found in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
-        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                             logit_scale=logit_scale, device=device)
-        back = perturbed_returns(model, [np.array(key) for key, _ in found], context_len=t_detect,
-                                 kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS,
-                                 generator=gen)  # (orbits of model i, KICKS)
-        r_i = [float(b.mean()) for b in back]
-        b_i = [base for _, base in found]
-        returns += r_i
-        bases += b_i
-        per_model.append(float(np.mean(np.array(r_i) - np.array(b_i))))  # the model's mean excess
-    n = len(returns)  # distinct self-consistent orbits
-    d = np.array(per_model)  # (models,)
-    mean, se = mean_with_se(d) if d.size >= 2 else (float("nan"), float("nan"))
-    for name, value in dict(attract_return=float(np.mean(returns)) if n else float("nan"),
-                            attract_base=float(np.mean(bases)) if n else float("nan"), attract_orbits=n,
-                            attract_models=len(by_model), attract_kicks=KICKS, attract_kick_len=kick_len,
-                            attract_z=mean / se if d.size >= 2 and se > 0 else float("nan"),
-                            attract_orbits_text=counted(n, "orbit"),
-                            attract_models_text=counted(d.size, "model")).items():
+            by_model.setdefault(i, []).append(key)
+    groups, n_orbits, n_missing = [], 0, 0
+    kw = dict(context_len=t_detect, kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS)
+    for i, keys in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
+        own = {k for (j, k) in orbits if j == i}
+        pairs = [(np.array(k), control_cycle(models[i], len(k), own, gen_ctrl)) for k in keys]
+        n_missing += sum(c is None for _, c in pairs)
+        pairs = [(o, c) for o, c in pairs if c is not None]
+        if not pairs:
+            continue
+        state = gen.get_state()
+        back = perturbed_returns(models[i], [o for o, _ in pairs], generator=gen, **kw)  # (pairs, KICKS)
+        same = torch.Generator().set_state(state)  # the same kicks for the controls
+        ctrl = perturbed_returns(models[i], [c for _, c in pairs], generator=same, **kw)  # (pairs, KICKS)
+        groups.append((back.ravel(), ctrl.ravel()))
+        n_orbits += len(pairs)
+    d, se, dof = pooled_contrast(groups)
+    ret = np.concatenate([a for a, _ in groups]) if groups else np.zeros(0)
+    ctl = np.concatenate([b for _, b in groups]) if groups else np.zeros(0)
+    for name, value in dict(attract_return=float(ret.mean()) if ret.size else float("nan"),
+                            attract_control=float(ctl.mean()) if ctl.size else float("nan"),
+                            attract_orbits=n_orbits, attract_models=len(groups), attract_kicks=KICKS,
+                            attract_kick_len=kick_len, attract_no_control=n_missing,
+                            attract_z=d / se if se == se and se > 0 else float("nan"),
+                            attract_orbits_text=counted(n_orbits, "orbit"),
+                            attract_models_text=counted(len(groups), "model")).items():
         out.glue(name, value)
-    if d.size < 2:
-        out.measure("cycles_attract", float("nan"),
-                    reason=f"self-consistent orbits in {d.size} model(s): the SE over models needs two",
-                    n_orbits=n, n_models=d.size, kicks=KICKS)
+    if dof < 1:
+        out.measure("cycles_attract", float("nan"), n_orbits=n_orbits, n_models=len(groups), kicks=KICKS,
+                    reason=f"self-consistent orbits with controls in {len(groups)} model(s): the SE over models "
+                           f"needs two")
         return
-    measure_above(out, "cycles_attract", mean, prediction=0.0, se=se, dof=d.size - 1, significance=significance,
-                  n_orbits=n, n_models=d.size, kicks=KICKS)
+    out.measure("cycles_attract", d, prediction=0.0, se=se, dof=dof, n_orbits=n_orbits, n_models=len(groups),
+                kicks=KICKS)
 
 
 def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: int, t_detect: int) -> None:
-    r"""``hold_bound_holds`` (runs) and ``hold_predictions_hold`` (distinct early orbits, exact binomial test).
+    r"""``hold_bound_holds`` (runs) and ``hold_predictions_hold`` (distinct early orbits, a contrast over models).
 
-    An early orbit (model, early cycle up to rotation) *holds* when every run in it holds to the end.
-    The base rate b is the share of all early orbits that hold; the predicted orbits are those with a
-    run predicted to hold (m > 2δ), counted once, and the measurement is the share of them that hold.
-    If the predictions did no better than b, the number that hold would be Binomial(n, b): the window's
-    lower end is the smallest share whose count has probability at most LEVEL/2 under it (the one-sided
-    exact test at the book's level); when not even n of n does, it is 0 (no count rejects b: the
-    window contains the base rate and the claim is compatible only).
+    An early orbit (model, early cycle up to rotation) *holds* when every run in it holds to the end; it is
+    *judged* (predicted to hold) when a run in it has m > 2δ.  The base rate is the share that hold among
+    the early orbits the prediction does not judge (held out: never the judged ones), and the measurement
+    is the share of judged orbits that hold minus that base rate, pooled over models with the jackknife SE
+    over models (:func:`pooled_contrast`; window ``above``).
     """
     bound = [r for r in records if r.early is not None and r.gap_after is not None and r.margin > 2 * r.gap_after]
     share = float(np.mean([r.observed_break is None for r in bound])) if bound else float("nan")
@@ -417,18 +475,28 @@ def _measure_hold(out: GreedyCycles, records: list[CycleRecord], *, n_prompts: i
                 n_cycles=len(bound), t_detect=t_detect)
     early = _orbits(records, n_prompts, "early_orbit")
     held = {k: all(r.observed_break is None for r in rs) for k, rs in early.items()}
-    pred = [k for k, rs in early.items() if any(r.margin > 2 * r.gap for r in rs)]
-    n, k_held = len(pred), sum(held[k] for k in pred)
-    base = float(np.mean(list(held.values()))) if held else float("nan")
-    # smallest count c with P(Binomial(n, base) >= c) <= LEVEL/2; n + 1 when none
-    crit = next((c for c in range(n + 1) if binom.sf(c - 1, n, base) <= LEVEL / 2), n + 1) if n else 1
-    lower = crit / n if n and crit <= n else 0.0
-    for name, value in dict(hold_base_rate=base, hold_orbits=len(early), hold_pred_orbits=n,
-                            hold_pred_held=k_held, hold_chance_at_base=base ** n if n else float("nan"),
-                            hold_lower=lower, hold_pred_orbits_text=counted(n, "orbit")).items():
+    judged = {k: any(r.margin > 2 * r.gap for r in rs) for k, rs in early.items()}
+    models = sorted({m for m, _ in early})
+    groups = [(np.array([held[k] for k in early if k[0] == m and judged[k]]),
+               np.array([held[k] for k in early if k[0] == m and not judged[k]])) for m in models]
+    d, se, dof = pooled_contrast(groups)
+    n_pred = sum(judged.values())
+    base_pool = [held[k] for k in early if not judged[k]]
+    pred_pool = [held[k] for k in early if judged[k]]
+    for name, value in dict(hold_base_rate=float(np.mean(base_pool)) if base_pool else float("nan"),
+                            hold_pred_share=float(np.mean(pred_pool)) if pred_pool else float("nan"),
+                            hold_orbits=len(early), hold_pred_orbits=n_pred, hold_base_orbits=len(base_pool),
+                            hold_pred_held=int(sum(pred_pool)), hold_models=dof + 1 if dof else 0,
+                            hold_pred_orbits_text=counted(n_pred, "orbit"),
+                            hold_base_orbits_text=counted(len(base_pool), "orbit"),
+                            hold_z=d / se if se == se and se > 0 else float("nan")).items():
         out.glue(name, value)
-    out.measure("hold_predictions_hold", k_held / n if n else float("nan"), lower=lower, upper=1.0,
-                reason=None if n else "the mean field predicted no orbit to hold", base_rate=base, n_orbits=n)
+    if dof < 1:
+        out.measure("hold_predictions_hold", float("nan"), n_orbits=n_pred, n_base=len(base_pool),
+                    reason="the contrast needs judged and held-out orbits in two or more models")
+        return
+    out.measure("hold_predictions_hold", d, prediction=0.0, se=se, dof=dof, n_orbits=n_pred,
+                n_base=len(base_pool), n_models=dof + 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,7 +515,7 @@ class TemperatureSweep(Result):
 
     taus: list[float]
     summary: dict[float, dict[str, np.ndarray]] = field(repr=False)
-    gen_pos: np.ndarray  # (n_pos,)
+    gen_pos: np.ndarray  # (n_pos,): the centres of the bands of context lengths the runs are read in
     gen_gaps: np.ndarray = field(repr=False)  # (runs, n_pos)
     fixed_point: np.ndarray = field(repr=False)  # (runs, n_pos)
     tau_ref: float
@@ -486,15 +554,11 @@ class TemperatureSweep(Result):
         axes[2].legend()
 
 
-def _sweep_runs(model: CausalTransformer, prompts: torch.Tensor, tau: float, r: dict[str, list], *,
-                vocab: int, prompt_len: int, t_sample: int, rep_window: int,
-                sampling: torch.Generator) -> torch.Tensor:
-    """Decode ``t_sample`` tokens at ``tau`` (0: greedy) and append the run's metrics to ``r``; returns the runs."""
+def _sweep_metrics(model: CausalTransformer, runs: torch.Tensor, probs: torch.Tensor, tau: float, r: dict[str, list],
+                   *, vocab: int, prompt_len: int, t_sample: int, rep_window: int) -> None:
+    """Append the metrics of one model's runs (B, T) at ``tau`` (0: greedy), with its laws ``probs`` (B, T, V)."""
     half = t_sample // 2
-    runs = (greedy_decode(model, prompts, t_sample) if tau == 0
-            else sample(model, prompts, t_sample, tau, generator=sampling)).cpu()  # (B, T)
     cont, late = runs[:, prompt_len:], runs[:, prompt_len + half:]
-    probs = next_token_probs(model, runs, tau if tau > 0 else 1.0).cpu()  # (B, T, V)
     preds = probs[:, prompt_len - 1: -1].argmax(-1)  # (B, t_sample): predictions of cont
     met = repetition_metrics(late, vocab, n=4)
     for k in ("seq_rep", "distinct", "within", "between"):
@@ -506,17 +570,16 @@ def _sweep_runs(model: CausalTransformer, prompts: torch.Tensor, tau: float, r: 
         r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
         kernels = markov_kernel(model, pi, tau)  # (B, V, V): one batch of laws
         r["h_kernel"].append(np.mean([entropy_rate(k, stationary=p).item() for k, p in zip(kernels, pi, strict=True)]))
-    return runs
 
 
-def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, gen_pos: np.ndarray,
+def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, read: np.ndarray,
                      r: dict[str, list], *, vocab: int, prompt_len: int,
                      half: int) -> tuple[np.ndarray, np.ndarray]:
-    """The Markov gap, the fixed-point residual (each (B, n_pos)) and the held-out entropy rate of runs."""
+    """The Markov gap, the fixed-point residual (each (B, n_read)) and the held-out entropy rate of runs."""
     mf = cached_mean_field()  # both need the kernel at the same frequencies
-    gaps = markov_gap(model, runs, gen_pos, temperature=tau, mean_field=mf).numpy()  # (B, n_pos)
-    fp = fixed_point_residual(model, runs, gen_pos, temperature=tau, start=prompt_len,
-                              mean_field=mf).numpy()  # (B, n_pos)
+    gaps = markov_gap(model, runs, read, temperature=tau, mean_field=mf).numpy()  # (B, n_read)
+    fp = fixed_point_residual(model, runs, read, temperature=tau, start=prompt_len,
+                              mean_field=mf).numpy()  # (B, n_read)
     first = empirical_frequencies(runs[:, : prompt_len + half], vocab)  # (B, V): held out
     r["h_pred"].append(np.mean([entropy_rate(k).item() for k in markov_kernel(model, first, tau)]))  # (B, V, V)
     return gaps, fp
@@ -529,16 +592,19 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     r"""Sample random two-layer models at each temperature in ``taus`` (and greedily) and test the reduction.
 
     Per model (the models of :func:`greedy_cycles`), ``tau_prompts`` random prompts, ``t_sample``
-    tokens at each τ.  On the second half of each run: the entropy :math:`H(\hat\pi)`, the kernel's
+    tokens at each τ, every model's runs decoded in one batch (:class:`covbook.transformer.ModelBatch`).
+    On the second half of each run: the entropy :math:`H(\hat\pi)`, the kernel's
     entropy rate, the model's mean next-token entropy, within-run and between-prompt TV, seq-rep-4,
     rep/ℓ (ℓ = V // 2) and distinct-4.  At τ_ref (1 if in ``taus``) also the Markov gap, the
-    fixed-point residual and the entropy rate of the kernel at the first half's frequencies.
-    Measures ``mode_collapse``, ``entropy_rate_match`` (predicted 0), ``gap_slope_generated`` and
-    ``t5_fixed_point_slope`` (predicted −1/2, jackknife SE over models), ``attractors_low_tau`` and
-    ``seq_rep_falls_with_tau`` between the lowest and highest τ.
+    fixed-point residual (read at :data:`GAP_PER_BAND` lengths in each band of :func:`fit_bands` from
+    2 · ``prompt_len``) and the entropy rate of the kernel at the first half's frequencies.
+    Measures ``mode_collapse`` and ``seq_rep_falls_with_tau`` (significances over models),
+    ``entropy_rate_match`` (predicted 0), ``gap_slope_generated`` and ``t5_fixed_point_slope``
+    (predicted −1/2, jackknife SE over models) and ``attractors_low_tau`` (a significance over models)
+    between the lowest and highest τ.  ``significance`` is kept for the notebook's parameters.
 
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
-    ``tau_prompts`` ≥ 3, ``t_sample`` > ``prompt_len`` and ``taus`` holds at least two positive temperatures.
+    ``tau_prompts`` ≥ 3, ``t_sample`` ≥ 4 · ``prompt_len`` and ``taus`` holds at least two positive temperatures.
     """
     check_positive_ints(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
                         prompt_len=prompt_len, t_sample=t_sample)
@@ -547,9 +613,9 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
         check_positive_float(t, "taus")
     if len(taus) < 2:
         raise ValueError(f"taus must hold at least two temperatures, got {taus}")
-    if t_sample <= prompt_len:
-        raise ValueError(f"t_sample must exceed prompt_len={prompt_len} (the slopes need two context lengths), "
-                         f"got {t_sample}")
+    if t_sample < 4 * prompt_len:
+        raise ValueError(f"t_sample must be at least 4 · prompt_len = {4 * prompt_len} (the slopes fit context "
+                         f"lengths from 2 · prompt_len to prompt_len + t_sample), got {t_sample}")
     if tau_models < 2 or tau_prompts < 3:
         raise ValueError(f"tau_models must be at least 2 and tau_prompts at least 3, got {tau_models} "
                          f"and {tau_prompts}")
@@ -559,65 +625,74 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     # ℓ of rep/ℓ: a window shorter than the vocabulary, or every token repeats
     rep_window = max(1, vocab // 2)
     tau_ref = 1.0 if 1.0 in taus else taus[len(taus) // 2]
-    gen_pos = np.unique(np.geomspace(2 * prompt_len, prompt_len + t_sample, 8).astype(int))  # context lengths
+    bands, centres = fit_bands(prompt_len + t_sample, GAP_PER_BAND, t_min=2 * prompt_len)
+    read = np.unique(np.concatenate(bands))  # (n_read,) context lengths read along the runs
+    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                           logit_scale=logit_scale, device=device) for i in range(tau_models)]
+    prompts = torch.randint(0, vocab, (tau_models * tau_prompts, prompt_len), generator=gen).to(device)
+    batch = ModelBatch(models, np.repeat(np.arange(tau_models), tau_prompts))
     gen_gaps, fp_res = [], []
     sweep: dict[float, dict[str, list]] = {tau: {k: [] for k in SWEEP_KEYS} for tau in [0.0, *taus]}
-    for i in range(tau_models):
-        model = random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                             logit_scale=logit_scale, device=device)
-        prompts = torch.randint(0, vocab, (tau_prompts, prompt_len), generator=gen).to(device)
-        for tau, r in sweep.items():
-            runs = _sweep_runs(model, prompts, tau, r, vocab=vocab, prompt_len=prompt_len, t_sample=t_sample,
-                               rep_window=rep_window, sampling=gen_dev)  # (B, T)
+    for tau, r in sweep.items():
+        runs = (greedy_decode(batch, prompts, t_sample) if tau == 0
+                else sample(batch, prompts, t_sample, tau, generator=gen_dev))  # (models · prompts, T)
+        probs = next_token_probs(batch, runs, tau if tau > 0 else 1.0).cpu()  # (models · prompts, T, V)
+        runs = runs.cpu()
+        for i, model in enumerate(models):
+            rows = slice(i * tau_prompts, (i + 1) * tau_prompts)
+            _sweep_metrics(model, runs[rows], probs[rows], tau, r, vocab=vocab, prompt_len=prompt_len,
+                           t_sample=t_sample, rep_window=rep_window)
             if tau == tau_ref:  # the reduction, on the same runs
-                g, fp = _reduction_along(model, runs, tau, gen_pos, r, vocab=vocab, prompt_len=prompt_len,
+                g, fp = _reduction_along(model, runs[rows], tau, read, r, vocab=vocab, prompt_len=prompt_len,
                                          half=half)
-                gen_gaps.append(g)
-                fp_res.append(fp)
+                gen_gaps.append(_band_means(g, read, bands))
+                fp_res.append(_band_means(fp, read, bands))
     summary = {tau: {k: np.array(v) for k, v in r.items()} for tau, r in sweep.items()}
-    out = TemperatureSweep(taus, summary, gen_pos, np.concatenate(gen_gaps), np.concatenate(fp_res), tau_ref,
+    out = TemperatureSweep(taus, summary, centres, np.concatenate(gen_gaps), np.concatenate(fp_res), tau_ref,
                            rep_window, vocab)
     for name, value in dict(tau_models=tau_models, tau_prompts=tau_prompts, t_sample=t_sample,
                             taus_text=f"{min(taus)} to {max(taus)}", rep_window=rep_window).items():
         out.glue(name, value)
-    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts,
-                   significance=significance)
+    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts)
     return out
 
 
-def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int,
-                   significance: bool = True) -> None:
+def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int) -> None:
     """The sweep's claims and glued numbers, in the chapter's order."""
     summary, tau_ref, gen_pos = out.summary, out.tau_ref, out.gen_pos
     lo, hi = min(out.taus), max(out.taus)
     out.glue("taus_lo", lo)
     out.glue("taus_hi", hi)
-    d_mean, _ = mean_with_se(summary[hi]["H"] - summary[lo]["H"])
-    out.measure("mode_collapse", d_mean, hi=hi, lo=lo)
+    d_mean, d_se = mean_with_se(summary[hi]["H"] - summary[lo]["H"])
+    out.glue("collapse_z", d_mean / d_se if d_se > 0 else float("nan"))
+    out.measure("mode_collapse", d_mean, prediction=0.0, se=d_se, dof=tau_models - 1, hi=hi, lo=lo,
+                tau_models=tau_models)
     dh_mean, dh_se = mean_with_se(summary[tau_ref]["h_model"] - summary[tau_ref]["h_pred"])
     out.measure("entropy_rate_match", dh_mean, prediction=0.0, se=dh_se, dof=tau_models - 1, tau_ref=tau_ref,
                 tau_models=tau_models)
     out.glue("dh_lo", (summary[lo]["h_model"] - summary[lo]["h_kernel"]).mean())
-    fit_gen = gen_pos >= 2 * prompt_len
     # the runs of one model share its weights: the model is the independent replicate
     run_groups = np.repeat(np.arange(tau_models), tau_prompts)  # (runs,)
     for cid, data in (("gap_slope_generated", out.gen_gaps), ("t5_fixed_point_slope", out.fixed_point)):
-        slope, se, dof = slope_with_group_se(gen_pos[fit_gen], data[:, fit_gen], run_groups)
-        out.measure(cid, slope, prediction=-0.5, se=se, dof=dof, tau_ref=tau_ref, tau_models=tau_models)
-    fp_all = out.fixed_point  # (runs, n_pos)
+        slope, se, dof = slope_with_group_se(gen_pos, data, run_groups)
+        out.measure(cid, slope, prediction=-0.5, se=se, dof=dof, tau_ref=tau_ref, tau_models=tau_models,
+                    tau_prompts=tau_prompts)
+    fp_all = out.fixed_point  # (runs, n_bands)
     out.glue("fp_last", fp_all[:, -1].mean())
-    out.glue("fp_first", fp_all[:, fit_gen][:, 0].mean())
-    out.glue("fit_gen_from", int(gen_pos[fit_gen][0]))
-    out.glue("t_gen_last", int(gen_pos[-1]))
+    out.glue("fp_first", fp_all[:, 0].mean())
+    out.glue("fit_gen_from", round(float(gen_pos[0])))  # the centres of the first and last bands
+    out.glue("t_gen_last", round(float(gen_pos[-1])))
     out.glue("tau_ref", tau_ref)
     contrast = {t: summary[t]["between"] - summary[t]["within"] for t in out.taus}  # (models,) each
     lr_mean, lr_se = mean_with_se(contrast[lo] - contrast[hi])
     out.glue("attractors_z", lr_mean / lr_se if lr_se > 0 else float("nan"))
     out.glue("t_models", quantile(tau_models - 1))
-    measure_above(out, "attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1,
-                  significance=significance, lo=lo, hi=hi, tau_models=tau_models)
-    sr_mean, _ = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
-    out.measure("seq_rep_falls_with_tau", sr_mean, lo=lo, hi=hi)
+    out.measure("attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1, lo=lo, hi=hi,
+                tau_models=tau_models)
+    sr_mean, sr_se = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
+    out.glue("seq_rep_z", sr_mean / sr_se if sr_se > 0 else float("nan"))
+    out.measure("seq_rep_falls_with_tau", sr_mean, prediction=0.0, se=sr_se, dof=tau_models - 1, lo=lo, hi=hi,
+                tau_models=tau_models)
 
     def m(t: float, k: str) -> float:
         return summary[t][k].mean()
