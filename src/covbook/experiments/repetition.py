@@ -32,6 +32,7 @@ from covbook._validate import check_positive_float, check_positive_ints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
     CycleRecord,
+    MeanField,
     cached_mean_field,
     cycle_records,
     cycle_self_consistent,
@@ -40,6 +41,7 @@ from covbook.markov import (
     entropy,
     entropy_rate,
     fixed_point_residual,
+    running_frequencies,
     greedy_decode,
     least_rotation,
     markov_gap,
@@ -555,7 +557,7 @@ class TemperatureSweep(Result):
 
 
 def _sweep_metrics(model: CausalTransformer, runs: torch.Tensor, probs: torch.Tensor, tau: float, r: dict[str, list],
-                   *, vocab: int, prompt_len: int, t_sample: int, rep_window: int) -> None:
+                   *, vocab: int, prompt_len: int, t_sample: int, rep_window: int, mean_field: MeanField) -> None:
     """Append the metrics of one model's runs (B, T) at ``tau`` (0: greedy), with its laws ``probs`` (B, T, V)."""
     half = t_sample // 2
     cont, late = runs[:, prompt_len:], runs[:, prompt_len + half:]
@@ -568,20 +570,20 @@ def _sweep_metrics(model: CausalTransformer, runs: torch.Tensor, probs: torch.Te
         pi = empirical_frequencies(late, vocab)  # (B, V)
         r["H"].append(met["entropy"])
         r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
-        kernels = markov_kernel(model, pi, tau)  # (B, V, V): one batch of laws
+        kernels = markov_kernel(model, pi, tau, mean_field=mean_field)  # (B, V, V): one batch of laws
         r["h_kernel"].append(np.mean([entropy_rate(k, stationary=p).item() for k, p in zip(kernels, pi, strict=True)]))
 
 
 def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, read: np.ndarray,
-                     r: dict[str, list], *, vocab: int, prompt_len: int,
-                     half: int) -> tuple[np.ndarray, np.ndarray]:
+                     r: dict[str, list], *, vocab: int, prompt_len: int, half: int,
+                     mean_field: MeanField) -> tuple[np.ndarray, np.ndarray]:
     """The Markov gap, the fixed-point residual (each (B, n_read)) and the held-out entropy rate of runs."""
-    mf = cached_mean_field()  # both need the kernel at the same frequencies
+    mf = mean_field  # both need the kernel at the same frequencies
     gaps = markov_gap(model, runs, read, temperature=tau, mean_field=mf).numpy()  # (B, n_read)
     fp = fixed_point_residual(model, runs, read, temperature=tau, start=prompt_len,
                               mean_field=mf).numpy()  # (B, n_read)
     first = empirical_frequencies(runs[:, : prompt_len + half], vocab)  # (B, V): held out
-    r["h_pred"].append(np.mean([entropy_rate(k).item() for k in markov_kernel(model, first, tau)]))  # (B, V, V)
+    r["h_pred"].append(np.mean([entropy_rate(k).item() for k in markov_kernel(model, first, tau, mean_field=mf)]))
     return gaps, fp
 
 
@@ -633,20 +635,28 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     batch = ModelBatch(models, np.repeat(np.arange(tau_models), tau_prompts))
     gen_gaps, fp_res = [], []
     sweep: dict[float, dict[str, list]] = {tau: {k: [] for k in SWEEP_KEYS} for tau in [0.0, *taus]}
-    for tau, r in sweep.items():
+    runs_at, probs_at = {}, {}
+    for tau in sweep:
         runs = (greedy_decode(batch, prompts, t_sample) if tau == 0
                 else sample(batch, prompts, t_sample, tau, generator=gen_dev))  # (models · prompts, T)
-        probs = next_token_probs(batch, runs, tau if tau > 0 else 1.0).cpu()  # (models · prompts, T, V)
-        runs = runs.cpu()
-        for i, model in enumerate(models):
-            rows = slice(i * tau_prompts, (i + 1) * tau_prompts)
-            _sweep_metrics(model, runs[rows], probs[rows], tau, r, vocab=vocab, prompt_len=prompt_len,
-                           t_sample=t_sample, rep_window=rep_window)
-            if tau == tau_ref:  # the reduction, on the same runs
-                g, fp = _reduction_along(model, runs[rows], tau, read, r, vocab=vocab, prompt_len=prompt_len,
-                                         half=half)
-                gen_gaps.append(_band_means(g, read, bands))
-                fp_res.append(_band_means(fp, read, bands))
+        probs_at[tau] = next_token_probs(batch, runs, tau if tau > 0 else 1.0).cpu()  # (models · prompts, T, V)
+        runs_at[tau] = runs.cpu()
+    for i, model in enumerate(models):
+        rows = slice(i * tau_prompts, (i + 1) * tau_prompts)
+        # every law this model's kernels are read at, over all temperatures, in one mean-field call
+        mf = cached_mean_field()
+        ref = runs_at[tau_ref][rows]  # (B, T)
+        laws = [empirical_frequencies(runs_at[t][rows][:, prompt_len + half:], vocab) for t in taus]
+        laws += [empirical_frequencies(ref[:, : prompt_len + half], vocab),
+                 running_frequencies(ref, vocab)[:, torch.as_tensor(read) - 1].reshape(-1, vocab)]
+        mf(model, torch.cat(laws).to(device=model.device, dtype=model.dtype))
+        for tau, r in sweep.items():
+            _sweep_metrics(model, runs_at[tau][rows], probs_at[tau][rows], tau, r, vocab=vocab,
+                           prompt_len=prompt_len, t_sample=t_sample, rep_window=rep_window, mean_field=mf)
+        g, fp = _reduction_along(model, ref, tau_ref, read, sweep[tau_ref], vocab=vocab, prompt_len=prompt_len,
+                                 half=half, mean_field=mf)  # the reduction, on the runs at τ_ref
+        gen_gaps.append(_band_means(g, read, bands))
+        fp_res.append(_band_means(fp, read, bands))
     summary = {tau: {k: np.array(v) for k, v in r.items()} for tau, r in sweep.items()}
     out = TemperatureSweep(taus, summary, centres, np.concatenate(gen_gaps), np.concatenate(fp_res), tau_ref,
                            rep_window, vocab)

@@ -94,7 +94,9 @@ def rep_l(predictions: object, targets: object, l: int) -> float:
     if tgt.shape[-1] == 0:
         raise ValueError("rep/l needs at least one position")
     p2, t2 = pred.reshape(-1, tgt.shape[-1]), tgt.reshape(-1, tgt.shape[-1])
-    hits = [[p2[b, t] in t2[b, max(0, t - l) : t] for t in range(t2.shape[1])] for b in range(t2.shape[0])]
+    hits = np.zeros(p2.shape, dtype=bool)  # (B, T): x̂_t equals one of x_{t-l}, ..., x_{t-1}
+    for lag in range(1, min(l, t2.shape[1] - 1) + 1):
+        hits[:, lag:] |= p2[:, lag:] == t2[:, :-lag]
     return float(np.mean(hits))
 
 

@@ -101,13 +101,32 @@ class ModelBatch(nn.Module):
             qkv = torch.bmm(h, self.w_qkv[i]).unflatten(-1, (3, H, dh)).permute(2, 0, 3, 1, 4)  # (3, R, H, T, dh)
             q, k, v = qkv[0], qkv[1], qkv[2]
             if caches is not None:
-                if "k" in caches[i]:
-                    k, v = torch.cat([caches[i]["k"], k], dim=-2), torch.cat([caches[i]["v"], v], dim=-2)
-                caches[i]["k"], caches[i]["v"] = k, v
+                k, v = _append(caches[i], k, v)  # (R, H, S, dh): the cached keys and values, then these
             n_new, offset = q.shape[-2], k.shape[-2] - q.shape[-2]
+            # one new query (a decoding step) sees every cached key: no mask to build
             out = torch.cat([block_attention(q[..., a:a + self.attn_chunk, :],
                                              k[..., :offset + min(n_new, a + self.attn_chunk), :],
-                                             v[..., :offset + min(n_new, a + self.attn_chunk), :], causal=True)
+                                             v[..., :offset + min(n_new, a + self.attn_chunk), :], causal=n_new > 1)
                              for a in range(0, n_new, self.attn_chunk)], dim=-2)  # (R, H, T, dh)
             h = h + torch.bmm(out.transpose(1, 2).flatten(2), self.w_o[i])  # (R, T, d)
         return torch.bmm(h, self.w_out.transpose(1, 2))  # (R, T, V)
+
+
+def _append(cache: dict, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append keys and values (R, H, n, dh) to a layer's cache; return views of all of them (R, H, S, dh).
+
+    The cache keeps buffers of twice the length they last needed, so that decoding T tokens copies
+    O(T) entries in all (a concatenation per step would copy O(T²)).
+    """
+    n_old = cache.get("n", 0)
+    n = n_old + k.shape[-2]
+    if "kbuf" not in cache or cache["kbuf"].shape[-2] < n:
+        grown = [x.new_empty(*x.shape[:-2], 2 * n, x.shape[-1]) for x in (k, v)]  # (R, H, 2n, dh)
+        if n_old:
+            grown[0][..., :n_old, :] = cache["kbuf"][..., :n_old, :]
+            grown[1][..., :n_old, :] = cache["vbuf"][..., :n_old, :]
+        cache["kbuf"], cache["vbuf"] = grown
+    cache["kbuf"][..., n_old:n, :] = k
+    cache["vbuf"][..., n_old:n, :] = v
+    cache["n"] = n
+    return cache["kbuf"][..., :n, :], cache["vbuf"][..., :n, :]
