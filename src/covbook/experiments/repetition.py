@@ -43,6 +43,7 @@ from covbook.markov import (
     fixed_point_residual,
     running_frequencies,
     greedy_decode,
+    greedy_map,
     least_rotation,
     markov_gap,
     markov_kernel,
@@ -410,7 +411,8 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], models: l
                         kick_len: int | None = None) -> None:
     r"""``cycles_attract``: kicked off a self-consistent orbit, greedy decoding returns; kicked off a control, not.
 
-    For each distinct self-consistent final orbit o of model m (one cycle up to rotation), a control
+    For each distinct self-consistent final orbit o of model m (one cycle up to rotation), and each
+    self-consistent cycle of period one of m (a token a with :math:`g_{\delta_a}(a) = a`), a control
     cycle of the same period that does not reproduce itself (:func:`control_cycle`, stream
     ``controls``).  Both get the same :data:`KICKS` kicks: contexts of ``t_detect`` tokens on the cycle,
     then ``kick_len`` (default ``t_detect // 4``) uniform random tokens (stream ``kicks``, one draw
@@ -426,6 +428,15 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], models: l
     for (i, key), runs in orbits.items():
         if runs[0].self_consistent:
             by_model.setdefault(i, []).append(key)
+    # and the self-consistent cycles of period one: the tokens a that the greedy map at δ_a fixes
+    n_fixed = 0
+    for i, model in enumerate(models):
+        g = greedy_map(model, torch.eye(vocab, dtype=torch.float64)).numpy()  # (V, V): g_{δ_a} for each a
+        for a in range(vocab):
+            if g[a, a] == a and (a,) not in by_model.get(i, []):
+                by_model.setdefault(i, []).append((a,))
+                n_fixed += 1
+    by_model = dict(sorted(by_model.items()))
     groups, n_orbits, n_missing = [], 0, 0
     kw = dict(context_len=t_detect, kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS)
     for i, keys in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
@@ -447,7 +458,7 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], models: l
     for name, value in dict(attract_return=float(ret.mean()) if ret.size else float("nan"),
                             attract_control=float(ctl.mean()) if ctl.size else float("nan"),
                             attract_orbits=n_orbits, attract_models=len(groups), attract_kicks=KICKS,
-                            attract_kick_len=kick_len, attract_no_control=n_missing,
+                            attract_kick_len=kick_len, attract_no_control=n_missing, attract_fixed=n_fixed,
                             attract_z=d / se if se == se and se > 0 else float("nan"),
                             attract_orbits_text=counted(n_orbits, "orbit"),
                             attract_models_text=counted(len(groups), "model")).items():
