@@ -177,6 +177,8 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("polar r_max nan", lambda: tr.gaussian_polar_rule(torch.eye(2), 4, 4, r_max=NAN), "r_max"),
     ("polar n_theta 0", lambda: tr.gaussian_polar_rule(torch.eye(2), 4, 0), "n_theta"),
     # ---- generation
+    ("model batch rows out of range", lambda: tr.ModelBatch([_lm()], [1]), "rows"),
+    ("model batch continuous", lambda: tr.ModelBatch([_cont()], [0]), "shape"),
     ("generate continuous", lambda: tr.generate(_cont(), torch.zeros(1, 2, dtype=torch.long), 2), "vocab_size"),
     ("generate not a module", lambda: tr.generate("m", torch.zeros(1, 2, dtype=torch.long), 2), "model"),
     ("generate steps 0", lambda: tr.generate(_lm(), torch.zeros(1, 2, dtype=torch.long), 0), "steps"),
