@@ -151,19 +151,6 @@ def test_stderr_in_a_visible_cell_is_what_the_build_refuses():
     assert runner.stderr_problem(nb([], "stdout")) is None
 
 
-def test_the_light_myst_reader_reads_every_code_cell_as_jupytext_does():
-    """Planning (syntax check, parameters, the science a chapter imports) reads the cells papermill will run."""
-    import jupytext
-
-    from covbook.book.config import discover, myst_code_cells
-
-    for path in discover(Paths(ROOT)).values():
-        text = path.read_text(encoding="utf-8")
-        cells = [c for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code"]
-        assert [(o.get("tags"), src) for o, src in myst_code_cells(text)] == [
-            (c.metadata.get("tags"), c.source) for c in cells], path.name
-
-
 def test_kernel_sockets_go_to_a_short_folder_under_a_long_tmpdir(tmp_path, monkeypatch):
     deep = tmp_path / ("d" * 90)
     deep.mkdir()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import operator
 import os
-import re
 import shutil
 import signal
 from dataclasses import dataclass, field
@@ -251,33 +250,11 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
     return raw
 
 
-#: a ```{code-cell} fence (3 or 4 backticks), its body, and its closing fence (or the end of the text)
-_CELL = re.compile(r"^[^\S\n]*(?P<fence>````?)\{code-cell\}[^\n]*\n?(?P<body>.*?)(?:^[^\S\n]*(?P=fence)[^\S\n]*$|\Z)",
-                   re.MULTILINE | re.DOTALL)
-
-
 def myst_code_cells(text: str) -> list[tuple[dict, str]]:
-    """The code cells of a MyST notebook as ``(options, source)``; options are the ``:key: value`` lines or the
-    ``---`` YAML block that open a cell (jupytext's two forms).  A test checks it against jupytext.
+    """The code cells of a MyST notebook as ``(metadata, source)``, as jupytext (and so papermill) reads them."""
+    import jupytext  # about a second, for the commands that plan or key a run; none imports torch
 
-    Not jupytext: its import (with nbformat's) takes several times this module's, on every command that plans.
-    """
-    import yaml
-
-    cells = []
-    for match in _CELL.finditer("\n".join(text.splitlines())):
-        body, options = match["body"].splitlines(), {}
-        if body and body[0].strip() == "---":
-            end = next((k for k in range(1, len(body)) if body[k].strip() == "---"), None)
-            if end is not None:
-                options = yaml.safe_load("\n".join(body[1:end])) or {}
-                body = body[end + 1:]
-        else:
-            while body and body[0].startswith(":") and body[0].count(":") >= 2:
-                key, value = body.pop(0)[1:].split(":", 1)
-                options[key.strip()] = yaml.safe_load(value.strip())
-        cells.append((options if isinstance(options, dict) else {}, "\n".join(body).strip("\n")))
-    return cells
+    return [(dict(c.metadata), c.source) for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code"]
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
