@@ -57,7 +57,7 @@ test:
 	@$(STAGE) --reset
 	$(call stage,setup,$(MAKE) --no-print-directory setup)
 	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks studies)
-	$(call stage,nblint,$(MAKE) --no-print-directory lint-notebooks)
+	$(call stage,lint-notebooks,$(MAKE) --no-print-directory lint-notebooks)
 	$(call stage,actionlint,$(BIN)/actionlint)
 	$(call stage,tests,$(BIN)/python -m pytest -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup)
 	@$(STAGE) --summary
@@ -77,7 +77,7 @@ lint: setup
 # the copies and lints them: what is left after `make format`
 NB = --line-length 88
 lint-notebooks:
-	@mkdir -p .covbook; d=$$(mktemp -d .covbook/nblint.XXXXXX) && trap 'rm -rf "$$d"' EXIT && \
+	@mkdir -p .covbook; d=$$(mktemp -d .covbook/lint-notebooks.XXXXXX) && trap 'rm -rf "$$d"' EXIT && \
 	$(BIN)/jupytext --quiet --to "../$$d//ipynb" notebooks/[0-9][0-9]_*.md && \
 	{ $(BIN)/ruff format $(NB) --quiet --diff "$$d"/*.ipynb; f=$$?; $(BIN)/ruff format $(NB) --quiet "$$d"/*.ipynb && \
 	  $(BIN)/ruff check $(NB) --quiet --output-format concise "$$d"/*.ipynb && [ $$f -eq 0 ]; }
