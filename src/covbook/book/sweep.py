@@ -290,10 +290,14 @@ def _read_json(paths: Paths) -> dict:
         return {}
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        tables = data.get("profiles", {}) if isinstance(data, dict) else None
+        if not (isinstance(tables, dict) and all(isinstance(t, dict) and all(isinstance(e, dict) for e in t.values())
+                                                 for t in tables.values())):
+            raise ValueError('expected {"profiles": {PROFILE: {NOTEBOOK: {...}}}}')
+    except (UnicodeDecodeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
                          f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def _profiles(data: dict) -> dict[str, dict]:
