@@ -219,7 +219,7 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
             yield held, executor
     except Interrupted as stop:
         if args.command == "edition":
-            kept = "nothing stored"
+            kept = "stored: " + (", ".join(r.name for r in stop.results if r.status != "failed") or "none")
         elif args.command == "sweep":
             kept = f"finished and kept: {len(stop.results)} notebook run(s)"
         else:

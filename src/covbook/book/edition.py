@@ -250,7 +250,7 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     from covbook.book.cache import environment, resolve_device
     from covbook.book.lock import tree_lock
     from covbook.book.provenance import git_commit
-    from covbook.book.runner import plan_jobs, run_notebooks
+    from covbook.book.runner import Interrupted, plan_jobs, run_notebooks
 
     names = names or list(discover(paths))
     other = {n: s.profile for n, s in status(paths).items() if s.profile not in (None, profile)}
@@ -262,8 +262,12 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
                   "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root)}
     scratch = _scratch(paths, profile)
     plan_jobs(scratch, names, profile=profile, device=device, seed=seed, resolved_device=dev)
-    with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
-        results = run_notebooks(scratch, names, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
-                                progress=progress, timeout=timeout, lock_fd=held.fd)
+    try:
+        with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
+            results = run_notebooks(scratch, names, profile=profile, device=device, seed=seed, jobs=jobs,
+                                    force=force, progress=progress, timeout=timeout, lock_fd=held.fd)
+    except Interrupted as stop:  # Ctrl-C, SIGTERM: what finished is stored
+        store(paths, scratch, stop.results, profile, provenance)
+        raise
     store(paths, scratch, results, profile, provenance)
     return results, dev
