@@ -93,7 +93,7 @@ def test_a_stored_file_that_is_not_what_its_record_says_fails_check_and_build(st
     if damage == "edit-claims":
         f = ed / "claims" / "01_alpha.json"
         data = json.loads(f.read_text())
-        data[0]["measured"] = 3.5
+        data[0]["value"] = 3.5  # a number edited: the digest no longer matches
         f.write_text(json.dumps(data))
     elif damage == "delete-record":
         (ed / "runs" / "01_alpha.json").unlink()
@@ -103,6 +103,8 @@ def test_a_stored_file_that_is_not_what_its_record_says_fails_check_and_build(st
         (ed / "runs" / "01_alpha.json").write_text("[]")
     chk = covbook(stored, "check")
     assert chk.returncode == 1 and "book/edition/" in chk.stderr and "Traceback" not in chk.stderr, chk.stderr
+    if damage == "edit-claims":
+        assert "not the file its run record 01_alpha.json was committed with" in chk.stderr
     build = covbook(stored, "build")
     assert build.returncode == 1 and "book/edition/" in build.stderr and "Traceback" not in build.stderr
 

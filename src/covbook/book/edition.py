@@ -103,11 +103,11 @@ def edition_claims(paths: Paths, name: str, profile: str | None) -> list:
                       profile=profile)[0]
 
 
-def edition_problems(paths: Paths, statuses: dict[str, Status] | None = None) -> tuple[list[str], list[str]]:
+def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
     """``(problems, notes)`` of the stored runs: a damaged file, a failed edition run, every failed claim of a
     current run and ids that differ from the rules (problems); each pending run (a note)."""
     problems, notes = [], []
-    for name, st in (status(paths) if statuses is None else statuses).items():
+    for name, st in status(paths).items():
         again = f"covbook edition {st.profile or 'PROFILE'} {name[:2]}"
         if st.state == "damaged":
             problems.append(f"edition: {name}: {st.error}; repair it with: {again}")
