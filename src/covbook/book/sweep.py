@@ -301,15 +301,8 @@ def _read_json(paths: Paths) -> dict:
 
 
 def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` of a calibration file (one keyed by notebook only: by each entry's profile)."""
-    if isinstance(data.get("profiles"), dict):
-        return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
-    out: dict[str, dict] = {}
-    old = data.get("notebooks")
-    for name, entry in (old.items() if isinstance(old, dict) else ()):
-        if isinstance(entry, dict):
-            out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
-    return out
+    """``{profile: {notebook: entry}}`` of a calibration file (:func:`_read_json` checked its shape)."""
+    return {p: dict(e) for p, e in data.get("profiles", {}).items()}
 
 
 def rules_commit(root: Path) -> str:
