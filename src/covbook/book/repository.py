@@ -126,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from covbook._jsonio import DamagedFile, read_json
-    from covbook.book.cache import verify_outputs
-    from covbook.book.config import Paths, project_root
+
+    try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
+        from covbook.book.cache import verify_outputs
+        from covbook.book.config import Paths, project_root
+    except ValueError as err:
+        print(f"covbook repository: error: {err}", file=sys.stderr)
+        return 2
     from covbook.book.lock import Busy, tree_lock
 
     p = argparse.ArgumentParser(prog="python -m covbook.book.repository",
