@@ -22,19 +22,24 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.config import (
-    DEFAULT_PROFILE,
-    DEVICES,
-    PROFILES,
-    Paths,
-    Terminated,
-    UsageError,
-    discover,
-    oserror_text,
-    project_root,
-    select,
-    stop_on_sigterm,
-)
+
+try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
+    from covbook.book.config import (
+        DEFAULT_PROFILE,
+        DEVICES,
+        PROFILES,
+        Paths,
+        Terminated,
+        UsageError,
+        discover,
+        oserror_text,
+        project_root,
+        select,
+        stop_on_sigterm,
+    )
+except ValueError as _err:  # a damaged profiles table: one line, a usage error, on every command
+    print(f"covbook: error: {_err}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 __all__ = ["main", "parser"]
 
@@ -84,6 +89,17 @@ def _cluster_spec(text: str) -> str:
         if not host or (port is not None and not 1 <= port <= 65535):
             raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535, "
                                              f"got {text!r}")
+    elif text.endswith(".json") and os.path.isfile(text):  # a scheduler file, as `dask scheduler` writes it
+        from covbook._jsonio import read_json
+
+        expected = ('an object with the scheduler\'s "address", as `dask scheduler --scheduler-file` writes it')
+        try:
+            info = read_json(text, dict)
+        except (DamagedFile, OSError) as err:
+            raise argparse.ArgumentTypeError(f"scheduler file {text}: {getattr(err, 'reason', err)}; "
+                                             f"expected {expected}") from None
+        if not isinstance(info.get("address"), str):
+            raise argparse.ArgumentTypeError(f"scheduler file {text} names no address; expected {expected}")
     return text
 
 
@@ -203,7 +219,7 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
             yield held, executor
     except Interrupted as stop:
         if args.command == "edition":
-            kept = "nothing stored"
+            kept = "stored: " + (", ".join(r.name for r in stop.results if r.status != "failed") or "none")
         elif args.command == "sweep":
             kept = f"finished and kept: {len(stop.results)} notebook run(s)"
         else:
@@ -258,14 +274,14 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book import edition
 
-    names = list(select(paths, args.notebooks)) if args.notebooks else None
+    names = _inputs(paths, args.notebooks)  # UTF-8 sources, valid rules: before any kernel
     with _writer(args, paths):
-        results, manifest = edition.make(paths, names, profile=args.profile, device=args.device, jobs=args.jobs or 1,
-                                         timeout=args.timeout, force=args.force, progress=not args.no_progress)
+        results, device = edition.make(paths, names, profile=args.profile, device=args.device, jobs=args.jobs or 1,
+                                       timeout=args.timeout, force=args.force, progress=not args.no_progress)
     failed = [r for r in results if r.status == "failed"]
     size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
     print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
-          f"({args.profile}, {manifest['device']}; {size / 2**20:.1f} MiB)")
+          f"({args.profile}, {device}; {size / 2**20:.1f} MiB)")
     return _failures(failed, edition.edition_problems(paths)[0])
 
 
@@ -285,8 +301,10 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
 
     from covbook.book.cache import damaged_outputs, failed_runs
     from covbook.book.checks import check
+    from covbook.book.config import load_profiles
     from covbook.book.edition import edition_problems
 
+    load_profiles(paths.profiles)  # a stored run's key reads it: a damaged one is a usage error, not a traceback
     if _broken(paths, "check", damaged_outputs):
         return 1
     failed = _broken(paths, "check", failed_runs)
@@ -378,9 +396,12 @@ def _copy_mathjax(paths: Paths) -> None:
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.cache import damaged_outputs, failed_runs
+    from covbook.book.checks import source_text
     from covbook.book.report import write_report
     from covbook.book.runner import clean_stale
 
+    for src in discover(paths).values():
+        source_text(paths, src)  # each chapter UTF-8 text (a usage error naming the file otherwise)
     with _writer(args, paths) as (held, _):
         damaged = _broken(paths, "build", damaged_outputs)
         failed = [] if damaged else _broken(paths, "build", failed_runs)

@@ -61,12 +61,28 @@ def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile
     return table
 
 
-def _packaged_profiles() -> dict[str, Profile]:
+def _read_yaml(path: Path) -> object:
+    """The YAML document at ``path``; a :class:`UsageError` naming the file (and the line) when it does not read."""
     import yaml
 
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def _packaged_profiles() -> dict[str, Profile]:
     path = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
-    with open(path, encoding="utf-8") as fh:
-        return profile_table((yaml.safe_load(fh) or {}).get("profiles"), str(path))
+    raw = _read_yaml(path)
+    return profile_table(raw.get("profiles") if isinstance(raw, dict) else None, str(path))
 
 
 #: Every profile, smallest first, from the ``profiles:`` table of notebooks/profiles.yml.
@@ -75,6 +91,8 @@ PROFILES = tuple(PROFILE_TABLE)
 #: The profile whose sizes are the notebooks' own parameters cells (``covbook run``'s default).
 DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
 COMMON_PARAMETERS = ("profile", "device", "seed")
+#: the largest size of a number parameter (2**53: every integer up to it is exact as a float, as JSON reads it)
+PARAMETER_MAX = 2**53
 PROFILES_FILE = Path("notebooks") / "profiles.yml"
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
@@ -216,19 +234,8 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
 
     Raises :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed.
     """
-    import yaml
-
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+    raw = _read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping of notebook names to profiles")
     if "profiles" in raw:
@@ -291,8 +298,8 @@ def check_value(where: str, value: object, default: object) -> None:
     """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
 
     int where the default is an int; int or float where it is a float; the same for each element of a list; a
-    positive (negative) default wants a positive (negative) value.  A default of ``None`` or another type is not
-    checked.
+    positive (negative) default wants a positive (negative) value; no number exceeds :data:`PARAMETER_MAX` in size
+    (nor is NaN).  A default of ``None`` or another type is not checked.
     """
     dk, vk = _kind(default), _kind(value)
     if dk not in ("bool", "int", "float", "str", "list"):
@@ -303,6 +310,8 @@ def check_value(where: str, value: object, default: object) -> None:
     if elems and len({_kind(e) for e in elems}) == 1:
         for i, e in enumerate(value):
             check_value(f"{where}[{i}]", e, elems[0])
+    if dk in ("int", "float") and not abs(value) <= PARAMETER_MAX:
+        raise UsageError(f"{where} = {value!r} is out of range: a number parameter is at most 2**53 in size")
     if dk in ("int", "float") and ((default > 0 and not value > 0) or (default < 0 and not value < 0)):
         sign = "positive" if default > 0 else "negative"
         raise UsageError(f"{where} = {value!r} must be {sign} (the notebook's default is {default!r})")

@@ -45,6 +45,7 @@ from covbook.book.config import (
     resolve_parameters,
     select,
 )
+from covbook.book.provenance import git_commit
 
 __all__ = ["Result", "Interrupted", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool", "clean_stale",
            "execute_uncommitted", "commit_outcome", "commit_job", "commit_files", "commit_rewritten",
@@ -360,7 +361,8 @@ def execute_uncommitted(job: dict) -> dict:
     meta = {"notebook": name, "parameters": params, "hash": job["digest"], "seconds": time.perf_counter() - start,
             "cpu_seconds": _cpu_seconds() - cpu_start,  # the kernel is a reaped child by now
             "phases": _phases(tmp_nb), "device_used": _device_name(job.get("device") or params.get("device", "auto")),
-            "rehearsal": bool(job.get("rehearse")), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "rehearsal": bool(job.get("rehearse")), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "commit": git_commit(paths.root)}  # the commit that made the run (the page's banner names it)
     return {"name": name, "meta": meta, "error": error, "rundir": str(rundir)}
 
 

@@ -290,22 +290,19 @@ def _read_json(paths: Paths) -> dict:
         return {}
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        tables = data.get("profiles", {}) if isinstance(data, dict) else None
+        if not (isinstance(tables, dict) and all(isinstance(t, dict) and all(isinstance(e, dict) for e in t.values())
+                                                 for t in tables.values())):
+            raise ValueError('expected {"profiles": {PROFILE: {NOTEBOOK: {...}}}}')
+    except (UnicodeDecodeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
                          f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` of a calibration file (one keyed by notebook only: by each entry's profile)."""
-    if isinstance(data.get("profiles"), dict):
-        return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
-    out: dict[str, dict] = {}
-    old = data.get("notebooks")
-    for name, entry in (old.items() if isinstance(old, dict) else ()):
-        if isinstance(entry, dict):
-            out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
-    return out
+    """``{profile: {notebook: entry}}`` of a calibration file (:func:`_read_json` checked its shape)."""
+    return {p: dict(e) for p, e in data.get("profiles", {}).items()}
 
 
 def rules_commit(root: Path) -> str:
