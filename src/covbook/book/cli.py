@@ -29,6 +29,7 @@ from covbook.book.config import (
     Paths,
     Terminated,
     UsageError,
+    die_with_parent,
     discover,
     oserror_text,
     project_root,
@@ -180,7 +181,7 @@ def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
 
 
 @contextmanager
-def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[tuple]:
+def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[object]:
     """Hold the tree's lock and the ``--cluster``'s Dask executor (``None``: local processes) for the block.
 
     A bad ``--cluster`` (or one with ``--jobs``) is a usage error before the lock.  An interrupted run says what
@@ -199,8 +200,8 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
         engine = open_cluster(args.cluster)
     command = "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
     try:
-        with tree_lock(paths.lock, command, wait=args.wait) as held, engine as executor:
-            yield held, executor
+        with tree_lock(paths.lock, command, wait=args.wait), engine as executor:
+            yield executor
     except Interrupted as stop:
         if args.command == "edition":
             kept = "nothing stored"
@@ -231,10 +232,10 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
                           workers=args.jobs)
     from covbook.book.runner import run_notebooks
 
-    with _writer(args, paths) as (held, engine):
+    with _writer(args, paths) as engine:
         results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                                 jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
-                                rehearse=args.rehearse, cluster=engine, timeout=args.timeout, lock_fd=held.fd)
+                                rehearse=args.rehearse, cluster=engine, timeout=args.timeout)
     failed = [r for r in results if r.status == "failed"]
     done = [r.name for r in results if r.status != "failed"]
     claims_text, problems = "", []
@@ -321,25 +322,15 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
                 page.unlink(missing_ok=True)
 
 
-def _die_with_parent() -> None:
-    """``preexec_fn`` of the build's child: SIGKILL it when covbook dies (Linux), so no build outlives its lock."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the child still holds the lock's file, so the tree stays locked while it runs
-
-
-def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[str]]:
-    """Run the book build as a child that holds the tree's lock; returns its status and the chapters it warned about.
+def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
+    """Run the book build as a child that dies with covbook; returns its status and the chapters it warned about.
 
     On Ctrl-C or SIGTERM the child's process group is stopped and waited for before the exception goes on.
     """
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, pass_fds=(lock_fd,), start_new_session=True,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                            errors="replace", bufsize=1, start_new_session=True,
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     warned: set[str] = set()
     try:
         assert proc.stdout is not None
@@ -381,7 +372,7 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.report import write_report
     from covbook.book.runner import clean_stale
 
-    with _writer(args, paths) as (held, _):
+    with _writer(args, paths):
         damaged = _broken(paths, "build", damaged_outputs)
         failed = [] if damaged else _broken(paths, "build", failed_runs)
         if damaged or failed:
@@ -404,7 +395,7 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
         doctrees = paths.root / "_build" / ".doctrees"  # Sphinx's memory of the pages it read
         try:
             status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
-                                            "--keep-going"], paths, held.fd)
+                                            "--keep-going"], paths)
         except KeyboardInterrupt:
             shutil.rmtree(doctrees, ignore_errors=True)
             raise
@@ -445,7 +436,7 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
 
     seeds = parse_seeds(args.seeds)
     _refuse_smaller_calibration(paths, _inputs(paths, args.notebooks), seeds, args)
-    with _writer(args, paths, cluster=not args.rejudge) as (_, engine):
+    with _writer(args, paths, cluster=not args.rejudge) as engine:
         if args.rejudge:
             data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
         else:

@@ -3,10 +3,8 @@
 ``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread worker processes, started here and closed at the end),
 ``tcp://HOST:PORT`` or ``tls://...`` (a running ``dask scheduler``), or ``PATH.json`` (its scheduler file).  The
 jobs are the local pool's (:func:`covbook.book.runner.run_trees`): the client plans them, submits each to
-``client.get_executor()`` and alone writes the tree.  A worker runs :func:`covbook.book.runner.run_job` in a
-scratch tree built from ``notebooks/`` (a task the scheduler recomputes when the worker holding it dies, where
-scattered data would be lost) and the job's checkpoints, and returns the outputs as bytes: workers need the same
-covbook checkout (checked) but no shared filesystem.  A job whose worker dies runs again on another
+``client.get_executor()`` and alone moves the outputs into place.  Workers share the client's filesystem (as on
+SLURM) and run the same covbook checkout (checked).  A job whose worker dies runs again on another
 (:data:`ALLOWED_FAILURES`); Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls.
 """
 
@@ -20,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from covbook.book.config import DEVICES, Paths, UsageError
-from covbook.book.runner import CHECKPOINT_MAX_BYTES, notebook_files, outgoing_checkpoints, run_job, run_trees
+from covbook.book.config import DEVICES, UsageError
+from covbook.book.runner import run_job, run_trees
 
 __all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "run_trees", "ALLOWED_FAILURES"]
 
@@ -144,7 +142,7 @@ class DaskStop:
 
     name: str
 
-    def __call__(self) -> bool:
+    def is_set(self) -> bool:
         from distributed import Event, get_worker
         from distributed.worker import thread_state
 
@@ -158,15 +156,9 @@ class DaskStop:
         Event(self.name).set()
 
 
-def _given(files: dict[str, bytes]) -> dict[str, bytes]:
-    """The notebooks folder as a task's result, which the scheduler computes again when its worker dies."""
-    return files
-
-
-def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskStop,
-                  checkpoints: dict[str, bytes] | None = None) -> dict:
-    """:func:`covbook.book.runner.run_job` in a scratch tree on this worker, once it has checked that it runs the
-    client's covbook code and versions (``expect``) and resolves the job's device alike."""
+def run_on_worker(job: dict, expect: dict, stop: DaskStop) -> dict:
+    """:func:`covbook.book.runner.run_job` on this worker, once it has checked that it runs the client's covbook
+    code and versions (``expect``) and resolves the job's device alike."""
     from distributed import get_worker
 
     from covbook.book.cache import resolve_device
@@ -178,7 +170,7 @@ def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskSt
     if resolve_device(job["params"].get("device", "auto")) != job["device"]:
         raise RuntimeError(f"worker {worker.address} resolves device {job['params'].get('device')!r} to another "
                            f"device than {job['device']!r}; pass --device explicitly")
-    return run_job(job, stop, files, checkpoints, scratch_in=worker.local_directory)
+    return run_job(job, stop)
 
 
 @dataclass
@@ -188,7 +180,6 @@ class Cluster:
     client: object  # distributed.Client
     spec: str
     threads: int | None  # COVBOOK_THREADS of each notebook; None: the worker's own environment decides
-    files: object = None  # the notebooks folder's future, once a run has begun
 
     @property
     def label(self) -> str:
@@ -205,19 +196,11 @@ class Cluster:
         self.client.wait_for_workers(1)
         return self.client.submit(resolve_device, device, pure=False).result()
 
-    def executor(self, paths: Paths, n_jobs: int | None = None):
-        self.files = self.client.submit(_given, notebook_files(paths), pure=False)
+    def executor(self, n_jobs: int):
         return self.client.get_executor(pure=False)
 
-    def stop_signal(self, run_id: str, rundir: Path) -> DaskStop:
+    def stop_signal(self, run_id: str) -> DaskStop:
         return DaskStop(f"covbook-stop-{run_id}")
 
-    def submit(self, executor, job: dict, paths: Paths, stop: DaskStop, say):
-        """Submit one job with its checkpoints (in its task, so a job run again gets them again)."""
-        import dask
-
-        ckpt = outgoing_checkpoints(paths, job["name"], job["digest"], force=job["force"], say=say)
-        big = {"distributed.admin.large-graph-warning-threshold": f"{CHECKPOINT_MAX_BYTES + (16 << 20)}B"}
-        with dask.config.set(big):  # no warning for the checkpoints a task carries
-            return executor.submit(run_on_worker, job, self.files, _identity(), stop, ckpt,
-                                   key=f"covbook-{job['name']}-{job['key']}")
+    def submit(self, executor, job: dict, stop: DaskStop):
+        return executor.submit(run_on_worker, job, _identity(), stop, key=f"covbook-{job['name']}-{job['key']}")

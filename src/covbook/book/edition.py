@@ -294,7 +294,7 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     from covbook.book.runner import run_notebooks
 
     scratch = _scratch(paths, profile)
-    with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
+    with tree_lock(scratch.lock, f"covbook edition {profile}"):
         results = run_notebooks(scratch, names or list(discover(scratch)), profile=profile, device=device, seed=seed,
-                                jobs=jobs, force=force, progress=progress, timeout=timeout, lock_fd=held.fd)
+                                jobs=jobs, force=force, progress=progress, timeout=timeout)
     return results, store(paths, scratch, [r.name for r in results], profile, seed)

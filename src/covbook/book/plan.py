@@ -1,11 +1,9 @@
 """``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
 
-A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is calibrated on runs measured
-on the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
-``.covbook/timings.json`` and run records) by :func:`estimate`: a start-up ``a`` (the device's shortest run) plus a
-power law anchored at the nearest measured run ``(w₀, s₀)``, ``seconds(w) = a + (s₀ − a) · (w / w₀)^p``, with ``p``
-fitted between the two largest runs and clamped to [1/2, 1]: streams run in parallel take time growing like their
-length, ``√work``; a saturated device, time proportional to the work.
+A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is the last measured run on
+the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
+``.covbook/timings.json`` and run records) of the same work, else the nearest one scaled in proportion to the work
+(:func:`estimate`): no more than that, since start-up and streams run in parallel grow more slowly than the work.
 """
 from __future__ import annotations
 
@@ -18,15 +16,14 @@ from covbook.book.cache import resolve_device
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
 from covbook.book.records import read_run
 
-__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "time_limit", "limit_for", "DEFAULT_LIMITS",
-           "LIMIT_FACTOR", "LIMIT_FLOOR", "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
+__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "limit_for", "DEFAULT_LIMITS",
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
-P_MIN, P_MAX = 0.5, 1.0  # the bounds of the cost model's exponent: streams in parallel, saturated
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
 UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
 
@@ -79,58 +76,25 @@ def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dic
     return sorted(found.values())
 
 
-def startup_of(paths: Paths, device: str) -> float:
-    """The device's start-up in seconds (a kernel, the imports, the device): its shortest measured run, or 0."""
-    times = [float(t["seconds"]) for devices in _merged_timings(paths).values()
-             for t, _ in devices.get(device, {}).values() if isinstance(t.get("seconds"), (int, float))]
-    return min(times) if times else 0.0
-
-
-def _exponent(points: list[tuple[float, float, str]], startup: float) -> float | None:
-    """The power law's exponent between the two largest runs, clamped to [P_MIN, P_MAX]; ``None`` with one run,
-    ``P_MIN`` when the larger spent less time working than starting up (its scaling is not measured)."""
-    if len(points) < 2:
-        return None
-    (w1, s1, _), (w2, s2, _) = points[-2], points[-1]
-    if w2 <= w1 or s2 - startup < startup:
-        return P_MIN
-    if s1 - startup <= 0:
-        return P_MAX
-    return min(P_MAX, max(P_MIN, math.log((s2 - startup) / (s1 - startup)) / math.log(w2 / w1)))
-
-
-def estimate(work: float, points: list[tuple[float, float, str]],
-             startup: float = 0.0) -> tuple[float | None, float | None, str]:
-    """Seconds for ``work`` from measured ``(work, seconds, label)`` points: ``(low, high, how)``.
-
-    ``a + (s₀ − a)·(work/w₀)^p`` (``a = startup``), anchored at the largest run at or below ``work``, else the
-    smallest; ``p`` from :func:`_exponent`, or with one run the range between ``P_MIN`` and ``P_MAX``.
+def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, str]:
+    """Seconds for ``work`` from measured ``(work, seconds, label)`` points, and how: the run of that work, else the
+    largest run below it (else the smallest) scaled by the work ratio.
 
     Examples
     --------
-    >>> estimate(400.0, [(1.0, 3.0, "smoke"), (100.0, 21.0, "quick")], startup=1.0)[:2]  # p = log 10/log 100
-    (41.0, 41.0)
+    >>> estimate(400.0, [(1.0, 3.0, "smoke"), (100.0, 21.0, "quick")])
+    (84.0, 'quick run × work ratio 4')
     """
     if not points:
-        return None, None, "no measured run on this device"
+        return None, "no measured run on this device"
     for w, s, label in points:
         if w == work:
-            return s, s, f"measured ({label} run)"
+            return s, f"measured ({label} run)"
     below = [pt for pt in points if pt[0] <= work]
     w0, s0, label = below[-1] if below else points[0]
     if w0 <= 0:
-        return None, None, f"the {label} run did no work"
-    a = min(max(0.0, startup), s0)
-
-    def law(p: float) -> float:
-        return a + (s0 - a) * (work / w0) ** p
-
-    p = _exponent(points, a)
-    if p is None:
-        low, high = sorted((law(P_MIN), law(P_MAX)))
-        return low, high, (f"one run ({label}, {s0:.1f} s; start-up {a:.1f} s): the work's exponent is not "
-                           f"measured, so between {P_MIN:g} (streams in parallel) and {P_MAX:g} (saturated)")
-    return law(p), law(p), f"{label} run × (work ratio {work / w0:.3g})^{p:.2f}, start-up {a:.1f} s"
+        return None, f"the {label} run did no work"
+    return s0 * work / w0, f"{label} run × work ratio {work / w0:.3g}"
 
 
 def wall_time(seconds: list[float], jobs: int) -> float:
@@ -143,32 +107,26 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     return max(loads)
 
 
-def _job_estimate(paths: Paths, job, device: str, profiles: dict, startup: float):
-    """``(work, unit, low, high, how)`` of a planned job (:class:`covbook.book.runner.Job`) on ``device``."""
+def _job_estimate(paths: Paths, job, device: str, profiles: dict) -> tuple[float | None, str, float | None, str]:
+    """``(work, unit, seconds, how)`` of a planned job (:class:`covbook.book.runner.Job`) on ``device``."""
     spec = profiles.get(job.name, {}).get("work")
     if not spec:
-        return None, "", None, None, "cannot estimate without a work expression"
+        return None, "", None, "cannot estimate without a work expression"
     work = work_of(spec["expr"], {**job.defaults, **job.params})
-    low, high, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults), startup)
-    return work, spec.get("unit", ""), low, high, how
+    seconds, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults))
+    return work, spec.get("unit", ""), seconds, how
 
 
 def expected_seconds(paths: Paths, job) -> float | None:
-    """The upper end of the estimate of a planned job on its device; ``None`` when there is none."""
+    """The estimate of a planned job on its device; ``None`` when there is none."""
     try:
-        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles), startup_of(paths, job.device))[3]
+        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles))[2]
     except (UsageError, OSError, TypeError, ValueError):
         return None
 
 
-def time_limit(paths: Paths, job, profile: str) -> float:
-    """A planned job's time limit in seconds: ``LIMIT_FACTOR`` × :func:`expected_seconds`, at least ``LIMIT_FLOOR``
-    (a loaded machine or a cold cache is slower), else the profile's ``DEFAULT_LIMITS`` entry."""
-    return limit_for(expected_seconds(paths, job), profile)
-
-
 def limit_for(high: float | None, profile: str) -> float:
-    """The time limit of a job whose estimate's upper end is ``high`` seconds (``None``: no estimate)."""
+    """The time limit of a job whose estimate is ``high`` seconds (``None``: no estimate)."""
     if high is None:
         return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
     return max(LIMIT_FLOOR, LIMIT_FACTOR * high)
@@ -180,12 +138,6 @@ def _fmt_seconds(s: float | None) -> str:
     if s < 120:
         return f"{s:.0f} s"
     return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
-def _fmt_range(low: float | None, high: float | None) -> str:
-    if low is None or high is None or _fmt_seconds(low) == _fmt_seconds(high):
-        return _fmt_seconds(high)
-    return f"{_fmt_seconds(low)}–{_fmt_seconds(high)}"
 
 
 def planned_device(device: str) -> str:
@@ -201,21 +153,17 @@ def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse:
     from covbook.book.render import render
 
     dev = planned_device(device)
-    profiles, startup = load_profiles(paths.profiles), startup_of(paths, dev)
-    rows, unknown, lows, highs = [], [], [], []
+    profiles = load_profiles(paths.profiles)
+    rows, unknown, known = [], [], []
     for job in jobs:
-        work, unit, low, high, how = _job_estimate(paths, job, dev, profiles, startup)
-        if low is None or high is None:
-            unknown.append(job.name)
-        else:
-            lows.append(low)
-            highs.append(high)
+        work, unit, seconds, how = _job_estimate(paths, job, dev, profiles)
+        (unknown.append(job.name) if seconds is None else known.append(seconds))
         text = "(no work: key in profiles.yml)" if work is None else f"{work:.3g} {unit}".strip()
-        rows.append((job.name, text, _fmt_range(low, high), how))
+        rows.append((job.name, text, _fmt_seconds(seconds), how))
     print(render("plan.txt.j2", profile=profile, rehearse=rehearse, dev=dev, auto=device == "auto", rows=rows,
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
-                 total=_fmt_range(sum(lows), sum(highs)), unknown=unknown, workers=workers, p_min=P_MIN, p_max=P_MAX,
-                 wall=_fmt_seconds(wall_time(highs, workers)) if workers and highs else None), end="")
+                 total=_fmt_seconds(sum(known)), unknown=unknown, workers=workers,
+                 wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
     lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
     if lines:
         print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
