@@ -22,7 +22,6 @@ setup: $(STAMP)
 # `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
 # build (several GB); for the CPU build pass PyTorch's CPU index,
 #   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# (this project's machines hold a CPU wheel on local disk, so there the default gets the CPU build).
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 TORCH_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
