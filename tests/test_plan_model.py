@@ -15,8 +15,8 @@ import pytest
 
 from covbook._jsonio import write_json_atomic
 from covbook.book.config import Paths, load_profiles, notebook_parameters
-from covbook.book.plan import SHIPPED, estimate, expected_seconds, measured_runs, wall_time, work_of
-from covbook.book.runner import plan_jobs, run_trees
+from covbook.book.plan import SHIPPED, estimate, expected_seconds, measured_runs, plan_jobs, wall_time, work_of
+from covbook.book.runner import run_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / SHIPPED / "nvidia-h200.json"
@@ -133,15 +133,14 @@ def test_run_trees_returns_a_large_sweeps_results_in_time(tmp_path, monkeypatch)
     in the notebooks' order in a moment (not by a search of the whole order per result and tree)."""
     import time
 
-    from covbook.book import plan, runner
+    from covbook.book import plan
 
     names = [f"{k:02d}_n" for k in range(20)]
 
     def planned(paths, selected, *, seed, **kwargs):
-        return [runner.Job(name, paths.root / f"{name}.md", {"seed": seed}, "0" * 64, "cpu") for name in names]
+        return [plan.Job(name, paths.root / f"{name}.md", {"seed": seed}, "0" * 64, "cpu") for name in names]
 
-    monkeypatch.setattr(runner, "plan_jobs", planned)
-    monkeypatch.setattr(plan, "expected_seconds", lambda paths, job: None)
+    monkeypatch.setattr(plan, "plan_jobs", planned)
     trees = [(Paths(tmp_path / f"seed-{s}"), s) for s in range(300)]
     start = time.perf_counter()
     results = run_trees(_Recorder(), trees, None, profile="smoke", device="cpu", force=True, progress=False,

@@ -189,10 +189,10 @@ def test_the_light_myst_reader_reads_every_code_cell_as_jupytext_does():
 
 
 def test_time_limit_from_the_estimate_or_the_profile(project):
-    from covbook.book.plan import DEFAULT_LIMITS, LIMIT_FACTOR, LIMIT_FLOOR, expected_seconds, limit_for
+    from covbook.book.plan import DEFAULT_LIMITS, LIMIT_FACTOR, LIMIT_FLOOR, expected_seconds, limit_for, plan_jobs
 
     paths = Paths(project)
-    job = runner.plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0)[0]
+    job = plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0)[0]
 
     def time_limit(paths, job, profile):
         return limit_for(expected_seconds(paths, job), profile)

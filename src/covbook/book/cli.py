@@ -223,8 +223,7 @@ def _failures(failed: list, problems: list[str]) -> int:
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     _inputs(paths, args.notebooks)
     if args.plan:
-        from covbook.book.plan import planned_device, print_plan
-        from covbook.book.runner import plan_jobs
+        from covbook.book.plan import plan_jobs, planned_device, print_plan
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))

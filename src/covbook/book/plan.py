@@ -7,16 +7,32 @@ the device (``notebooks/timings/*.json``, shipped from named machines, overlaid 
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, read_json
-from covbook.book.cache import resolve_device
-from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook.book.cache import content_hash, is_cached, notebook_science, resolve_device
+from covbook.book.config import (
+    DEFAULT_PROFILE,
+    PROFILE_TABLE,
+    Paths,
+    UsageError,
+    discover,
+    expression_value,
+    load_profiles,
+    myst_code_cells,
+    notebook_parameters,
+    resolve_parameters,
+    select,
+)
 from covbook.book.records import read_run
 
-__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "limit_for", "DEFAULT_LIMITS",
+__all__ = ["Job", "plan_jobs", "check_cells", "record_timing", "work_of", "estimate", "expected_seconds", "print_plan",
+           "limit_for", "DEFAULT_LIMITS",
            "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
@@ -26,6 +42,75 @@ LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
 UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
+
+
+@dataclass
+class Job:
+    """One notebook to run: name, source, parameters, cache key, resolved device (cpu | cuda), parameters cell,
+    whether its outputs are current, its estimated seconds."""
+
+    name: str
+    path: Path
+    params: dict
+    digest: str
+    device: str
+    defaults: dict = field(default_factory=dict)
+    cached: bool = False
+    expected: float | None = None
+
+
+def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
+              resolved_device: str | None = None, force: bool = False) -> list[Job]:
+    """Resolve notebooks, parameters, cache keys, whether each is cached (never with ``force``) and its estimate;
+    every usage error is raised here, before any kernel."""
+    chosen = select(paths, names)
+    profiles = load_profiles(paths.profiles)
+    unknown_nb = sorted(set(profiles) - set(discover(paths)))
+    if unknown_nb:
+        raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
+    if rehearse and profile == DEFAULT_PROFILE:
+        raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
+                         "defaults, which set no lengths")
+    dev = resolved_device or resolve_device(device)
+    jobs = []
+    for name, path in chosen.items():
+        check_cells(path)
+        defaults = notebook_parameters(path)
+        params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
+        job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
+        job.cached = not force and is_cached(paths, name, job.digest)
+        job.expected = None if job.cached else expected_seconds(paths, job)
+        jobs.append(job)
+    return jobs
+
+
+def check_cells(path: Path) -> None:
+    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
+    Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
+    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
+    for index, source in enumerate(cells):
+        if source.lstrip().startswith("%%"):
+            continue
+        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                 for ln in source.splitlines()]
+        try:
+            ast.parse("\n".join(lines), filename=path.name)
+        except SyntaxError as err:
+            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
+                             f"(found before any kernel started)") from None
+
+
+def record_timing(paths: Paths, job: Job, seconds: float, cpu_seconds: float | None, device_used: str | None,
+                  profile_key: str) -> None:
+    """Keep the latest measured run time per notebook, device and profile (the plan's calibration)."""
+    try:
+        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+    except DamagedFile:
+        timings = {}
+    timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
+        "parameters": {**job.defaults, **job.params}, "seconds": seconds, "cpu_seconds": cpu_seconds,
+        "device_used": device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_json_atomic(paths.timings, timings)
 
 
 def work_of(expr: str, params: dict) -> float:
@@ -108,7 +193,7 @@ def wall_time(seconds: list[float], jobs: int) -> float:
 
 
 def _job_estimate(paths: Paths, job, device: str, profiles: dict) -> tuple[float | None, str, float | None, str]:
-    """``(work, unit, seconds, how)`` of a planned job (:class:`covbook.book.runner.Job`) on ``device``."""
+    """``(work, unit, seconds, how)`` of a planned job on ``device``."""
     spec = profiles.get(job.name, {}).get("work")
     if not spec:
         return None, "", None, "cannot estimate without a work expression"
@@ -147,7 +232,7 @@ def planned_device(device: str) -> str:
 
 def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0.  With
+    """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
     from covbook.book.power import plan_lines
     from covbook.book.render import render

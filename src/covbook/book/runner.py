@@ -14,7 +14,6 @@ and raises :class:`Interrupted`.
 
 from __future__ import annotations
 
-import ast
 import concurrent.futures as cf
 import contextlib
 import errno
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
-from covbook.book.cache import content_hash, file_digest, is_cached, notebook_science, resolve_device
+from covbook.book.cache import file_digest, resolve_device
 from covbook.book.config import (
     DEFAULT_PROFILE,
     DEVICES,
@@ -42,16 +41,10 @@ from covbook.book.config import (
     Terminated,
     UsageError,
     die_with_parent,
-    discover,
-    load_profiles,
-    myst_code_cells,
-    notebook_parameters,
     oserror_text,
-    resolve_parameters,
-    select,
 )
 
-__all__ = ["Result", "Interrupted", "Stopped", "plan_jobs", "run_notebooks", "run_trees", "run_job", "LocalPool",
+__all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "LocalPool",
            "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
            "prune_checkpoints", "CHECKPOINT_ENV"]
 
@@ -77,18 +70,6 @@ class Result:
     error: str | None = None
     device_used: str | None = None
     cpu_seconds: float | None = None  # CPU time of the notebook's process and its kernel (user + system)
-
-
-@dataclass
-class Job:
-    """One notebook to run: name, source, parameters, cache key, resolved device (cpu | cuda), parameters cell."""
-
-    name: str
-    path: Path
-    params: dict
-    digest: str
-    device: str
-    defaults: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -231,7 +212,7 @@ def _child(job_file: str) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- in the covbook process (or a Dask worker)
+# ----------------------------------------------------------------------------- in the covbook process, or a Dask worker
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -395,55 +376,6 @@ def clean_stale(paths: Paths) -> list[str]:
     return [str(d) for d in removed]
 
 
-def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
-              resolved_device: str | None = None) -> list[Job]:
-    """Resolve notebooks, parameters and cache keys; every usage error is raised here, before any kernel."""
-    chosen = select(paths, names)
-    profiles = load_profiles(paths.profiles)
-    unknown_nb = sorted(set(profiles) - set(discover(paths)))
-    if unknown_nb:
-        raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
-    if rehearse and profile == DEFAULT_PROFILE:
-        raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
-                         "defaults, which set no lengths")
-    dev = resolved_device or resolve_device(device)
-    jobs = []
-    for name, path in chosen.items():
-        check_cells(path)
-        defaults = notebook_parameters(path)
-        params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
-        jobs.append(Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults))
-    return jobs
-
-
-def check_cells(path: Path) -> None:
-    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
-    Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
-    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
-    for index, source in enumerate(cells):
-        if source.lstrip().startswith("%%"):
-            continue
-        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-                 for ln in source.splitlines()]
-        try:
-            ast.parse("\n".join(lines), filename=path.name)
-        except SyntaxError as err:
-            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
-                             f"(found before any kernel started)") from None
-
-
-def _record_timing(paths: Paths, job: Job, result: Result, profile_key: str) -> None:
-    """Keep the latest measured run time per notebook, device and profile (the plan's calibration)."""
-    try:
-        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
-    except DamagedFile:
-        timings = {}
-    timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
-        "parameters": {**job.defaults, **job.params}, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds,
-        "device_used": result.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_json_atomic(paths.timings, timings)
-
-
 @dataclass
 class LocalPool:
     """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
@@ -477,18 +409,18 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     notebooks' order.
 
     ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`; call it holding every tree's
-    lock.  The jobs are submitted longest first (the plan's estimate, :func:`covbook.book.plan.expected_seconds`;
+    lock.  The jobs (:func:`covbook.book.plan.plan_jobs`) are submitted longest first (the plan's estimate;
     unknown ones first), so that the longest do not start last.  A notebook's time limit is ``timeout`` seconds,
     else :func:`covbook.book.plan.limit_for` of that estimate.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM;
     any other error stops the jobs before it goes on.
     """
     from tqdm import tqdm
 
-    from covbook.book.plan import expected_seconds, limit_for
+    from covbook.book.plan import limit_for, plan_jobs, record_timing
 
     dev = engine.resolve_device(device)
-    plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev)
-             for p, seed in trees]
+    plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev,
+                       force=force) for p, seed in trees]
     # (tree, notebook) -> its place in the notebooks' order, the order of the Results
     rank = {key: k for k, key in enumerate((i, job.name) for i, plan in enumerate(plans) for job in plan)}
 
@@ -496,19 +428,20 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
 
     results: list[tuple[int, Result]] = []
-    todo: list[tuple[float | None, int, Job]] = []
+    todo: list = []  # (tree, plan.Job)
     for i, ((paths, _), plan) in enumerate(zip(trees, plans)):
         clean_stale(paths)
         for job in plan:
-            if force or not is_cached(paths, job.name, job.digest):
-                todo.append((expected_seconds(paths, job), i, job))
-            else:
+            if job.cached:
                 results.append((i, Result(job.name, "cached", 0.0)))
                 _forget_failure(paths, job.name)  # a failure under this key no longer applies
-    todo.sort(key=lambda t: -math.inf if t[0] is None else -t[0])  # longest first (LPT), unknown first; stable
+            else:
+                todo.append((i, job))
+    # longest first (LPT), unknown first; stable
+    todo.sort(key=lambda t: -math.inf if t[1].expected is None else -t[1].expected)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     rundirs = [paths.tmp / run_id for paths, _ in trees]
-    pending: dict[cf.Future, tuple[int, Job]] = {}
+    pending: dict = {}  # future -> (tree, plan.Job)
     executor = stop = None
     bar = tqdm(total=len(rank), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
                unit="nb", disable=not progress, file=sys.stderr)
@@ -521,11 +454,11 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 d.mkdir(parents=True, exist_ok=True)
             stop = engine.stop_signal(run_id)
             executor = engine.executor(len(todo))
-        for expected, i, job in todo:
+        for i, job in todo:
             paths = trees[i][0]
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force,
-                       "timeout": float(timeout) if timeout else limit_for(expected, profile),
+                       "timeout": float(timeout) if timeout else limit_for(job.expected, profile),
                        "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
             pending[engine.submit(executor, payload, stop)] = (i, job)
         while pending:
@@ -536,7 +469,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                     job.name, "failed", 0.0, "stopped on its worker before it finished")
                 results.append((i, r))
                 if r.status == "ok":
-                    _record_timing(trees[i][0], job, r, profile + ("+rehearse" if rehearse else ""))
+                    record_timing(trees[i][0], job, r.seconds, r.cpu_seconds, r.device_used,
+                                  profile + ("+rehearse" if rehearse else ""))
                 cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
                 bar.write(f"  {'ok    ' if r.status == 'ok' else 'FAILED'}  {label(i, r.name)}  {r.seconds:6.1f} s"
                           f"{cpu}" + (f"\n          {r.error}" if r.error else ""))
