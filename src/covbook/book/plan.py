@@ -31,7 +31,7 @@ from covbook.book.config import (
 )
 from covbook.book.records import read_run
 
-__all__ = ["Job", "plan_jobs", "check_cells", "record_timing", "work_of", "estimate", "expected_seconds", "print_plan",
+__all__ = ["Job", "plan_jobs", "check_cells", "record_timings", "work_of", "estimate", "expected_seconds", "print_plan",
            "limit_for", "DEFAULT_LIMITS",
            "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
@@ -100,17 +100,19 @@ def check_cells(path: Path) -> None:
                              f"(found before any kernel started)") from None
 
 
-def record_timing(paths: Paths, job: Job, seconds: float, cpu_seconds: float | None, device_used: str | None,
-                  profile_key: str) -> None:
-    """Keep the latest measured run time per notebook, device and profile (the plan's calibration)."""
-    try:
-        timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
-    except DamagedFile:
-        timings = {}
-    timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
-        "parameters": {**job.defaults, **job.params}, "seconds": seconds, "cpu_seconds": cpu_seconds,
-        "device_used": device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_json_atomic(paths.timings, timings)
+def record_timings(ran: list[tuple[Paths, Job, object]], profile_key: str) -> None:
+    """Keep the latest measured run time per notebook, device and profile (the plan's calibration) of each
+    successful ``(tree, job, runner.Result)`` in ``ran``, in its tree's ``.covbook/timings.json``."""
+    for paths in {paths for paths, _, r in ran if r.status == "ok"}:
+        try:
+            timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+        except DamagedFile:
+            timings = {}
+        for job, r in [(job, r) for p, job, r in ran if p == paths and r.status == "ok"]:
+            timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
+                "parameters": {**job.defaults, **job.params}, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds,
+                "device_used": r.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        write_json_atomic(paths.timings, timings)
 
 
 def work_of(expr: str, params: dict) -> float:

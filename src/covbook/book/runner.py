@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import errno
+import json
 import math
 import os
 import resource
@@ -290,13 +291,14 @@ def _put(src: Path, dst: Path) -> None:
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
     """The one place where a run's outputs enter a tree: its notebook and claims, then its run record (naming their
-    SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs."""
+    SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs.  The record is
+    written in the job's own folder first (no one else reads it there), so every move is one rename."""
     name, meta, error, folder = outcome["name"], outcome["meta"], outcome["error"], Path(outcome["dir"])
     nb, claims, record = (folder / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
     if error is None:
         try:
-            write_json_atomic(record, {**meta, "status": "ok",
-                                       "outputs": {"notebook": file_digest(nb), "claims": file_digest(claims)}})
+            outputs = {"notebook": file_digest(nb), "claims": file_digest(claims)}
+            record.write_text(json.dumps({**meta, "status": "ok", "outputs": outputs}, indent=1))
             for src, dst in ((claims, paths.claims / f"{name}.json"), (nb, paths.generated / f"{name}.ipynb"),
                              (record, paths.runs / f"{name}.json")):  # the record last
                 _put(src, dst)
@@ -307,14 +309,15 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
             return Result(name, "ok", meta["seconds"], None, meta["device_used"], meta["cpu_seconds"])
     with contextlib.suppress(OSError):  # best effort: the error still reaches the summary
         try:
-            whole = isinstance(read_json(nb, dict).get("cells"), list)
-        except (OSError, DamagedFile):
+            whole = isinstance(json.loads(nb.read_bytes()).get("cells"), list)
+        except (OSError, ValueError, AttributeError):
             whole = False  # none, or cut short by a full disk
         if whole:
             _put(nb, paths.failed / f"{name}.ipynb")
         else:  # an older failed copy would not be this run's
             (paths.failed / f"{name}.ipynb").unlink(missing_ok=True)
-        write_json_atomic(paths.failed / f"{name}.json", {**meta, "status": "failed", "error": error})
+        record.write_text(json.dumps({**meta, "status": "failed", "error": error}, indent=1))
+        _put(record, paths.failed / f"{name}.json")
     return Result(name, "failed", meta["seconds"], error, meta["device_used"], meta["cpu_seconds"])
 
 
@@ -416,7 +419,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     """
     from tqdm import tqdm
 
-    from covbook.book.plan import limit_for, plan_jobs, record_timing
+    from covbook.book.plan import limit_for, plan_jobs, record_timings
 
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev,
@@ -442,7 +445,9 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict = {}  # future -> (tree, plan.Job)
+    ran: list = []  # (tree's Paths, plan.Job, Result) of the jobs that ran: the plan's calibration
     executor = stop = None
+    stopped, previous = False, signal.getsignal(signal.SIGTERM)
     bar = tqdm(total=len(rank), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
                unit="nb", disable=not progress, file=sys.stderr)
     try:
@@ -468,52 +473,46 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 r = commit_job(fut, trees[i][0], job.name) or Result(
                     job.name, "failed", 0.0, "stopped on its worker before it finished")
                 results.append((i, r))
-                if r.status == "ok":
-                    record_timing(trees[i][0], job, r.seconds, r.cpu_seconds, r.device_used,
-                                  profile + ("+rehearse" if rehearse else ""))
+                ran.append((trees[i][0], job, r))
                 cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
                 bar.write(f"  {'ok    ' if r.status == 'ok' else 'FAILED'}  {label(i, r.name)}  {r.seconds:6.1f} s"
                           f"{cpu}" + (f"\n          {r.error}" if r.error else ""))
                 bar.update(1)
+        per_tree: list[list[Result]] = [[] for _ in trees]
+        for i, r in sorted(results, key=lambda x: rank[x[0], x[1].name]):
+            per_tree[i].append(r)
+        return per_tree
     except BaseException as error:  # Ctrl-C, SIGTERM, or an error here (a full disk): the jobs stop too
-        interrupted, term = isinstance(error, KeyboardInterrupt), isinstance(error, Terminated)
-        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        interrupted, term, stopped = isinstance(error, KeyboardInterrupt), isinstance(error, Terminated), True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
-        try:  # cancel the queue, stop the running jobs; keep those that finished before the stop reached them
-            if stop is not None:
-                stop.set()
-            for fut in pending:
-                fut.cancel()
-            cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
-            for fut, (i, job) in list(pending.items()) if interrupted else []:
-                r = commit_job(fut, trees[i][0], job.name) if fut.done() and not fut.cancelled() else None
-                if r is not None:
-                    results.append((i, r))
-                    del pending[fut]
-        finally:
-            _close(executor, bar, rundirs, wait=False)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, previous)
+        if stop is not None:  # cancel the queue, stop the running jobs; keep those that finished before the stop
+            stop.set()
+        for fut in pending:
+            fut.cancel()
+        cf.wait(list(pending), timeout=POLL_S + 2 * STOP_GRACE_S + 5)
+        for fut, (i, job) in list(pending.items()) if interrupted else []:
+            r = commit_job(fut, trees[i][0], job.name) if fut.done() and not fut.cancelled() else None
+            if r is not None:
+                results.append((i, r))
+                ran.append((trees[i][0], job, r))
+                del pending[fut]
         if not interrupted:
             raise
         unfinished = sorted(((i, j.name) for i, j in pending.values()), key=rank.__getitem__)
         raise Interrupted([r for _, r in sorted(results, key=lambda x: rank[x[0], x[1].name])],
                           [label(i, n) for i, n in unfinished], 143 if term else 130,
                           "stopped by SIGTERM" if term else "interrupted") from None
-    _close(executor, bar, rundirs, wait=True)
-    per_tree: list[list[Result]] = [[] for _ in trees]
-    for i, r in sorted(results, key=lambda x: rank[x[0], x[1].name]):
-        per_tree[i].append(r)
-    return per_tree
-
-
-def _close(executor: cf.Executor | None, bar, rundirs: list[Path], *, wait: bool) -> None:
-    """Shut the executor down (waiting for its workers, or not after a stop), close the bar, remove run folders."""
-    if executor is not None:
-        executor.shutdown(wait=wait)
-    bar.close()
-    for d in rundirs:
-        shutil.rmtree(d, ignore_errors=True)
+    finally:  # after a stop: not waiting for the executor's workers, signals back as they were
+        if executor is not None:
+            executor.shutdown(wait=not stopped)
+        bar.close()
+        for d in rundirs:
+            shutil.rmtree(d, ignore_errors=True)
+        if stopped:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous)
+        record_timings(ran, profile + ("+rehearse" if rehearse else ""))
 
 
 def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str = DEFAULT_PROFILE,
