@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from covbook.book import runner
+from covbook.book import plan, runner
 from covbook.book.config import Paths
 from covbook.book.lock import tree_lock
 from helpers import COVBOOK, alive, covbook, kernel_of, make_notebook, wait_for, with_read_only
@@ -53,7 +53,7 @@ def _trained(project: Path, name: str = "01_alpha") -> str:
 def test_a_checkpoint_is_keyed_on_the_code_and_force_retrains(project, monkeypatch):
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(TRAINER))
     paths = Paths(project)
-    monkeypatch.setattr(runner, "notebook_science", lambda path: "science-A")
+    monkeypatch.setattr(plan, "notebook_science", lambda path: "science-A")
     runner.run_notebooks(paths, ["01"], profile="smoke", progress=False)
     assert _trained(project) == "trained"
     (_gen(project) / "01_alpha.ipynb").unlink()  # lose the notebook, keep the checkpoint: resumed
@@ -61,7 +61,7 @@ def test_a_checkpoint_is_keyed_on_the_code_and_force_retrains(project, monkeypat
     assert _trained(project) == "resumed"
     runner.run_notebooks(paths, ["01"], profile="smoke", progress=False, force=True)
     assert _trained(project) == "trained"  # --force retrains
-    monkeypatch.setattr(runner, "notebook_science", lambda path: "science-B")  # e.g. lr_at edited to return 0
+    monkeypatch.setattr(plan, "notebook_science", lambda path: "science-B")  # e.g. lr_at edited to return 0
     [r] = runner.run_notebooks(paths, ["01"], profile="smoke", progress=False)
     assert r.status == "ok" and _trained(project) == "trained"
     assert len(list((paths.checkpoints / "01_alpha").iterdir())) == 1  # the old key's checkpoint is gone

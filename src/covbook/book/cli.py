@@ -39,10 +39,6 @@ from covbook.book.config import (
 
 __all__ = ["main", "parser"]
 
-#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
-LOCAL_WORKERS_PER_CPU = 4
-
-
 def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
 
@@ -66,25 +62,13 @@ def _seed(text: str) -> int:
 
 
 def _cluster_spec(text: str) -> str:
-    """An argparse ``type`` for ``--cluster``: ``local:N`` with 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this
-    machine's CPUs, or an address whose port (when given) is in 1-65535; the scheme and the scheduler file are
-    checked by :func:`covbook.book.distributed.parse_cluster`."""
-    if text.startswith("local:"):
-        n, most = text.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
-        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
-            raise argparse.ArgumentTypeError(
-                f"local:N needs a number of worker processes from 1 to {most} ({LOCAL_WORKERS_PER_CPU} per CPU of "
-                f"this machine; for more, start a `dask scheduler` and workers and pass tcp://HOST:PORT), got {text!r}")
-    elif "://" in text:
-        from urllib.parse import urlsplit
+    """An argparse ``type`` for ``--cluster``: :func:`covbook.book.distributed.parse_cluster` accepts it."""
+    from covbook.book.distributed import parse_cluster
 
-        try:
-            host, port = urlsplit(text).hostname, urlsplit(text).port
-        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
-            host, port = None, None
-        if not host or (port is not None and not 1 <= port <= 65535):
-            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535, "
-                                             f"got {text!r}")
+    try:
+        parse_cluster(text)
+    except UsageError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--cluster: ").removeprefix("--cluster ")) from None
     return text
 
 
@@ -194,9 +178,8 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
     if cluster and getattr(args, "cluster", None) is not None:
         if args.jobs is not None:
             raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
-        from covbook.book.distributed import open_cluster, parse_cluster
+        from covbook.book.distributed import open_cluster
 
-        parse_cluster(args.cluster)
         engine = open_cluster(args.cluster)
     command = "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
     try:

@@ -17,20 +17,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from covbook.book.config import DEVICES, UsageError
-from covbook.book.runner import run_job, run_trees
+from covbook.book.config import UsageError
+from covbook.book.runner import run_job
 
-__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "run_trees", "ALLOWED_FAILURES"]
+__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "ALLOWED_FAILURES"]
 
 EXTRA = "pip install -e '.[cluster]'"
 ALLOWED_FAILURES = 3  # worker deaths a job survives on a local cluster before it is reported failed
 CONNECT_TIMEOUT_S = 20
 SCHEMES = ("tcp", "tls", "ws", "wss")
+LOCAL_WORKERS_PER_CPU = 4  # ``local:N`` starts N worker processes on this machine: at most this many per CPU
 
 
 def parse_cluster(spec: str) -> tuple[str, object]:
     """``("local", N)``, ``("address", "tcp://...")`` or ``("file", Path)``; a :class:`UsageError` otherwise.
+
+    ``local:N`` takes 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this machine's CPUs; an address a port in 1-65535.
 
     Examples
     --------
@@ -39,24 +43,30 @@ def parse_cluster(spec: str) -> tuple[str, object]:
     >>> parse_cluster("tcp://10.0.0.1:8786")
     ('address', 'tcp://10.0.0.1:8786')
     """
-    expected = ("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
-                f"or a scheduler file PATH.json; got {spec!r}")
     if spec.startswith("local:"):
-        n = spec.removeprefix("local:")
-        if not n.isdigit() or int(n) < 1:
-            raise UsageError(expected)
+        n, most = spec.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
+        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
+            raise UsageError(f"--cluster local:N needs a number of worker processes from 1 to {most} "
+                             f"({LOCAL_WORKERS_PER_CPU} per CPU of this machine; for more, start a `dask scheduler` "
+                             f"and workers and pass tcp://HOST:PORT), got {spec!r}")
         return "local", int(n)
     if "://" in spec:
-        scheme, rest = spec.split("://", 1)
-        if scheme not in SCHEMES or not rest:
-            raise UsageError(expected)
+        try:
+            url = urlsplit(spec)
+            ok = url.scheme in SCHEMES and url.hostname and (url.port is None or 1 <= url.port <= 65535)
+        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
+            ok = False
+        if not ok:
+            raise UsageError(f"--cluster: a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535 "
+                             f"(SCHEME: {', '.join(SCHEMES)}), got {spec!r}")
         return "address", spec
     if spec.endswith(".json"):
         if not Path(spec).is_file():
             raise UsageError(f"--cluster: no scheduler file {spec} (start one with "
                              f"`dask scheduler --scheduler-file {spec}`)")
         return "file", Path(spec)
-    raise UsageError(expected)
+    raise UsageError("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
+                     f"or a scheduler file PATH.json; got {spec!r}")
 
 
 @contextmanager
@@ -189,8 +199,6 @@ class Cluster:
         """``auto`` resolved where the notebooks run: on a worker (waits for one)."""
         from covbook.book.cache import resolve_device
 
-        if device not in DEVICES:
-            raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
         if device == "cpu":
             return "cpu"
         self.client.wait_for_workers(1)

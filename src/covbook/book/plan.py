@@ -29,7 +29,6 @@ from covbook.book.config import (
     resolve_parameters,
     select,
 )
-from covbook.book.records import read_run
 
 __all__ = ["Job", "plan_jobs", "check_cells", "record_timings", "work_of", "estimate", "expected_seconds", "print_plan",
            "limit_for", "DEFAULT_LIMITS",
@@ -41,7 +40,8 @@ DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
-UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
+#: a measured run that cannot be used is skipped
+UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
 
 
 @dataclass
@@ -123,43 +123,21 @@ def work_of(expr: str, params: dict) -> float:
     return float(value)
 
 
-def _merged_timings(paths: Paths) -> dict:
-    """``name -> device -> profile -> (timing, source)``: the shipped calibrations overlaid with this machine's
-    (source ``None``)."""
-    merged: dict = {}
+def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
+    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first: the shipped
+    calibrations overlaid with this machine's ``.covbook/timings.json``; the label names the profile and the shipped
+    calibration it comes from (``full, nvidia-h200``)."""
+    found: dict[str, tuple[float, float, str]] = {}
     shipped = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
     for f in [*shipped, paths.timings]:
         try:
-            data = read_json(f, dict) if f.is_file() else {}
-        except DamagedFile:
+            runs = (read_json(f, dict) if f.is_file() else {}).get(name, {}).get(device, {})
+        except (DamagedFile, AttributeError):
             continue
-        for name, devices in data.items():
-            for dev, runs in devices.items() if isinstance(devices, dict) else ():
-                if isinstance(runs, dict):
-                    merged.setdefault(name, {}).setdefault(dev, {}).update(
-                        {k: (v, f.stem if f != paths.timings else None) for k, v in runs.items()
-                         if isinstance(v, dict)})
-    return merged
-
-
-def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
-    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first; the label
-    names the profile and the shipped calibration it comes from (``full, nvidia-h200``)."""
-    found: dict[str, tuple[float, float, str]] = {}
-    for key, (t, source) in _merged_timings(paths).get(name, {}).get(device, {}).items():
-        with contextlib.suppress(*UNREADABLE):
-            found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
-                          key + (f", {source}" if source else ""))
-    try:
-        rec = read_run(paths.runs / f"{name}.json")
-    except (OSError, DamagedFile):
-        rec = None
-    if rec is not None and rec.ok and rec.device_used.startswith(device):
-        params = {**defaults, **rec.parameters}
-        key = str(params.get("profile")) + ("+rehearse" if rec.rehearsal else "")
-        if key not in found:
+        for key, t in runs.items() if isinstance(runs, dict) else ():
             with contextlib.suppress(*UNREADABLE):
-                found[key] = (work_of(expr, params), float(rec["seconds"]), key)
+                found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
+                              key + (f", {f.stem}" if f != paths.timings else ""))
     return sorted(found.values())
 
 

@@ -424,41 +424,40 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev,
                        force=force) for p, seed in trees]
-    # (tree, notebook) -> its place in the notebooks' order, the order of the Results
-    rank = {key: k for k, key in enumerate((i, job.name) for i, plan in enumerate(plans) for job in plan)}
+    order = [(i, job) for i, plan in enumerate(plans) for job in plan]  # the order of the Results
+    done: dict[tuple[int, str], Result] = {}
+    todo = sorted([(i, job) for i, job in order if not job.cached],  # longest first (LPT), unknown first; stable
+                  key=lambda t: -math.inf if t[1].expected is None else -t[1].expected)
+    run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    rundirs = [paths.tmp / run_id for paths, _ in trees]
+    pending: dict = {}  # future -> (tree, plan.Job)
+    executor = stop = None
+    stopped, previous = False, signal.getsignal(signal.SIGTERM)
+    bar = tqdm(total=len(order), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
+               unit="nb", disable=not progress, file=sys.stderr)
+
+    def finished(i: int, name: str, r: Result) -> None:
+        done[i, name] = r
+        cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
+        text = "cached  " if r.status == "cached" else f"{'ok    ' if r.status == 'ok' else 'FAILED'}  "
+        bar.write(f"  {text}{label(i, name)}" + ("" if r.status == "cached" else f"  {r.seconds:6.1f} s{cpu}")
+                  + (f"\n          {r.error}" if r.error else ""))
+        bar.update(1)
 
     def label(i: int, name: str) -> str:
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
 
-    results: list[tuple[int, Result]] = []
-    todo: list = []  # (tree, plan.Job)
-    for i, ((paths, _), plan) in enumerate(zip(trees, plans)):
-        clean_stale(paths)
-        for job in plan:
-            if job.cached:
-                results.append((i, Result(job.name, "cached", 0.0)))
-                _forget_failure(paths, job.name)  # a failure under this key no longer applies
-            else:
-                todo.append((i, job))
-    # longest first (LPT), unknown first; stable
-    todo.sort(key=lambda t: -math.inf if t[1].expected is None else -t[1].expected)
-    run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    rundirs = [paths.tmp / run_id for paths, _ in trees]
-    pending: dict = {}  # future -> (tree, plan.Job)
-    ran: list = []  # (tree's Paths, plan.Job, Result) of the jobs that ran: the plan's calibration
-    executor = stop = None
-    stopped, previous = False, signal.getsignal(signal.SIGTERM)
-    bar = tqdm(total=len(rank), desc=f"notebooks ({profile}{', ' + engine.label if engine.label else ''})",
-               unit="nb", disable=not progress, file=sys.stderr)
     try:
-        for i, r in results:
-            bar.write(f"  cached  {label(i, r.name)}")
-            bar.update(1)
+        for paths, _ in trees:
+            clean_stale(paths)
+        for i, job in order:
+            if job.cached:
+                _forget_failure(trees[i][0], job.name)  # a failure under this key no longer applies
+                finished(i, job.name, Result(job.name, "cached", 0.0))
         if todo:
             for d in rundirs:
                 d.mkdir(parents=True, exist_ok=True)
-            stop = engine.stop_signal(run_id)
-            executor = engine.executor(len(todo))
+            stop, executor = engine.stop_signal(run_id), engine.executor(len(todo))
         for i, job in todo:
             paths = trees[i][0]
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
@@ -467,21 +466,11 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                        "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
             pending[engine.submit(executor, payload, stop)] = (i, job)
         while pending:
-            done, _ = cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)
-            for fut in done:
+            for fut in cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)[0]:
                 i, job = pending.pop(fut)
-                r = commit_job(fut, trees[i][0], job.name) or Result(
-                    job.name, "failed", 0.0, "stopped on its worker before it finished")
-                results.append((i, r))
-                ran.append((trees[i][0], job, r))
-                cpu = f"  (CPU {r.cpu_seconds:6.1f} s)" if r.cpu_seconds is not None else ""
-                bar.write(f"  {'ok    ' if r.status == 'ok' else 'FAILED'}  {label(i, r.name)}  {r.seconds:6.1f} s"
-                          f"{cpu}" + (f"\n          {r.error}" if r.error else ""))
-                bar.update(1)
-        per_tree: list[list[Result]] = [[] for _ in trees]
-        for i, r in sorted(results, key=lambda x: rank[x[0], x[1].name]):
-            per_tree[i].append(r)
-        return per_tree
+                finished(i, job.name, commit_job(fut, trees[i][0], job.name)
+                         or Result(job.name, "failed", 0.0, "stopped on its worker before it finished"))
+        return [[done[i, job.name] for job in plan] for i, plan in enumerate(plans)]
     except BaseException as error:  # Ctrl-C, SIGTERM, or an error here (a full disk): the jobs stop too
         interrupted, term, stopped = isinstance(error, KeyboardInterrupt), isinstance(error, Terminated), True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -494,15 +483,12 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         for fut, (i, job) in list(pending.items()) if interrupted else []:
             r = commit_job(fut, trees[i][0], job.name) if fut.done() and not fut.cancelled() else None
             if r is not None:
-                results.append((i, r))
-                ran.append((trees[i][0], job, r))
-                del pending[fut]
+                done[i, job.name] = r
         if not interrupted:
             raise
-        unfinished = sorted(((i, j.name) for i, j in pending.values()), key=rank.__getitem__)
-        raise Interrupted([r for _, r in sorted(results, key=lambda x: rank[x[0], x[1].name])],
-                          [label(i, n) for i, n in unfinished], 143 if term else 130,
-                          "stopped by SIGTERM" if term else "interrupted") from None
+        raise Interrupted([done[i, job.name] for i, job in order if (i, job.name) in done],
+                          [label(i, job.name) for i, job in order if (i, job.name) not in done],
+                          143 if term else 130, "stopped by SIGTERM" if term else "interrupted") from None
     finally:  # after a stop: not waiting for the executor's workers, signals back as they were
         if executor is not None:
             executor.shutdown(wait=not stopped)
@@ -512,7 +498,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         if stopped:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
-        record_timings(ran, profile + ("+rehearse" if rehearse else ""))
+        record_timings([(trees[i][0], job, done[i, job.name]) for i, job in order if (i, job.name) in done],
+                       profile + ("+rehearse" if rehearse else ""))
 
 
 def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str = DEFAULT_PROFILE,
