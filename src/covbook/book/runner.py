@@ -144,13 +144,15 @@ def _cpu_seconds() -> float:
 
 def execute(job: dict) -> dict:
     """Execute one notebook with papermill into ``job["dir"]`` (its notebook and claims); returns ``error``
-    (``None`` when it ran whole and recorded its claims) and ``device_used``."""
+    (``None`` when it ran whole and recorded its claims), ``device_used`` and ``cpu_seconds`` (its kernel's, and
+    this process's after its imports)."""
     import jupytext
     import nbformat
     import papermill as pm
 
     from covbook.claims import CLAIMS_FILE_ENV, NOTEBOOK_ENV, RULES_FILE_ENV
 
+    cpu = _cpu_seconds()
     paths, name, folder = Paths(Path(job["root"])), job["name"], Path(job["dir"])
     nb_file, claims_file = folder / f"{name}.ipynb", folder / f"{name}.claims.json"
     os.environ.update({CLAIMS_FILE_ENV: str(claims_file), NOTEBOOK_ENV: name,
@@ -185,7 +187,7 @@ def execute(job: dict) -> dict:
             error = f"the kernel died in {_running_cell(nb_file)} ({err}; out of memory, or a crash in native code)"
         else:
             error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
-    return {"error": error, "device_used": _device_name(job["device"])}
+    return {"error": error, "device_used": _device_name(job["device"]), "cpu_seconds": _cpu_seconds() - cpu}
 
 
 def _kill_kernel(signum: int, frame: object) -> None:
@@ -202,14 +204,12 @@ def _kill_kernel(signum: int, frame: object) -> None:
 def _child(job_file: str) -> int:
     """The notebook's process: run the job in ``job_file``, write its outcome next to it; it dies with the thread
     that waits for it (Linux), and its kernel a second later (ipykernel watches its parent)."""
-    cpu = _cpu_seconds()
     die_with_parent()
     job = read_json(job_file, dict)
     if os.getppid() != job["parent"]:  # the parent died before it could be watched
         return 1
     signal.signal(signal.SIGTERM, _kill_kernel)
-    outcome = execute(job)
-    write_json_atomic(Path(job_file).with_name("outcome.json"), {**outcome, "cpu_seconds": _cpu_seconds() - cpu})
+    write_json_atomic(Path(job_file).with_name("outcome.json"), execute(job))
     return 0
 
 
