@@ -47,7 +47,7 @@ UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
 @dataclass
 class Job:
     """One notebook to run: name, source, parameters, cache key, resolved device (cpu | cuda), parameters cell,
-    whether its outputs are current, its estimated seconds."""
+    whether its outputs are current, its estimated seconds and its time limit."""
 
     name: str
     path: Path
@@ -57,10 +57,11 @@ class Job:
     defaults: dict = field(default_factory=dict)
     cached: bool = False
     expected: float | None = None
+    limit: float | None = None
 
 
 def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
-              resolved_device: str | None = None, force: bool = False) -> list[Job]:
+              resolved_device: str | None = None, force: bool = False, timeout: float | None = None) -> list[Job]:
     """Resolve notebooks, parameters, cache keys, whether each is cached (never with ``force``) and its estimate;
     every usage error is raised here, before any kernel."""
     chosen = select(paths, names)
@@ -80,6 +81,7 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
         job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
         job.cached = not force and is_cached(paths, name, job.digest)
         job.expected = None if job.cached else expected_seconds(paths, job)
+        job.limit = float(timeout) if timeout else limit_for(job.expected, profile)
         jobs.append(job)
     return jobs
 

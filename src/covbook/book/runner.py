@@ -419,11 +419,11 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     """
     from tqdm import tqdm
 
-    from covbook.book.plan import limit_for, plan_jobs, record_timings
+    from covbook.book.plan import plan_jobs, record_timings
 
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev,
-                       force=force) for p, seed in trees]
+                       force=force, timeout=timeout) for p, seed in trees]
     order = [(i, job) for i, plan in enumerate(plans) for job in plan]  # the order of the Results
     done: dict[tuple[int, str], Result] = {}
     todo = sorted([(i, job) for i, job in order if not job.cached],  # longest first (LPT), unknown first; stable
@@ -462,7 +462,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
             paths = trees[i][0]
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force,
-                       "timeout": float(timeout) if timeout else limit_for(job.expected, profile),
+                       "timeout": job.limit,
                        "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
             pending[engine.submit(executor, payload, stop)] = (i, job)
         while pending:
