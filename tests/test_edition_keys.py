@@ -23,8 +23,8 @@ def test_a_stored_run_is_keyed_as_the_books_own_runs_are(project):
     """One key (issue 49): the stored run's key is the runner's, with the device and environment its record names;
     the notebook's text (prose too), its parameters at the stored profile and the environment change it."""
     from covbook.book.cache import environment
+    from covbook.book.plan import plan_jobs
     from covbook.book.records import RunRecord
-    from covbook.book.runner import plan_jobs
 
     paths = Paths(project)
     job = plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0, resolved_device="cpu")[0]

@@ -249,8 +249,9 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     bad parameters) is raised before any kernel; a chapter cached there is not run again unless ``force``."""
     from covbook.book.cache import environment, resolve_device
     from covbook.book.lock import tree_lock
+    from covbook.book.plan import plan_jobs
     from covbook.book.provenance import git_commit
-    from covbook.book.runner import Interrupted, plan_jobs, run_notebooks
+    from covbook.book.runner import Interrupted, run_notebooks
 
     names = names or list(discover(paths))
     other = {n: s.profile for n, s in status(paths).items() if s.profile not in (None, profile)}
@@ -263,9 +264,9 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     scratch = _scratch(paths, profile)
     plan_jobs(scratch, names, profile=profile, device=device, seed=seed, resolved_device=dev)
     try:
-        with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
+        with tree_lock(scratch.lock, f"covbook edition {profile}"):
             results = run_notebooks(scratch, names, profile=profile, device=device, seed=seed, jobs=jobs,
-                                    force=force, progress=progress, timeout=timeout, lock_fd=held.fd)
+                                    force=force, progress=progress, timeout=timeout)
     except Interrupted as stop:  # Ctrl-C, SIGTERM: what finished is stored
         store(paths, scratch, stop.results, profile, provenance)
         raise

@@ -125,15 +125,13 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
 
     On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
     """
-    from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
+    from covbook.book.runner import run_notebooks, run_trees  # the execution machinery, only when a sweep runs
 
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     failed: dict[str, list[int]] = {}
     if cluster is not None:
-        from covbook.book.distributed import run_trees
-
         start = time.perf_counter()
         trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
         by_seed = dict(zip(seeds, run_trees(cluster, trees, chosen, profile=profile, device=device, force=force,
