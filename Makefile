@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.covbook-installed
 STAGE  := $(PYTHON) .ci/stage.py
 stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
-.PHONY: setup book pdf test unit notebooks-smoke lint format bench bench-sweep clean distclean
+.PHONY: setup book pdf test unit notebooks-smoke lint lint-notebooks format bench bench-sweep clean distclean
 
 setup: $(STAMP)
 
@@ -22,7 +22,7 @@ setup: $(STAMP)
 # `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
 # build (several GB); for the CPU build pass PyTorch's CPU index,
 #   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# (this project's machines hold a CPU wheel on local disk, so there the default gets the CPU build).
+# (or a CPU wheel in a PIP_FIND_LINKS folder).
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 TORCH_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
@@ -57,7 +57,7 @@ test:
 	@$(STAGE) --reset
 	$(call stage,setup,$(MAKE) --no-print-directory setup)
 	$(call stage,ruff,$(BIN)/ruff check src tests benchmarks studies)
-	$(call stage,nblint,$(BIN)/python -m covbook.book.nblint)
+	$(call stage,lint-notebooks,$(MAKE) --no-print-directory lint-notebooks)
 	$(call stage,actionlint,$(BIN)/actionlint)
 	$(call stage,tests,$(BIN)/python -m pytest -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup)
 	@$(STAGE) --summary
@@ -69,12 +69,25 @@ unit: setup
 # ruff on src, tests, benchmarks (line length 120) and on the notebooks' code cells (88: the book's page width)
 lint: setup
 	$(BIN)/ruff check src tests benchmarks studies
-	$(BIN)/python -m covbook.book.nblint
+	@$(MAKE) --no-print-directory lint-notebooks
 	$(BIN)/actionlint
 
-# ruff format + ruff check --fix on the notebooks' code cells, written back into notebooks/NN_*.md
+# the chapters as jupytext reads them, copied as .ipynb to a folder under .covbook/, where ruff's notebook mode
+# (a cell's trailing `;` kept, imports atop any cell) checks that the code is formatted (the diff), then formats
+# the copies and lints them: what is left after `make format`
+NB = --line-length 88
+lint-notebooks:
+	@mkdir -p .covbook; d=$$(mktemp -d .covbook/lint-notebooks.XXXXXX) && trap 'rm -rf "$$d"' EXIT && \
+	$(BIN)/jupytext --quiet --to "../$$d//ipynb" notebooks/[0-9][0-9]_*.md && \
+	{ $(BIN)/ruff format $(NB) --quiet --diff "$$d"/*.ipynb; f=$$?; $(BIN)/ruff format $(NB) --quiet "$$d"/*.ipynb && \
+	  $(BIN)/ruff check $(NB) --quiet --output-format concise "$$d"/*.ipynb && [ $$f -eq 0 ]; }
+
+# ruff check --fix + ruff format on the notebooks' code cells, written back into notebooks/NN_*.md by jupytext
+# (in its form of the cells' YAML metadata), then what is left to fix by hand
 format: setup
-	$(BIN)/python -m covbook.book.nblint --fix
+	$(BIN)/jupytext --quiet --pipe-fmt ipynb --pipe "$(BIN)/ruff check $(NB) --fix --exit-zero --silent {}" \
+		--pipe "$(BIN)/ruff format $(NB) --quiet {}" notebooks/[0-9][0-9]_*.md
+	@$(MAKE) --no-print-directory lint-notebooks
 
 bench: setup
 	$(BIN)/python benchmarks/bench_attention.py

@@ -1,4 +1,4 @@
-"""Chapter 8's slope claims: which statistic's t ratio follows its Student-t law (the rules' history).
+"""Chapter 8's slope claims: which statistic's t ratio follows its Student-t law.
 
 Redraws a smoke-profile model of chapter 8 (Experiment 1's Gaussian attention-only model, or
 Experiment 3's discrete attention-only one) ``--redraws`` times with ``--streams`` paired streams,
@@ -6,11 +6,11 @@ pools the pairs' squared gaps at every depth, then resamples ``--sets`` sets of 
 and reports, per depth, how often |z| exceeds the window's quantile k (Student-t, 15 dof, at the
 book's level) for
 
-* the slope of the mean gap over the pairs with a bootstrap SE over the pairs (the old statistic);
+* the slope of the mean gap over the pairs with a bootstrap SE over the pairs;
 * the mean over the pairs of each pair's log-log slope with its Student-t SE (``stats.mean_loglog_slope``),
 
 z being centred on the statistic's value over the whole pool.  Numbers in
-``notebooks/rules/08_depth_collapse.yml`` (stop 36) came from::
+``notebooks/rules/08_depth_collapse.yml`` come from::
 
     python studies/slope_statistic_08.py --seed 1452 --model gauss --redraws 400 --sets 20000
     python studies/slope_statistic_08.py --seed 1458 --model dattn --redraws 400 --sets 10000

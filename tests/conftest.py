@@ -118,15 +118,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr.section("where the time went (wall under the current load; CPU = user + system)")
     for what, _, wall, cpu, _ in steps:
         tr.write_line(f"{what:<32} {wall:8.1f} s wall {cpu:8.1f} s CPU")
-    phases = ("kernel", "setup", "science", "figures", "claims")
     for what, root, _, _, started in steps:
         runs = sorted((root / "book" / "generated" / "runs").glob("*.json"))
         if "build" in what or not runs:
             continue
         tr.write_line("")
-        tr.write_line(f"{what}: per notebook (cached: served from an earlier run; phases: wall s by cell kind)")
-        head = " ".join(f"{p:>7}" for p in phases)
-        tr.write_line(f"{'notebook':<36} {'status':<8} {'wall s':>7} {'CPU s':>7}  {head}")
+        tr.write_line(f"{what}: per notebook (cached: served from an earlier run)")
+        tr.write_line(f"{'notebook':<36} {'status':<8} {'wall s':>7} {'CPU s':>7}")
         totals = [0.0, 0.0]
         for f in runs:
             try:
@@ -139,10 +137,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             if fresh:
                 totals[0] += meta.get("seconds", 0.0)
                 totals[1] += cpu or 0.0
-            ph = meta.get("phases") or {}
             tr.write_line(f"{f.stem:<36} {status:<8} {meta.get('seconds', float('nan')):7.1f} "
-                          f"{cpu if cpu is not None else float('nan'):7.1f}  "
-                          + " ".join(f"{ph.get(p, float('nan')):7.1f}" for p in phases))
+                          f"{cpu if cpu is not None else float('nan'):7.1f}")
         tr.write_line(f"{'executed in this session':<36} {'':<8} {totals[0]:7.1f} {totals[1]:7.1f}")
     reports = [r for r in tr.stats.get("passed", []) + tr.stats.get("failed", []) if r.when == "call"]
     slow = sorted(reports, key=lambda r: r.duration, reverse=True)[:5]

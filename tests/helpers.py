@@ -215,3 +215,46 @@ def wait_for(pred, timeout: float = 120.0) -> None:
         if time.monotonic() > end:
             raise AssertionError("timed out waiting")
         time.sleep(0.2)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def kernel_of(covbook_pid: int, name: str) -> tuple[int, int] | None:
+    """``(notebook process, kernel)`` of notebook ``name`` run by the covbook process ``covbook_pid``, once both
+    run; else ``None``."""
+    for pid in descendants(covbook_pid):
+        if "covbook.book.runner" in cmdline(pid) and name in cmdline(pid):
+            kernels = [k for k in descendants(pid) if "ipykernel" in cmdline(k)]
+            if kernels:
+                return pid, kernels[0]
+    return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; a zombie (dead, not yet reaped) does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -59,7 +59,7 @@ def test_editing_a_module_re_keys_only_the_notebooks_that_import_it(tmp_path):
     assert cache.notebook_science(b, pkg) != before[1]
     (pkg / "b.py").write_text("def g():\n    return 10\n")  # reached by a only through a function body
     assert cache.notebook_science(a, pkg) != before[0]
-    # a comment or docstring changes no key (the syntax tree without docstrings, as before)
+    # a comment or docstring changes no key (the key hashes the syntax tree without docstrings)
     after = cache.notebook_science(b, pkg)
     (pkg / "c.py").write_text('"""Doc."""\n# note\nX = 20\n')
     assert cache.notebook_science(b, pkg) == after

@@ -49,7 +49,7 @@ def test_parse_cluster_accepts_the_three_spellings(tmp_path):
     assert parse_cluster("local:3") == ("local", 3)
     assert parse_cluster("tls://node7:8786") == ("address", "tls://node7:8786")
     f = tmp_path / "scheduler.json"
-    f.write_text("{}")
+    f.write_text('{"address": "tcp://node7:8786"}')
     assert parse_cluster(str(f)) == ("file", f)
 
 

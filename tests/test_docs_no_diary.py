@@ -1,15 +1,21 @@
-"""No measurement diary in the documents, chapters and rules: history lives in git.
+"""No measurement diary in tracked text: history lives in git.
 
 The documents a person reads (README, CONTRIBUTING, ARCHITECTURE, the Makefile's comments, the chapters,
 the rules files and the book's own pages) say what the book is and how it works. A commit hash, a date, a
 load average or a development step ("stop 35") is a diary line: the numbers a machine measures are
 rendered by the build from run records, and how a rule or a chapter came to be is in git's log.
-CITATION.cff (its release date) and the bibliography's references are exempt.
+
+Every tracked text file (``git ls-files``: code, tests, templates, workflows, data) is held to the marks that
+are a diary wherever they stand (a commit hash, a date, a load average, a development step); the process
+words ("audit", "changed after") only in the documents, since code names what it checks and what changed
+after a run in the same words. :data:`ALLOWED` lists the files that hold such marks by their nature.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -18,15 +24,25 @@ from covbook.rules import parse_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# a word of 7-40 hex digits with at least one letter (what `git log --oneline` prints), except English words
-_HASH = re.compile(r"(?<![0-9A-Za-z_#./-])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
-_WORDS = frozenset({"acceded", "defaced", "effaced", "deadbeef"})
-_DATE = re.compile(r"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b")
-_LOAD = re.compile(r"\bload average", re.IGNORECASE)
+# a word of 7-40 hex digits with at least one letter (what `git log --oneline` prints), except English words and
+# the tests' made-up commit; not after `@`, a pinned reference (a workflow's `uses: owner/action@<sha>`)
+_HASH = re.compile(r"(?<![0-9A-Za-z_#./@-])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
+_WORDS = frozenset({"acceded", "defaced", "effaced", "deadbeef", "abc1234"})
+_DATE = re.compile(r"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?:\b|(?=T\d))")  # and ISO times
+_LOAD = re.compile(r"\bload average (?:of |was |at |≈ ?|~ ?)?\d", re.IGNORECASE)  # a measured one: code may name it
 _STOP = re.compile(r"\bstops? \d+", re.IGNORECASE)
 _PROCESS = re.compile(r"\b(?:audit(?:ed|s)?|re-kinded|changed after)\b", re.IGNORECASE)
 PATTERNS = {"a commit hash": _HASH, "a date": _DATE, "a load average": _LOAD, "a development step": _STOP,
             "a process word": _PROCESS}
+
+#: a record's time stamp or commit as the value of its field is machine data (run records, timings, the sweeps'
+#: book/calibration.json, and the tests' stand-ins for them), never a diary line
+_FIELD = re.compile(r'"(?:commit|rules_commit|date|when|made|finished)": "[^"\n]*"')
+#: tracked files that hold such marks by their nature
+ALLOWED = {
+    "CITATION.cff": "the release date the citation format asks for",
+    "tests/test_docs_no_diary.py": "this test's own examples of each mark",
+}
 
 
 def _documents() -> list[str]:
@@ -36,11 +52,38 @@ def _documents() -> list[str]:
     return files
 
 
-def diary_lines(text: str) -> list[str]:
+def _tracked_text() -> list[str]:
+    """Every file git tracks that is UTF-8 text, less :data:`ALLOWED`."""
+    done = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if done.returncode:
+        pytest.skip("not a git checkout")
+    names = []
+    for name in filter(None, done.stdout.decode("utf-8").split("\0")):
+        path = ROOT / name
+        if any(fnmatch(name, pattern) for pattern in ALLOWED) or not path.is_file():
+            continue
+        data = path.read_bytes()
+        try:
+            if b"\0" not in data:
+                data.decode("utf-8")
+                names.append(name)
+        except UnicodeDecodeError:
+            pass
+    return names
+
+
+def _text(name: str) -> str:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    if name == "Makefile":  # its comments only: a recipe may name what it needs
+        text = "\n".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
+    return text
+
+
+def diary_lines(text: str, patterns: dict[str, re.Pattern] = PATTERNS) -> list[str]:
     """Each line of ``text`` holding a diary mark, as ``"line N: <what> (<match>)"``."""
     found = []
-    for n, line in enumerate(text.splitlines(), 1):
-        for what, pattern in PATTERNS.items():
+    for n, line in enumerate(_FIELD.sub('""', text).splitlines(), 1):
+        for what, pattern in patterns.items():
             for m in pattern.finditer(line):
                 if m.group(0).lower() not in _WORDS:
                     found.append(f"line {n}: {what} ({m.group(0)!r})")
@@ -50,11 +93,21 @@ def diary_lines(text: str) -> list[str]:
 
 @pytest.mark.parametrize("name", _documents())
 def test_no_diary(name: str) -> None:
-    text = (ROOT / name).read_text(encoding="utf-8")
-    if name == "Makefile":  # its comments only: a recipe may name what it needs
-        text = "\n".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
-    found = diary_lines(text)
+    found = diary_lines(_text(name))
     assert not found, f"{name}: history belongs in git, measured numbers in run records:\n" + "\n".join(found)
+
+
+def test_no_diary_in_any_tracked_text() -> None:
+    marks = {what: p for what, p in PATTERNS.items() if what != "a process word"}
+    found = [f"{name}: {line}" for name in _tracked_text() for line in diary_lines(_text(name), marks)]
+    assert not found, "history belongs in git, measured numbers in run records:\n" + "\n".join(found)
+
+
+def test_the_tracked_text_is_found() -> None:
+    names = _tracked_text()
+    assert {"Makefile", "src/covbook/claims.py", "studies/slope_statistic_08.py", ".github/workflows/ci.yml",
+            "src/covbook/book/templates/reproduction.md.j2"} <= set(names)
+    assert "CITATION.cff" not in names and {"book/calibration.json", "book/favicon.svg"} <= set(names)
 
 
 def test_the_documents_are_found() -> None:
@@ -67,6 +120,7 @@ def test_the_documents_are_found() -> None:
     ("made at 93c20e0 the same afternoon", "a commit hash"),
     ("at beffafa and 4597019", "a commit hash"),
     ("measured on 2026-12-04", "a date"),
+    ("when: 2026-12-05T00:31:57+0000", "a date"),
     ("at a load average of 15", "a load average"),
     ("per_run since stop 35", "a development step"),
     ("re-kinded by the audit", "a process word"),
@@ -82,6 +136,9 @@ def test_diary_marks_are_found(line: str, what: str) -> None:
     "a decade, defaced, 1234567 tokens",  # short or English words of hex letters; digits alone
     "arXiv:2605.10466, 2026",
     "stop the run with Ctrl-C",
+    "print the load average before and after",
+    "uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1",
+    '"commit": "6a65014", "date": "2026-12-03", "when": "2026-12-05T00:31:57+0000"',  # a record's fields
 ])
 def test_ordinary_text_is_not_a_diary(line: str) -> None:
     assert diary_lines(line) == []

@@ -1,10 +1,10 @@
-"""The stored edition end to end on the CPU at smoke: stored, published, re-judged, a changed chapter pending.
+"""Stored larger runs end to end on the CPU at smoke: stored, published, re-judged, a changed chapter pending.
 
 ``covbook edition smoke`` runs a tiny project's two chapters in the edition's scratch tree and stores them
-in ``book/edition``; the published page of a current chapter is its stored run (SVG figures, a banner naming
-the run), ``covbook check`` re-judges the stored measurements against the current rules, and a chapter whose
-code changed after its stored run falls back to the book's own run, says its paper-scale run is pending, and
-is listed by ``covbook check``.
+in ``book/edition`` (a run folder laid out as ``book/generated``); the published page of a current chapter is
+its stored run (SVG figures, a banner naming the run), ``covbook check`` re-judges the stored measurements
+against the current rules, and a chapter whose notebook changed after its stored run falls back to the book's
+own run, says its stored run is pending, and is listed by ``covbook check``.
 """
 
 from __future__ import annotations
@@ -36,13 +36,12 @@ def stored(project):
 
 def test_the_edition_is_stored_with_its_provenance(stored):
     paths = Paths(stored)
-    manifest = edition.read_manifest(paths)
-    assert manifest["profile"] == "smoke" and manifest["device"] == "cpu" and manifest["seed"] == 0
-    assert {"torch", "cuda", "python", "numpy", "commit", "made"} <= set(manifest)
     for name in ("01_alpha", "02_beta"):
-        entry = manifest["notebooks"][name]
-        assert entry["status"] == "ok" and entry["science_key"] == edition.science_key(paths, name, "smoke")
-        for f in (f"{name}.ipynb", f"claims/{name}.json", f"runs/{name}.json"):
+        rec = json.loads((stored / "book" / "edition" / "runs" / f"{name}.json").read_text())
+        assert rec["status"] == "ok" and rec["parameters"]["profile"] == "smoke" and rec["key_device"] == "cpu"
+        assert {"torch", "numpy", "python"} <= set(rec["environment"]) and rec["commit"]
+        assert {"notebook", "claims"} == set(rec["outputs"])  # the digests check and build verify
+        for f in (f"{name}.ipynb", f"claims/{name}.json"):
             assert (stored / "book" / "edition" / f).is_file()
     nb = json.loads((stored / "book" / "edition" / "01_alpha.ipynb").read_text())
     kinds = {k for c in nb["cells"] for o in c.get("outputs", []) for k in o.get("data", {})}
@@ -54,7 +53,7 @@ def test_the_edition_is_stored_with_its_provenance(stored):
 def test_the_published_page_shows_the_stored_run_and_says_which(stored):
     paths = Paths(stored)
     own = json.loads((paths.generated / "02_beta.ipynb").read_text())
-    nb = edition.published_notebook(paths, "02_beta", own, commit="abc1234")
+    nb = edition.published_notebook(paths, "02_beta", own)
     stored_nb = json.loads((stored / "book" / "edition" / "02_beta.ipynb").read_text())
     texts = ["".join(c["source"]) for c in nb["cells"]]
     assert texts[0].lstrip().startswith("# Demo") and "shows its **smoke** run on cpu" in texts[1]
@@ -65,7 +64,8 @@ def test_the_published_page_shows_the_stored_run_and_says_which(stored):
     from covbook.book.report import write_report
 
     text = write_report(paths).read_text()
-    assert "## The stored edition" in text and "| 02_beta | current |" in text and "the smoke edition |" in text
+    assert "## Stored larger runs" in text and "| 02_beta | current | smoke |" in text
+    assert "the stored smoke run |" in text
     # the Sphinx hook makes the same page from the book's own notebook
     app = SimpleNamespace(srcdir=str(stored / "book"))
     source = [json.dumps(own)]
@@ -81,30 +81,27 @@ def test_check_rejudges_the_stored_edition_and_fails_on_a_failed_claim(stored):
     assert res.returncode == 1 and "edition (smoke): 02_beta: claim x_is_x failed" in res.stderr
 
 
-def test_a_chapter_whose_code_changed_is_pending_shown_from_the_books_run_and_listed_by_check(stored):
+def test_a_chapter_whose_notebook_changed_is_pending_shown_from_the_books_run_and_listed_by_check(stored):
     paths = Paths(stored)
     (stored / "notebooks" / "02_beta.md").write_text(make_notebook(
         "from covbook import claims\nclaims.measure('x_is_x', x + 0, prediction=x)", "x = 2"))
     st = edition.status(paths)
     assert st["02_beta"].state == "pending" and st["01_alpha"].current
     own = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Demo\n"}], "metadata": {}}
-    record = {"parameters": {"profile": "smoke"}, "device_used": "cpu", "finished": "2026-12-04T20:00:00+0000"}
-    nb = edition.published_notebook(paths, "02_beta", own, record, commit="abc1234")
+    record = {"parameters": {"profile": "smoke"}, "device_used": "cpu", "finished": "2026-12-04T20:00:00+0000",
+              "commit": "abc1234"}
+    nb = edition.published_notebook(paths, "02_beta", own, record)
     banner = "".join(nb["cells"][1]["source"])
-    assert "shows its **smoke** run on cpu, 2026-12-04T20:00:00+0000, commit abc1234" in banner
-    assert "paper-scale (smoke) run is pending" in banner and len(nb["cells"]) == 2
+    assert f"shows its **smoke** run on cpu, {record['finished']}, commit abc1234." in banner
+    assert "Its stored **smoke** run is pending" in banner and len(nb["cells"]) == 2
     res = covbook(stored, "run", "02", "--profile", "smoke", "--device", "cpu", "--no-progress")
     res = covbook(stored, "check")
-    assert "edition: 02_beta: its paper-scale run is pending" in res.stderr
-    # a prose edit is not a science change
-    text = (stored / "notebooks" / "01_alpha.md").read_text()
-    (stored / "notebooks" / "01_alpha.md").write_text(text.replace("# Demo", "# Demo, retitled"))
-    assert edition.status(paths)["01_alpha"].current
+    assert res.returncode == 0 and "edition: 02_beta: its stored smoke run is pending" in res.stderr
 
 
 def test_an_edition_of_another_profile_is_refused(stored):
-    with pytest.raises(UsageError, match="holds a smoke edition"):
-        edition.store(Paths(stored), Paths(stored), [], "full", 0, versions={})
+    with pytest.raises(UsageError, match="holds smoke runs"):
+        edition.make(Paths(stored), None, profile="full", device="cpu")
 
 
 MINI_CONFIG = """\
@@ -159,11 +156,15 @@ def test_the_built_page_follows_the_edition_and_is_read_again_when_it_changes(tm
                        "device_used": "cpu", "finished": "2026-12-04T20:00:00+0000"})
     nbformat.write(_mini_notebook("edition-run-output\n"), root / "book" / "edition" / "01_alpha.ipynb")
     paths = Paths(root)
-    write_json_atomic(root / "book" / "edition" / "edition.json", {
-        "profile": "full", "seed": 0, "device": "cuda (a GPU)", "torch": "2.x", "cuda": "13.0", "commit": "abc1234",
-        "made": "2026-12-04 20:00 UTC", "notebooks": {"01_alpha": {
-            "status": "ok", "science_key": edition.science_key(paths, "01_alpha", "full"), "seconds": 1.0,
-            "device_used": "cuda (a GPU)", "when": "2026-12-04T20:00:00+0000"}}})
+    from covbook.book.cache import file_digest
+    from covbook.book.records import RunRecord
+
+    rec = {"notebook": "01_alpha", "status": "ok", "parameters": {"profile": "full", "device": "cuda", "seed": 0},
+           "device_used": "cuda (a GPU)", "finished": "2026-12-04T20:00:00+0000", "commit": "abc1234",
+           "key_device": "cuda", "environment": {"torch": "2.x"},
+           "outputs": {"notebook": file_digest(root / "book" / "edition" / "01_alpha.ipynb")}}
+    rec["hash"] = edition.stored_key(paths, "01_alpha", RunRecord(rec))
+    write_json_atomic(root / "book" / "edition" / "runs" / "01_alpha.json", rec)
     jb = Path(sys.executable).with_name("jupyter-book")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(edition.__file__).parents[2]),
                                                         os.environ.get("PYTHONPATH", "")])}

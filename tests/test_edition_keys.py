@@ -1,15 +1,12 @@
-"""The edition's science key: what makes a chapter's results, in a form every Python reads alike (fast stage)."""
+"""The key of a stored run: the book's one cache key, code in a form every Python reads alike (fast stage)."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
-
 from covbook.book import edition
 from covbook.book.cache import portable
-from covbook.book.config import Paths, UsageError
-from helpers import make_notebook
+from covbook.book.config import Paths
 
 A = 'def f(x):\n    """Doc."""\n    # a comment\n    return x + 1\n'
 
@@ -22,20 +19,24 @@ def test_portable_source_ignores_comments_docstrings_and_formatting():
     assert portable("%timeit f(1)\n") == "%timeit f(1)\n"  # not Python: as it is
 
 
-def test_the_key_follows_code_and_parameters_not_prose(project):
+def test_a_stored_run_is_keyed_as_the_books_own_runs_are(project):
+    """One key (issue 49): the stored run's key is the runner's, with the device and environment its record names;
+    the notebook's text (prose too), its parameters at the stored profile and the environment change it."""
+    from covbook.book.cache import environment
+    from covbook.book.plan import plan_jobs
+    from covbook.book.records import RunRecord
+
     paths = Paths(project)
-    key = edition.science_key(paths, "01_alpha", "smoke")
-    assert key == edition.science_key(paths, "01_alpha", "smoke")
-    assert key != edition.science_key(paths, "01_alpha", "quick")  # smoke sets x: 3
+    job = plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0, resolved_device="cpu")[0]
+    rec = RunRecord({"parameters": job.params, "key_device": "cpu", "environment": environment(), "hash": job.digest})
+    assert edition.stored_key(paths, "01_alpha", rec) == job.digest
+    assert edition.stored_key(paths, "01_alpha", RunRecord({**rec, "environment": {"torch": "0.1"}})) != job.digest
     nb = project / "notebooks" / "01_alpha.md"
     nb.write_text(nb.read_text().replace("# Demo", "# Demo, with more prose"))
-    assert edition.science_key(paths, "01_alpha", "smoke") == key
-    nb.write_text(make_notebook("from covbook import claims\nclaims.measure('x_is_x', x, prediction=x)  # same"))
-    assert edition.science_key(paths, "01_alpha", "smoke") == key
-    nb.write_text(make_notebook("from covbook import claims\nclaims.measure('x_is_x', 2 * x, prediction=x)"))
-    assert edition.science_key(paths, "01_alpha", "smoke") != key
-    with pytest.raises(UsageError, match="unknown notebook"):
-        edition.science_key(paths, "09_gone", "smoke")
+    assert edition.stored_key(paths, "01_alpha", rec) != job.digest
+    nb.write_text(nb.read_text().replace("# Demo, with more prose", "# Demo"))
+    (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 4}\n")
+    assert edition.stored_key(paths, "01_alpha", rec) != job.digest
 
 
 def test_the_editions_run_times_join_this_machines_timings(tmp_path):

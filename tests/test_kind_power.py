@@ -114,8 +114,8 @@ def test_report_role_and_verdict_line_render_the_judged_kind(tmp_path):
             if "{claim-row}`08_x:" in line}
     assert "| compatible (an evidence rule without power here) |" in rows["wide"]
     assert "| evidence |" in rows["narrow"]
-    assert report.verdict_chip(wide) == "≈ compatible, cannot exclude t^(-1/2)"
-    assert report.verdict_chip(narrow) == "✓ pass"
+    assert rows["wide"].startswith("| ≈ compatible, cannot exclude t^(-1/2) |")
+    assert rows["narrow"].startswith("| ✓ pass |")
     assert "(compatible at profile quick, an evidence rule without power there, compatible)" in sphinx_claims._title(
         "s", wide)
     assert sphinx_claims._mark(wide).astext().strip() == "≈ compatible, cannot exclude t^(-1/2)"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from covbook.book import runner
+from covbook.book import plan, runner
 from covbook.book.config import Paths
-from covbook.book.lock import Busy, tree_lock
-from helpers import COVBOOK, covbook, make_notebook, wait_for, with_read_only
+from covbook.book.lock import tree_lock
+from helpers import COVBOOK, alive, covbook, kernel_of, make_notebook, wait_for, with_read_only
 
 pytestmark = pytest.mark.notebooks
 
@@ -53,7 +53,7 @@ def _trained(project: Path, name: str = "01_alpha") -> str:
 def test_a_checkpoint_is_keyed_on_the_code_and_force_retrains(project, monkeypatch):
     (project / "notebooks" / "01_alpha.md").write_text(make_notebook(TRAINER))
     paths = Paths(project)
-    monkeypatch.setattr(runner, "notebook_science", lambda path: "science-A")
+    monkeypatch.setattr(plan, "notebook_science", lambda path: "science-A")
     runner.run_notebooks(paths, ["01"], profile="smoke", progress=False)
     assert _trained(project) == "trained"
     (_gen(project) / "01_alpha.ipynb").unlink()  # lose the notebook, keep the checkpoint: resumed
@@ -61,7 +61,7 @@ def test_a_checkpoint_is_keyed_on_the_code_and_force_retrains(project, monkeypat
     assert _trained(project) == "resumed"
     runner.run_notebooks(paths, ["01"], profile="smoke", progress=False, force=True)
     assert _trained(project) == "trained"  # --force retrains
-    monkeypatch.setattr(runner, "notebook_science", lambda path: "science-B")  # e.g. lr_at edited to return 0
+    monkeypatch.setattr(plan, "notebook_science", lambda path: "science-B")  # e.g. lr_at edited to return 0
     [r] = runner.run_notebooks(paths, ["01"], profile="smoke", progress=False)
     assert r.status == "ok" and _trained(project) == "trained"
     assert len(list((paths.checkpoints / "01_alpha").iterdir())) == 1  # the old key's checkpoint is gone
@@ -70,17 +70,19 @@ def test_a_checkpoint_is_keyed_on_the_code_and_force_retrains(project, monkeypat
 # ----------------------------------------------------------------------------- outputs and their record
 
 
-def test_a_run_that_cannot_write_its_record_changes_nothing_and_serves_nothing(project):
-    """``book/generated/runs`` read-only: ``run 02 --seed 5`` fails and leaves the seed-0 outputs as they were."""
+def test_a_run_that_cannot_write_its_record_serves_nothing(project):
+    """``book/generated/runs`` read-only: ``run 02 --seed 5`` fails; its outputs are never served under the seed-0
+    record, and the next run makes the outputs whole again."""
     covbook(project, "run", "02", "--profile", "smoke", "--no-progress", check=True)
     before = _snapshot(project, "02_beta")
     res = with_read_only(project, [_gen(project) / "runs"], "run", "02", "--profile", "smoke", "--seed", "5",
                          "--no-progress")
     assert res.returncode == 1 and "could not write the outputs" in res.stderr, res.stderr
-    assert _snapshot(project, "02_beta") == before  # the last good outputs, whole
+    assert _snapshot(project, "02_beta")["runs/02_beta.json"] == before["runs/02_beta.json"]
+    assert "02_beta" in covbook(project, "check").stderr
     again = covbook(project, "run", "02", "--profile", "smoke", "--seed", "0", "--no-progress", check=True)
-    assert "1 cached" in again.stdout
-    assert json.loads(before["runs/02_beta.json"])["parameters"]["seed"] == 0
+    assert "1 executed" in again.stdout  # not served: the record names other files
+    assert "02_beta" not in covbook(project, "check").stderr
 
 
 def test_a_full_disk_keeps_the_last_good_outputs(project):
@@ -163,8 +165,8 @@ def test_sigterm_is_handled_like_ctrl_c(project):
     (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
     proc = _start(project, "run", "--profile", "smoke", "--no-progress")
     tmp = project / ".covbook" / "tmp"
-    wait_for(lambda: list(tmp.glob("*/02_beta.kernel.pid")))
-    kernel = int(next(tmp.glob("*/02_beta.kernel.pid")).read_text())
+    wait_for(lambda: kernel_of(proc.pid, "02_beta"))
+    child, kernel = kernel_of(proc.pid, "02_beta")
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)  # to covbook alone, as `timeout` or a CI runner sends it
     out, err = proc.communicate(timeout=60)
@@ -173,8 +175,7 @@ def test_sigterm_is_handled_like_ctrl_c(project):
     [line] = [ln for ln in err.splitlines() if "SIGTERM" in ln]
     assert "01_alpha (ok)" in line and "not finished: 02_beta" in line
     assert not list(tmp.glob("*"))
-    wait_for(lambda: not Path(f"/proc/{kernel}").exists() or "Z" in Path(f"/proc/{kernel}/stat").read_text()
-              .rsplit(")", 1)[1].split()[:1], timeout=5)
+    wait_for(lambda: not alive(kernel) and not alive(child), timeout=5)
     with tree_lock(Paths(project).lock, "next"):
         pass
 
@@ -207,28 +208,3 @@ def test_run_counts_the_claims_that_failed(project):
         "wrong: {kind: sanity, statement: one is two, window: tolerance, tolerance: 0.5}\n")
     res = covbook(project, "run", "--profile", "smoke", "--no-progress")
     assert "0 failed" in res.stdout and "1 of 2 claims failed" in res.stdout, res.stdout
-
-
-def test_a_job_s_process_holds_the_tree_until_it_exits(project):
-    """The local pool's job process is given the lock's file: while it runs (its covbook process killed, say) no
-    other command writes the tree; once it has stopped, the tree is free."""
-    (project / "notebooks" / "02_beta.md").write_text(make_notebook(SLEEPER))
-    paths = Paths(project)
-    [job] = runner.plan_jobs(paths, ["02"], profile="smoke", device="cpu", seed=0)
-    rundir, stop = paths.tmp / "run", runner.StopFile(str(paths.tmp / "stop"))
-    rundir.mkdir(parents=True)
-    with tree_lock(paths.lock, "covbook run") as held:
-        pool = runner.LocalPool(1, held.fd)
-        executor = pool.executor(paths)
-        fut = pool.submit(executor, {"name": job.name, "params": job.params, "digest": job.digest, "device": "cpu",
-                                     "root": str(project), "rundir": str(rundir), "timeout": None}, paths, stop, print)
-        wait_for(lambda: (rundir / "02_beta.kernel.pid").is_file())
-    with pytest.raises(Busy):  # this process let go; the job's process still holds it
-        with tree_lock(paths.lock, "covbook run"):
-            pass
-    stop.set()
-    with pytest.raises(runner.Stopped):
-        fut.result(timeout=60)
-    executor.shutdown()
-    with tree_lock(paths.lock, "covbook run"):
-        pass

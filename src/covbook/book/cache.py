@@ -1,6 +1,7 @@
 """The notebook cache: what a result depends on, and whether a stored result is whole.
 
-A notebook is served from ``book/generated`` when its key is unchanged: its source and injected parameters,
+A notebook is served from ``book/generated`` (a stored larger run from ``book/edition``, :mod:`covbook.book.edition`)
+when its key is unchanged: its source and injected parameters,
 the science code it runs (:func:`notebook_science`: every ``covbook`` module outside ``book/`` its code cells
 import, directly or through other modules, as syntax without comments or docstrings), the Python, torch and
 numpy versions, and the resolved device.  A stored result is served only when it parses and its run record
@@ -22,6 +23,7 @@ from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths, UsageError, myst_code_cells
 from covbook.book.provenance import versions
 from covbook.book.records import read_run
+from covbook.rules import utf8_text
 
 __all__ = ["PACKAGE", "portable", "science_hash", "science_modules", "science_files", "notebook_science", "environment",
            "resolve_device", "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest",
@@ -58,12 +60,20 @@ def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> l
                   and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
+def _text(f: Path) -> str:
+    """The text of source ``f``; a :class:`UsageError` naming the file, byte and line when it is not UTF-8."""
+    try:
+        return utf8_text(f)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> str:
     """SHA-256 of the :func:`portable` code of every :func:`science_files` file (or of ``modules`` only)."""
     h = hashlib.sha256()
     for f in science_files(package, modules):
         h.update(f.relative_to(package).as_posix().encode() + b"\0")
-        h.update(portable(f.read_text(encoding="utf-8")).encode() + b"\0")
+        h.update(portable(_text(f)).encode() + b"\0")
     return h.hexdigest()
 
 
@@ -131,7 +141,7 @@ def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
     """Hash of the science code notebook ``nb_path`` runs: :func:`science_hash` of the :func:`science_modules` of
     its code cells (IPython's magics and shell lines left out), of all when those cannot be followed statically."""
     sources = ["\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
-               for _, src in myst_code_cells(nb_path.read_text(encoding="utf-8"))]
+               for _, src in myst_code_cells(_text(nb_path))]
     return science_hash(package, science_modules(sources, package))
 
 
@@ -149,11 +159,12 @@ def resolve_device(device: str) -> str:
         raise UsageError(f"--device: {e}") from None
 
 
-def content_hash(nb_path: Path, params: dict, science: str, device: str) -> str:
-    """The cache key of one notebook run (``device``: the resolved device, ``cpu`` or ``cuda``)."""
+def content_hash(nb_path: Path, params: dict, science: str, device: str, env: dict | None = None) -> str:
+    """The cache key of one notebook run (``device``: the resolved device, ``cpu`` or ``cuda``; ``env``: the
+    :func:`environment` it ran in, this one's by default)."""
     h = hashlib.sha256(nb_path.read_bytes())
-    for part in (json.dumps(params, sort_keys=True, default=str), science, json.dumps(environment(), sort_keys=True),
-                 device):
+    for part in (json.dumps(params, sort_keys=True, default=str), science,
+                 json.dumps(environment() if env is None else env, sort_keys=True), device):
         h.update(part.encode())
     return h.hexdigest()
 
@@ -167,14 +178,21 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify_outputs(paths: Paths, name: str) -> dict | None:
-    """Parse the outputs of ``name`` that exist; the run record (``None`` if absent).  Raises :class:`DamagedFile`
-    for the first that does not parse, is not the file its run record was committed with, or is gone."""
+def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict | None:
+    """Parse the outputs of ``name`` that exist in ``folder`` (``book/generated`` by default, or a stored-run folder
+    of its layout); the run record (``None`` if absent).  Raises :class:`DamagedFile` for the first that does not
+    parse, is not the file its run record was committed with, or is gone (in a stored-run folder: a file without
+    a run record, or the record of a failed run)."""
     from covbook.claims import measurement_from_json
 
-    rec_path, claims_path, nb_path = paths.runs / f"{name}.json", paths.claims / f"{name}.json", \
-        paths.generated / f"{name}.ipynb"
+    folder = paths.generated if folder is None else folder
+    rec_path, claims_path, nb_path = folder / "runs" / f"{name}.json", folder / "claims" / f"{name}.json", \
+        folder / f"{name}.ipynb"
     rec = read_run(rec_path)
+    if folder != paths.generated and (rec is None or not rec.ok):
+        if rec is not None or claims_path.is_file() or nb_path.is_file():
+            raise DamagedFile(rec_path, "a stored run's record must be that of a successful run" if rec is not None
+                              else f"missing: {name}'s stored files have no run record")
     for i, c in enumerate(read_json(claims_path, list) if claims_path.is_file() else []):
         try:
             measurement_from_json(c)
@@ -207,9 +225,10 @@ def is_cached(paths: Paths, name: str, digest: str) -> bool:
     return rec is not None and rec.ok and rec.key == digest
 
 
-def _repair_command(paths: Paths, name: str) -> str:
+def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:
     profile = None
-    for path in (paths.failed / f"{name}.json", paths.runs / f"{name}.json"):
+    folder = paths.generated if folder is None else folder
+    for path in (folder / "failed" / f"{name}.json", folder / "runs" / f"{name}.json"):
         try:
             rec = read_run(path)
         except (OSError, DamagedFile):
@@ -217,18 +236,21 @@ def _repair_command(paths: Paths, name: str) -> str:
         if rec is not None:
             profile = rec.profile
             break
+    if folder != paths.generated:
+        return f"covbook edition {profile or 'PROFILE'} {name.split('_', 1)[0]}"
     return f"covbook run {name.split('_', 1)[0]}" + (f" --profile {profile}" if profile else "")
 
 
 def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
-    """One line per damaged output among ``names``: the file and the command that repairs it."""
+    """One line per damaged output among ``names`` (the book's run and the stored runs): the file and the command
+    that repairs it."""
     problems = []
-    for name in names:
+    for name, folder in ((n, f) for n in names for f in (paths.generated, paths.root / "book" / "edition")):
         try:
-            verify_outputs(paths, name)
+            verify_outputs(paths, name, folder)
         except DamagedFile as err:
             rel = err.path.relative_to(paths.root) if err.path.is_relative_to(paths.root) else err.path
-            problems.append(f"{rel} is damaged ({err.reason}); repair it with: {_repair_command(paths, name)}")
+            problems.append(f"{rel} is damaged ({err.reason}); repair it with: {_repair_command(paths, name, folder)}")
     return problems
 
 

@@ -22,25 +22,27 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.config import (
-    DEFAULT_PROFILE,
-    DEVICES,
-    PROFILES,
-    Paths,
-    Terminated,
-    UsageError,
-    discover,
-    oserror_text,
-    project_root,
-    select,
-    stop_on_sigterm,
-)
+
+try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
+    from covbook.book.config import (
+        DEFAULT_PROFILE,
+        DEVICES,
+        PROFILES,
+        Paths,
+        Terminated,
+        UsageError,
+        die_with_parent,
+        discover,
+        oserror_text,
+        project_root,
+        select,
+        stop_on_sigterm,
+    )
+except ValueError as _err:  # a damaged profiles table: one line, a usage error, on every command
+    print(f"covbook: error: {_err}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 __all__ = ["main", "parser"]
-
-#: ``--cluster local:N`` starts N worker processes on this machine: at most this many per CPU
-LOCAL_WORKERS_PER_CPU = 4
-
 
 def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
@@ -65,25 +67,13 @@ def _seed(text: str) -> int:
 
 
 def _cluster_spec(text: str) -> str:
-    """An argparse ``type`` for ``--cluster``: ``local:N`` with 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this
-    machine's CPUs, or an address whose port (when given) is in 1-65535; the scheme and the scheduler file are
-    checked by :func:`covbook.book.distributed.parse_cluster`."""
-    if text.startswith("local:"):
-        n, most = text.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
-        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
-            raise argparse.ArgumentTypeError(
-                f"local:N needs a number of worker processes from 1 to {most} ({LOCAL_WORKERS_PER_CPU} per CPU of "
-                f"this machine; for more, start a `dask scheduler` and workers and pass tcp://HOST:PORT), got {text!r}")
-    elif "://" in text:
-        from urllib.parse import urlsplit
+    """An argparse ``type`` for ``--cluster``: :func:`covbook.book.distributed.parse_cluster` accepts it."""
+    from covbook.book.distributed import parse_cluster
 
-        try:
-            host, port = urlsplit(text).hostname, urlsplit(text).port
-        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
-            host, port = None, None
-        if not host or (port is not None and not 1 <= port <= 65535):
-            raise argparse.ArgumentTypeError(f"a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535, "
-                                             f"got {text!r}")
+    try:
+        parse_cluster(text)
+    except UsageError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--cluster: ").removeprefix("--cluster ")) from None
     return text
 
 
@@ -180,7 +170,7 @@ def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
 
 
 @contextmanager
-def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[tuple]:
+def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[object]:
     """Hold the tree's lock and the ``--cluster``'s Dask executor (``None``: local processes) for the block.
 
     A bad ``--cluster`` (or one with ``--jobs``) is a usage error before the lock.  An interrupted run says what
@@ -193,17 +183,16 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
     if cluster and getattr(args, "cluster", None) is not None:
         if args.jobs is not None:
             raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
-        from covbook.book.distributed import open_cluster, parse_cluster
+        from covbook.book.distributed import open_cluster
 
-        parse_cluster(args.cluster)
         engine = open_cluster(args.cluster)
     command = "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
     try:
-        with tree_lock(paths.lock, command, wait=args.wait) as held, engine as executor:
-            yield held, executor
+        with tree_lock(paths.lock, command, wait=args.wait), engine as executor:
+            yield executor
     except Interrupted as stop:
         if args.command == "edition":
-            kept = "nothing stored"
+            kept = "stored: " + (", ".join(r.name for r in stop.results if r.status != "failed") or "none")
         elif args.command == "sweep":
             kept = f"finished and kept: {len(stop.results)} notebook run(s)"
         else:
@@ -222,8 +211,7 @@ def _failures(failed: list, problems: list[str]) -> int:
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     _inputs(paths, args.notebooks)
     if args.plan:
-        from covbook.book.plan import planned_device, print_plan
-        from covbook.book.runner import plan_jobs
+        from covbook.book.plan import plan_jobs, planned_device, print_plan
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))
@@ -231,10 +219,10 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
                           workers=args.jobs)
     from covbook.book.runner import run_notebooks
 
-    with _writer(args, paths) as (held, engine):
+    with _writer(args, paths) as engine:
         results = run_notebooks(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                                 jobs=args.jobs or 1, force=args.force, progress=not args.no_progress,
-                                rehearse=args.rehearse, cluster=engine, timeout=args.timeout, lock_fd=held.fd)
+                                rehearse=args.rehearse, cluster=engine, timeout=args.timeout)
     failed = [r for r in results if r.status == "failed"]
     done = [r.name for r in results if r.status != "failed"]
     claims_text, problems = "", []
@@ -258,14 +246,14 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book import edition
 
-    names = list(select(paths, args.notebooks)) if args.notebooks else None
+    names = _inputs(paths, args.notebooks)  # UTF-8 sources, valid rules: before any kernel
     with _writer(args, paths):
-        results, manifest = edition.make(paths, names, profile=args.profile, device=args.device, jobs=args.jobs or 1,
-                                         timeout=args.timeout, force=args.force, progress=not args.no_progress)
+        results, device = edition.make(paths, names, profile=args.profile, device=args.device, jobs=args.jobs or 1,
+                                       timeout=args.timeout, force=args.force, progress=not args.no_progress)
     failed = [r for r in results if r.status == "failed"]
     size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
     print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
-          f"({args.profile}, {manifest['device']}; {size / 2**20:.1f} MiB)")
+          f"({args.profile}, {device}; {size / 2**20:.1f} MiB)")
     return _failures(failed, edition.edition_problems(paths)[0])
 
 
@@ -285,8 +273,10 @@ def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
 
     from covbook.book.cache import damaged_outputs, failed_runs
     from covbook.book.checks import check
+    from covbook.book.config import load_profiles
     from covbook.book.edition import edition_problems
 
+    load_profiles(paths.profiles)  # a stored run's key reads it: a damaged one is a usage error, not a traceback
     if _broken(paths, "check", damaged_outputs):
         return 1
     failed = _broken(paths, "check", failed_runs)
@@ -321,25 +311,15 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
                 page.unlink(missing_ok=True)
 
 
-def _die_with_parent() -> None:
-    """``preexec_fn`` of the build's child: SIGKILL it when covbook dies (Linux), so no build outlives its lock."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the child still holds the lock's file, so the tree stays locked while it runs
-
-
-def _jupyter_book(cmd: list[str], paths: Paths, lock_fd: int) -> tuple[int, set[str]]:
-    """Run the book build as a child that holds the tree's lock; returns its status and the chapters it warned about.
+def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
+    """Run the book build as a child that dies with covbook; returns its status and the chapters it warned about.
 
     On Ctrl-C or SIGTERM the child's process group is stopped and waited for before the exception goes on.
     """
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, pass_fds=(lock_fd,), start_new_session=True,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                            errors="replace", bufsize=1, start_new_session=True,
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     warned: set[str] = set()
     try:
         assert proc.stdout is not None
@@ -378,10 +358,13 @@ def _copy_mathjax(paths: Paths) -> None:
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.cache import damaged_outputs, failed_runs
+    from covbook.book.checks import source_text
     from covbook.book.report import write_report
     from covbook.book.runner import clean_stale
 
-    with _writer(args, paths) as (held, _):
+    for src in discover(paths).values():
+        source_text(paths, src)  # each chapter UTF-8 text (a usage error naming the file otherwise)
+    with _writer(args, paths):
         damaged = _broken(paths, "build", damaged_outputs)
         failed = [] if damaged else _broken(paths, "build", failed_runs)
         if damaged or failed:
@@ -404,7 +387,7 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
         doctrees = paths.root / "_build" / ".doctrees"  # Sphinx's memory of the pages it read
         try:
             status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
-                                            "--keep-going"], paths, held.fd)
+                                            "--keep-going"], paths)
         except KeyboardInterrupt:
             shutil.rmtree(doctrees, ignore_errors=True)
             raise
@@ -445,7 +428,7 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
 
     seeds = parse_seeds(args.seeds)
     _refuse_smaller_calibration(paths, _inputs(paths, args.notebooks), seeds, args)
-    with _writer(args, paths, cluster=not args.rejudge) as (_, engine):
+    with _writer(args, paths, cluster=not args.rejudge) as engine:
         if args.rejudge:
             data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
         else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import operator
 import os
-import re
 import shutil
 import signal
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
     "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
     "discover", "select", "load_profiles", "myst_code_cells", "notebook_parameters", "resolve_parameters", "Terminated",
-    "stop_on_sigterm", "oserror_text",
+    "stop_on_sigterm", "die_with_parent", "oserror_text",
 ]
 
 
@@ -62,12 +61,28 @@ def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile
     return table
 
 
-def _packaged_profiles() -> dict[str, Profile]:
+def _read_yaml(path: Path) -> object:
+    """The YAML document at ``path``; a :class:`UsageError` naming the file (and the line) when it does not read."""
     import yaml
 
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def _packaged_profiles() -> dict[str, Profile]:
     path = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
-    with open(path, encoding="utf-8") as fh:
-        return profile_table((yaml.safe_load(fh) or {}).get("profiles"), str(path))
+    raw = _read_yaml(path)
+    return profile_table(raw.get("profiles") if isinstance(raw, dict) else None, str(path))
 
 
 #: Every profile, smallest first, from the ``profiles:`` table of notebooks/profiles.yml.
@@ -76,6 +91,8 @@ PROFILES = tuple(PROFILE_TABLE)
 #: The profile whose sizes are the notebooks' own parameters cells (``covbook run``'s default).
 DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
 COMMON_PARAMETERS = ("profile", "device", "seed")
+#: the largest size of a number parameter (2**53: every integer up to it is exact as a float, as JSON reads it)
+PARAMETER_MAX = 2**53
 PROFILES_FILE = Path("notebooks") / "profiles.yml"
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
@@ -129,6 +146,17 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def stop_on_sigterm() -> None:
     """Make SIGTERM raise :class:`Terminated` in the main thread, as Ctrl-C raises ``KeyboardInterrupt``."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing):
+    a child of a covbook command killed with ``kill -9`` does not outlive it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "generated": "book/generated",
@@ -217,19 +245,8 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
 
     Raises :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed.
     """
-    import yaml
-
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+    raw = _read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping of notebook names to profiles")
     if "profiles" in raw:
@@ -251,33 +268,11 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
     return raw
 
 
-#: a ```{code-cell} fence (3 or 4 backticks), its body, and its closing fence (or the end of the text)
-_CELL = re.compile(r"^[^\S\n]*(?P<fence>````?)\{code-cell\}[^\n]*\n?(?P<body>.*?)(?:^[^\S\n]*(?P=fence)[^\S\n]*$|\Z)",
-                   re.MULTILINE | re.DOTALL)
-
-
 def myst_code_cells(text: str) -> list[tuple[dict, str]]:
-    """The code cells of a MyST notebook as ``(options, source)``; options are the ``:key: value`` lines or the
-    ``---`` YAML block that open a cell (jupytext's two forms).  A test checks it against jupytext.
+    """The code cells of a MyST notebook as ``(metadata, source)``, as jupytext (and so papermill) reads them."""
+    import jupytext  # about a second, for the commands that plan or key a run; none imports torch
 
-    Not jupytext: its import (with nbformat's) takes several times this module's, on every command that plans.
-    """
-    import yaml
-
-    cells = []
-    for match in _CELL.finditer("\n".join(text.splitlines())):
-        body, options = match["body"].splitlines(), {}
-        if body and body[0].strip() == "---":
-            end = next((k for k in range(1, len(body)) if body[k].strip() == "---"), None)
-            if end is not None:
-                options = yaml.safe_load("\n".join(body[1:end])) or {}
-                body = body[end + 1:]
-        else:
-            while body and body[0].startswith(":") and body[0].count(":") >= 2:
-                key, value = body.pop(0)[1:].split(":", 1)
-                options[key.strip()] = yaml.safe_load(value.strip())
-        cells.append((options if isinstance(options, dict) else {}, "\n".join(body).strip("\n")))
-    return cells
+    return [(dict(c.metadata), c.source) for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code"]
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
@@ -314,8 +309,8 @@ def check_value(where: str, value: object, default: object) -> None:
     """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
 
     int where the default is an int; int or float where it is a float; the same for each element of a list; a
-    positive (negative) default wants a positive (negative) value.  A default of ``None`` or another type is not
-    checked.
+    positive (negative) default wants a positive (negative) value; no number exceeds :data:`PARAMETER_MAX` in size
+    (nor is NaN).  A default of ``None`` or another type is not checked.
     """
     dk, vk = _kind(default), _kind(value)
     if dk not in ("bool", "int", "float", "str", "list"):
@@ -326,6 +321,8 @@ def check_value(where: str, value: object, default: object) -> None:
     if elems and len({_kind(e) for e in elems}) == 1:
         for i, e in enumerate(value):
             check_value(f"{where}[{i}]", e, elems[0])
+    if dk in ("int", "float") and not abs(value) <= PARAMETER_MAX:
+        raise UsageError(f"{where} = {value!r} is out of range: a number parameter is at most 2**53 in size")
     if dk in ("int", "float") and ((default > 0 and not value > 0) or (default < 0 and not value < 0)):
         sign = "positive" if default > 0 else "negative"
         raise UsageError(f"{where} = {value!r} must be {sign} (the notebook's default is {default!r})")

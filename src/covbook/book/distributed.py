@@ -3,10 +3,8 @@
 ``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread worker processes, started here and closed at the end),
 ``tcp://HOST:PORT`` or ``tls://...`` (a running ``dask scheduler``), or ``PATH.json`` (its scheduler file).  The
 jobs are the local pool's (:func:`covbook.book.runner.run_trees`): the client plans them, submits each to
-``client.get_executor()`` and alone writes the tree.  A worker runs :func:`covbook.book.runner.run_job` in a
-scratch tree built from ``notebooks/`` (a task the scheduler recomputes when the worker holding it dies, where
-scattered data would be lost) and the job's checkpoints, and returns the outputs as bytes: workers need the same
-covbook checkout (checked) but no shared filesystem.  A job whose worker dies runs again on another
+``client.get_executor()`` and alone moves the outputs into place.  Workers share the client's filesystem (as on
+SLURM) and run the same covbook checkout (checked).  A job whose worker dies runs again on another
 (:data:`ALLOWED_FAILURES`); Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls.
 """
 
@@ -19,20 +17,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from covbook.book.config import DEVICES, Paths, UsageError
-from covbook.book.runner import CHECKPOINT_MAX_BYTES, notebook_files, outgoing_checkpoints, run_job, run_trees
+from covbook._jsonio import DamagedFile, read_json
+from covbook.book.config import UsageError
+from covbook.book.runner import run_job
 
-__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "run_trees", "ALLOWED_FAILURES"]
+__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "ALLOWED_FAILURES"]
 
 EXTRA = "pip install -e '.[cluster]'"
 ALLOWED_FAILURES = 3  # worker deaths a job survives on a local cluster before it is reported failed
 CONNECT_TIMEOUT_S = 20
 SCHEMES = ("tcp", "tls", "ws", "wss")
+LOCAL_WORKERS_PER_CPU = 4  # ``local:N`` starts N worker processes on this machine: at most this many per CPU
 
 
 def parse_cluster(spec: str) -> tuple[str, object]:
     """``("local", N)``, ``("address", "tcp://...")`` or ``("file", Path)``; a :class:`UsageError` otherwise.
+
+    ``local:N`` takes 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this machine's CPUs; an address a port in 1-65535.
 
     Examples
     --------
@@ -41,24 +44,38 @@ def parse_cluster(spec: str) -> tuple[str, object]:
     >>> parse_cluster("tcp://10.0.0.1:8786")
     ('address', 'tcp://10.0.0.1:8786')
     """
-    expected = ("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
-                f"or a scheduler file PATH.json; got {spec!r}")
     if spec.startswith("local:"):
-        n = spec.removeprefix("local:")
-        if not n.isdigit() or int(n) < 1:
-            raise UsageError(expected)
+        n, most = spec.removeprefix("local:"), LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
+        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= most):
+            raise UsageError(f"--cluster local:N needs a number of worker processes from 1 to {most} "
+                             f"({LOCAL_WORKERS_PER_CPU} per CPU of this machine; for more, start a `dask scheduler` "
+                             f"and workers and pass tcp://HOST:PORT), got {spec!r}")
         return "local", int(n)
     if "://" in spec:
-        scheme, rest = spec.split("://", 1)
-        if scheme not in SCHEMES or not rest:
-            raise UsageError(expected)
+        try:
+            url = urlsplit(spec)
+            ok = url.scheme in SCHEMES and url.hostname and (url.port is None or 1 <= url.port <= 65535)
+        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
+            ok = False
+        if not ok:
+            raise UsageError(f"--cluster: a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535 "
+                             f"(SCHEME: {', '.join(SCHEMES)}), got {spec!r}")
         return "address", spec
     if spec.endswith(".json"):
         if not Path(spec).is_file():
             raise UsageError(f"--cluster: no scheduler file {spec} (start one with "
                              f"`dask scheduler --scheduler-file {spec}`)")
+        expected = 'an object with the scheduler\'s "address", as `dask scheduler --scheduler-file` writes it'
+        try:
+            info = read_json(spec, dict)
+        except (DamagedFile, OSError) as err:
+            raise UsageError(f"--cluster: scheduler file {spec}: {getattr(err, 'reason', err)}; "
+                             f"expected {expected}") from None
+        if not isinstance(info.get("address"), str):
+            raise UsageError(f"--cluster: scheduler file {spec} names no address; expected {expected}")
         return "file", Path(spec)
-    raise UsageError(expected)
+    raise UsageError("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
+                     f"or a scheduler file PATH.json; got {spec!r}")
 
 
 @contextmanager
@@ -144,7 +161,7 @@ class DaskStop:
 
     name: str
 
-    def __call__(self) -> bool:
+    def is_set(self) -> bool:
         from distributed import Event, get_worker
         from distributed.worker import thread_state
 
@@ -158,15 +175,9 @@ class DaskStop:
         Event(self.name).set()
 
 
-def _given(files: dict[str, bytes]) -> dict[str, bytes]:
-    """The notebooks folder as a task's result, which the scheduler computes again when its worker dies."""
-    return files
-
-
-def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskStop,
-                  checkpoints: dict[str, bytes] | None = None) -> dict:
-    """:func:`covbook.book.runner.run_job` in a scratch tree on this worker, once it has checked that it runs the
-    client's covbook code and versions (``expect``) and resolves the job's device alike."""
+def run_on_worker(job: dict, expect: dict, stop: DaskStop) -> dict:
+    """:func:`covbook.book.runner.run_job` on this worker, once it has checked that it runs the client's covbook
+    code and versions (``expect``) and resolves the job's device alike."""
     from distributed import get_worker
 
     from covbook.book.cache import resolve_device
@@ -178,7 +189,7 @@ def run_on_worker(job: dict, files: dict[str, bytes], expect: dict, stop: DaskSt
     if resolve_device(job["params"].get("device", "auto")) != job["device"]:
         raise RuntimeError(f"worker {worker.address} resolves device {job['params'].get('device')!r} to another "
                            f"device than {job['device']!r}; pass --device explicitly")
-    return run_job(job, stop, files, checkpoints, scratch_in=worker.local_directory)
+    return run_job(job, stop)
 
 
 @dataclass
@@ -188,7 +199,6 @@ class Cluster:
     client: object  # distributed.Client
     spec: str
     threads: int | None  # COVBOOK_THREADS of each notebook; None: the worker's own environment decides
-    files: object = None  # the notebooks folder's future, once a run has begun
 
     @property
     def label(self) -> str:
@@ -198,26 +208,16 @@ class Cluster:
         """``auto`` resolved where the notebooks run: on a worker (waits for one)."""
         from covbook.book.cache import resolve_device
 
-        if device not in DEVICES:
-            raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
         if device == "cpu":
             return "cpu"
         self.client.wait_for_workers(1)
         return self.client.submit(resolve_device, device, pure=False).result()
 
-    def executor(self, paths: Paths, n_jobs: int | None = None):
-        self.files = self.client.submit(_given, notebook_files(paths), pure=False)
+    def executor(self, n_jobs: int):
         return self.client.get_executor(pure=False)
 
-    def stop_signal(self, run_id: str, rundir: Path) -> DaskStop:
+    def stop_signal(self, run_id: str) -> DaskStop:
         return DaskStop(f"covbook-stop-{run_id}")
 
-    def submit(self, executor, job: dict, paths: Paths, stop: DaskStop, say):
-        """Submit one job with its checkpoints (in its task, so a job run again gets them again)."""
-        import dask
-
-        ckpt = outgoing_checkpoints(paths, job["name"], job["digest"], force=job["force"], say=say)
-        big = {"distributed.admin.large-graph-warning-threshold": f"{CHECKPOINT_MAX_BYTES + (16 << 20)}B"}
-        with dask.config.set(big):  # no warning for the checkpoints a task carries
-            return executor.submit(run_on_worker, job, self.files, _identity(), stop, ckpt,
-                                   key=f"covbook-{job['name']}-{job['key']}")
+    def submit(self, executor, job: dict, stop: DaskStop):
+        return executor.submit(run_on_worker, job, _identity(), stop, key=f"covbook-{job['name']}-{job['key']}")

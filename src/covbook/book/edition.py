@@ -1,186 +1,170 @@
-"""The book's stored edition: every chapter run once at a profile (paper scale on a GPU), kept in ``book/edition``.
+"""Stored larger runs (``book/edition``): a chapter run at a larger profile (the paper scale on a GPU, or a
+decisive larger CPU run) that the book shows while it is current.
 
-``covbook edition full --device cuda`` runs the chapters in a scratch tree (``.covbook/edition/<profile>/``),
-figures as SVG, and stores each successful chapter's notebook, claims and run record in ``book/edition/`` with
-a manifest (``edition.json``: profile, seed, device, versions, commit, and per chapter its science key).  A
-stored run is *current* while its :func:`science_key` equals the chapter's now; ``covbook build`` shows a
-current chapter from it (:func:`published_notebook`), and ``covbook check`` re-judges its measurements by the
-current rules (:func:`edition_problems`).  Nothing here imports torch unless a chapter is run.
+``covbook edition full --device cuda`` runs the chapters in a scratch tree (``.covbook/edition/<profile>/``,
+figures as SVG) and copies each chapter that succeeded in this invocation into ``book/edition/``, laid out as
+``book/generated``: ``NAME.ipynb``, ``claims/NAME.json`` and the run record ``runs/NAME.json`` (written last;
+it names its files' SHA-256 and the cache key taken when the run started); a chapter that failed leaves
+``failed/NAME.json``.  A stored run is *current* when its key is the key the chapter has now: the book's one
+cache key (:func:`covbook.book.cache.content_hash`: the notebook, prose included, its parameters at the stored
+profile, the science it imports), with the device and environment its record names.  ``covbook check`` and
+``build`` verify every stored file against its record (:func:`covbook.book.cache.verify_outputs`) and re-judge
+a current run's measurements by the current rules.  Nothing here imports torch unless a chapter is run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
 from covbook.book import config
-from covbook.book.cache import notebook_science, portable
+from covbook.book.cache import content_hash, notebook_science, verify_outputs
 from covbook.book.checks import claim_problems, id_problems, read_rules
 from covbook.book.config import Paths, UsageError, discover
+from covbook.book.records import RunRecord
 from covbook.book.render import render
 from covbook.claims import judge_file, load_measurements
 
-__all__ = ["EDITION", "science_key", "read_manifest", "status", "Status", "edition_problems", "edition_claims",
-           "published_notebook", "make", "store", "SVG_CONFIG", "shown_claims", "COMMIT_ENV", "refresh_verdict_lines"]
+__all__ = ["EDITION", "COMMIT_ENV", "SVG_CONFIG", "Status", "status", "stored_key", "edition_problems",
+           "edition_claims", "shown_claims", "published_notebook", "refresh_verdict_lines", "make", "store"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
 COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
 #: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
 SVG_CONFIG = 'c.InlineBackend.figure_formats = {"svg"}\n'
-_NOW = "%Y-%m-%d %H:%M UTC"
 
 
 def _dir(paths: Paths) -> Path:
     return paths.root / EDITION
 
 
-def science_key(paths: Paths, name: str, profile: str) -> str:
-    """SHA-256 of what makes chapter ``name``'s results at ``profile``: its code cells and the science modules
-    they import (each as :func:`covbook.book.cache.portable` source), and its parameters there.  Prose,
-    comments and docstrings do not count; a :class:`UsageError` for an unknown chapter."""
-    nb = discover(paths).get(name)
-    if nb is None:
-        raise UsageError(f"unknown notebook {name!r}")
-    h = hashlib.sha256()
-    for _, src in config.myst_code_cells(nb.read_text(encoding="utf-8")):
-        h.update(portable(src).encode() + b"\0")
-    h.update(notebook_science(nb).encode())
-    params = config.resolve_parameters(name, config.notebook_parameters(nb), config.load_profiles(paths.profiles),
-                                       profile, "auto", 0)
-    h.update(json.dumps({k: v for k, v in params.items() if k not in ("device", "seed")}, sort_keys=True,
-                        default=str).encode())
-    return h.hexdigest()
-
-
-def read_manifest(paths: Paths) -> dict | None:
-    """``book/edition/edition.json`` (``None`` when there is no edition)."""
-    f = _dir(paths) / "edition.json"
-    return read_json(f, dict) if f.is_file() else None
-
-
 @dataclass(frozen=True)
 class Status:
-    """Where chapter ``name`` stands in the edition: ``current``, ``pending`` (its science changed since the
-    stored run), ``failed`` (the stored run failed) or ``absent`` (not in the edition)."""
+    """Where chapter ``name``'s stored run stands: ``current``, ``pending`` (the chapter's key changed since),
+    ``failed`` (its last edition run failed: ``error``), ``damaged`` (a file is not what its record says:
+    ``error``) or ``absent``."""
 
     name: str
     state: str
-    entry: dict | None = None
+    record: RunRecord | None = None
+    error: str | None = None
 
     @property
     def current(self) -> bool:
         return self.state == "current"
 
+    @property
+    def profile(self) -> str | None:
+        return self.record.profile if self.record is not None else None
 
-def status(paths: Paths, manifest: dict | None = None) -> dict[str, Status]:
-    """Every chapter's :class:`Status` against the edition's manifest (read from disk by default)."""
-    manifest = read_manifest(paths) if manifest is None else manifest
-    chapters = (manifest or {}).get("notebooks", {})
-    out = {}
+
+def stored_key(paths: Paths, name: str, rec: RunRecord) -> str:
+    """The key chapter ``name`` has now at the parameters, device and environment of stored run ``rec``."""
+    nb = paths.notebooks / f"{name}.md"
+    p = rec.parameters
+    params = config.resolve_parameters(name, config.notebook_parameters(nb), config.load_profiles(paths.profiles),
+                                       str(p.get("profile")), str(p.get("device", "auto")), rec.seed or 0)
+    return content_hash(nb, params, notebook_science(nb), str(rec.get("key_device")), rec.get("environment"))
+
+
+def status(paths: Paths) -> dict[str, Status]:
+    """Every chapter's :class:`Status` in ``book/edition``."""
+    d, out = _dir(paths), {}
     for name in discover(paths):
-        entry = chapters.get(name)
-        if entry is None:
-            state = "absent"
-        elif entry.get("status") != "ok":
-            state = "failed"
-        else:
-            state = "current" if entry.get("science_key") == science_key(paths, name, manifest["profile"]) \
-                else "pending"
-        out[name] = Status(name, state, entry)
+        failed = d / "failed" / f"{name}.json"
+        try:
+            rec = verify_outputs(paths, name, d)
+            if failed.is_file():
+                info = read_json(failed, dict)
+                out[name] = Status(name, "failed", RunRecord(info, failed), str(info.get("error") or "unknown error"))
+            elif rec is None:
+                out[name] = Status(name, "absent")
+            else:
+                out[name] = Status(name, "current" if stored_key(paths, name, rec) == rec.key else "pending", rec)
+        except DamagedFile as err:
+            out[name] = Status(name, "damaged", error=f"{_rel(paths, err.path)} is damaged ({err.reason})")
     return out
 
 
-def edition_claims(paths: Paths, name: str, profile: str) -> list:
-    """The stored measurements of chapter ``name`` judged by the current rules at the edition's ``profile``."""
+def _rel(paths: Paths, path: Path) -> Path:
+    return path.relative_to(paths.root) if path.is_relative_to(paths.root) else path
+
+
+def edition_claims(paths: Paths, name: str, profile: str | None) -> list:
+    """The stored measurements of chapter ``name`` judged by the current rules at the stored run's ``profile``."""
     return judge_file(load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
                       profile=profile)[0]
 
 
 def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
-    """``(problems, notes)`` of the stored edition: every failed claim of a current chapter, a damaged or
-    missing file, and ids that differ from the rules (problems); each pending chapter (a note)."""
-    try:
-        manifest = read_manifest(paths)
-    except DamagedFile as err:
-        return [f"edition: {err}"], []
-    if manifest is None:
-        return [], []
+    """``(problems, notes)`` of the stored runs: a damaged file, a failed edition run, every failed claim of a
+    current run and ids that differ from the rules (problems); each pending run (a note)."""
     problems, notes = [], []
-    profile = manifest.get("profile")
-    for name, st in status(paths, manifest).items():
-        if st.state == "pending":
-            notes.append(f"edition: {name}: its paper-scale run is pending: its science changed after the stored "
-                         f"{profile} run (shown from the book's own run; `covbook edition {profile} {name[:2]}`)")
-        f = _dir(paths) / "claims" / f"{name}.json"
-        if not st.current:
-            continue
-        if not f.is_file():
-            problems.append(f"edition: {name}: {f.relative_to(paths.root)} is missing")
-            continue
-        try:
-            rules, ms = read_rules(paths, name), load_measurements(f)
-            claims = judge_file(ms, rules, profile=profile)[0]
-        except (UsageError, ValueError, OSError) as err:
-            problems.append(f"edition: {name}: {err}")
-            continue
-        problems += [f"edition ({profile}): {x}" for x in claim_problems(name, claims, profile)[0]]
-        problems += [f"edition ({profile}): {x}" for x in id_problems(name, [m.id for m in ms], sorted(rules))]
+    for name, st in status(paths).items():
+        again = f"covbook edition {st.profile or 'PROFILE'} {name[:2]}"
+        if st.state == "damaged":
+            problems.append(f"edition: {name}: {st.error}; repair it with: {again}")
+        elif st.state == "failed":
+            problems.append(f"edition: {name}: its {st.profile} run failed: {st.error} (shown from the book's own "
+                            f"run; see {EDITION}/failed/{name}.json, then rerun: {again})")
+        elif st.state == "pending":
+            notes.append(f"edition: {name}: its stored {st.profile} run is pending: the notebook, its parameters or "
+                         f"the science it imports changed after it (shown from the book's own run; `{again}`)")
+        elif st.current:
+            try:
+                rules, ms = read_rules(paths, name), load_measurements(_dir(paths) / "claims" / f"{name}.json")
+                claims = judge_file(ms, rules, profile=st.profile)[0]
+            except (UsageError, ValueError, OSError) as err:
+                problems.append(f"edition: {name}: {err}")
+                continue
+            problems += [f"edition ({st.profile}): {x}" for x in claim_problems(name, claims, st.profile)[0]]
+            problems += [f"edition ({st.profile}): {x}" for x in id_problems(name, [m.id for m in ms], sorted(rules))]
     return problems, notes
 
 
 def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
-    """The claims as the published book shows them: a current chapter's from its stored edition run (judged at
-    the edition's profile), every other chapter's from ``claims`` (the book's run); and the lines of the
-    report's section on the edition (empty without one)."""
-    try:
-        manifest = read_manifest(paths)
-    except DamagedFile:
-        manifest = None
-    if manifest is None:
+    """The claims as the published book shows them: a current stored run's (judged at its profile), every other
+    chapter's from ``claims`` (the book's run); and the lines of the report's section on the stored runs (empty
+    without any)."""
+    st = status(paths)
+    if all(s.state == "absent" for s in st.values()):
         return claims, []
-    st = status(paths, manifest)
     current = [n for n, s in st.items() if s.current]
     shown = [c for c in claims if c.notebook not in current]
     for name in current:
         try:
-            shown += edition_claims(paths, name, manifest["profile"])
+            shown += edition_claims(paths, name, st[name].profile)
         except (UsageError, ValueError, OSError):
             shown += [c for c in claims if c.notebook == name]
-    return shown, render("edition_section.md.j2", m=manifest, statuses=st).split("\n")
+    return shown, render("edition_section.md.j2", statuses=st).split("\n")
 
 
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
-                       manifest: dict | None = None, commit: str | None = None,
                        statuses: dict[str, Status] | None = None) -> dict:
-    """The notebook a reader sees for chapter ``name``: its stored edition run where that is current (verdict
-    lines re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record, ``commit`` the
-    book's commit); under its title a note saying which run it shows (profile, device, date, commit).
-    ``manifest`` and ``statuses`` (:func:`status` of that manifest) are read when not given."""
-    manifest = read_manifest(paths) if manifest is None else manifest
-    statuses = status(paths, manifest) if statuses is None else statuses
-    st = statuses.get(name, Status(name, "absent"))
-    nb = own
+    """The notebook a reader sees for chapter ``name``: its stored run where that is current (verdict lines
+    re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record); under its title a
+    note saying which run it shows (profile, device, date, the commit its record names).  ``statuses``
+    (:func:`status`) are read when not given."""
+    st = (status(paths) if statuses is None else statuses).get(name, Status(name, "absent"))
+    nb, rec = own, dict(record or {})
     if st.current:
-        nb, record, commit = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), None, None
+        nb, rec = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), dict(st.record or {})
         try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
-            refresh_verdict_lines(nb, edition_claims(paths, name, manifest["profile"]))
+            refresh_verdict_lines(nb, edition_claims(paths, name, st.profile))
         except (UsageError, ValueError, OSError):
             pass
     cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
     at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
                and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
-    rec = record or {}
-    text = render("edition_banner.md.j2", current=st.current, m=manifest, e=st.entry or {}, rec=rec, commit=commit,
-                  params=rec.get("parameters") or {}, pending=st.state == "pending").strip()
+    text = render("edition_banner.md.j2", st=st, rec=rec, params=rec.get("parameters") or {},
+                  env=rec.get("environment") or {}).strip()
     note = {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
             "source": f":::{{note}}\n{text}\n:::\n"}
     return {**nb, "cells": [*cells[:at], note, *cells[at:]]}
@@ -221,55 +205,27 @@ def _scratch(paths: Paths, profile: str) -> Paths:
     return Paths(root)
 
 
-def _versions() -> dict[str, str | None]:
-    """torch, its CUDA, Python and numpy versions of this machine (imports torch: an edition runs chapters)."""
-    import platform
-
-    import numpy
-    import torch
-
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-            "numpy": numpy.__version__}
-
-
-def store(paths: Paths, scratch: Paths, names: list[str], profile: str, seed: int,
-          versions: dict[str, str | None] | None = None) -> dict:
-    """Copy the successful chapters ``names`` of ``scratch`` into ``book/edition`` and update its manifest.
-
-    A chapter that failed keeps its earlier stored run only when that is still current; otherwise it is
-    recorded as failed.  Files are written atomically, the manifest last; the run times join this machine's
-    ``.covbook/timings.json``.
-    """
-    from covbook.book.provenance import git_commit
-    from covbook.book.records import read_run
-
-    out = _dir(paths)
-    old = read_manifest(paths) or {}
-    if old.get("profile") not in (None, profile):
-        raise UsageError(f"book/edition holds a {old['profile']} edition; this one is {profile} (remove it first)")
-    chapters = dict(old.get("notebooks", {}))
-    device = None
-    for name in names:
-        rec = read_run(scratch.runs / f"{name}.json")
-        key = science_key(paths, name, profile)
-        if rec is None or not rec.ok:
-            if chapters.get(name, {}).get("science_key") != key:
-                chapters[name] = {"status": "failed", "error": (rec.error if rec is not None else None) or "no run"}
+def store(paths: Paths, scratch: Paths, results: list, profile: str, provenance: dict) -> int:
+    """Copy into ``book/edition`` each chapter of ``results`` that succeeded in this invocation (its record's key
+    taken when the run started; ``provenance`` joins the record: the key's device and environment, the commit);
+    a failed one writes ``failed/NAME.json`` only.  Files are written atomically, the record last; returns how
+    many were stored.  The run times join this machine's ``.covbook/timings.json``."""
+    out, n = _dir(paths), 0
+    for r in results:
+        failed = out / "failed" / f"{r.name}.json"
+        if r.status == "failed":
+            write_json_atomic(failed, {"notebook": r.name, "status": "failed", "error": r.error or "unknown error",
+                                       "parameters": {"profile": profile}, **provenance})
             continue
-        for src, dst in ((scratch.generated / f"{name}.ipynb", out / f"{name}.ipynb"),
-                         (scratch.claims / f"{name}.json", out / "claims" / f"{name}.json"),
-                         (scratch.runs / f"{name}.json", out / "runs" / f"{name}.json")):
+        rec = verify_outputs(scratch, r.name)
+        for src, dst in ((scratch.generated / f"{r.name}.ipynb", out / f"{r.name}.ipynb"),
+                         (scratch.claims / f"{r.name}.json", out / "claims" / f"{r.name}.json")):
             atomic_write(dst, partial(shutil.copyfile, src))
-        device = rec.device_used
-        chapters[name] = {"status": "ok", "science_key": key, "seconds": round(float(rec.get("seconds", 0.0)), 1),
-                          "device_used": device, "when": rec.get("finished") or time.strftime(_NOW, time.gmtime())}
-    manifest = {"profile": profile, "seed": seed, "device": device or old.get("device", "?"),
-                **(versions if versions is not None else _versions()),
-                "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root),
-                "made": time.strftime(_NOW, time.gmtime()), "notebooks": dict(sorted(chapters.items()))}
-    write_json_atomic(out / "edition.json", manifest)
+        write_json_atomic(out / "runs" / f"{r.name}.json", {**dict(rec or {}), **provenance})
+        failed.unlink(missing_ok=True)
+        n += 1
     _merge_timings(paths, scratch)
-    return manifest
+    return n
 
 
 def _merge_timings(paths: Paths, scratch: Paths) -> None:
@@ -287,14 +243,32 @@ def _merge_timings(paths: Paths, scratch: Paths) -> None:
 
 
 def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int = 0, jobs: int = 1,
-         timeout: float | None = None, force: bool = False, progress: bool = True) -> tuple[list, dict]:
-    """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store them;
-    returns the runner's results and the new manifest.  A chapter cached there is not run again unless ``force``."""
+         timeout: float | None = None, force: bool = False, progress: bool = True) -> tuple[list, str]:
+    """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store those that
+    succeed; returns the runner's results and the resolved device.  Every usage error (another profile stored,
+    bad parameters) is raised before any kernel; a chapter cached there is not run again unless ``force``."""
+    from covbook.book.cache import environment, resolve_device
     from covbook.book.lock import tree_lock
-    from covbook.book.runner import run_notebooks
+    from covbook.book.plan import plan_jobs
+    from covbook.book.provenance import git_commit
+    from covbook.book.runner import Interrupted, run_notebooks
 
+    names = names or list(discover(paths))
+    other = {n: s.profile for n, s in status(paths).items() if s.profile not in (None, profile)}
+    if other:
+        raise UsageError(f"{EDITION} holds {next(iter(other.values()))} runs ({', '.join(other)}); this edition is "
+                         f"{profile}: make it at that profile, or remove {EDITION} first")
+    dev = resolve_device(device)
+    provenance = {"key_device": dev, "environment": environment(),
+                  "commit": os.environ.get(COMMIT_ENV) or git_commit(paths.root)}
     scratch = _scratch(paths, profile)
-    with tree_lock(scratch.lock, f"covbook edition {profile}") as held:
-        results = run_notebooks(scratch, names or list(discover(scratch)), profile=profile, device=device, seed=seed,
-                                jobs=jobs, force=force, progress=progress, timeout=timeout, lock_fd=held.fd)
-    return results, store(paths, scratch, [r.name for r in results], profile, seed)
+    plan_jobs(scratch, names, profile=profile, device=device, seed=seed, resolved_device=dev)
+    try:
+        with tree_lock(scratch.lock, f"covbook edition {profile}"):
+            results = run_notebooks(scratch, names, profile=profile, device=device, seed=seed, jobs=jobs,
+                                    force=force, progress=progress, timeout=timeout)
+    except Interrupted as stop:  # Ctrl-C, SIGTERM: what finished is stored
+        store(paths, scratch, stop.results, profile, provenance)
+        raise
+    store(paths, scratch, results, profile, provenance)
+    return results, dev

@@ -1,34 +1,120 @@
 """``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
 
-A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is calibrated on runs measured
-on the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
-``.covbook/timings.json`` and run records) by :func:`estimate`: a start-up ``a`` (the device's shortest run) plus a
-power law anchored at the nearest measured run ``(w₀, s₀)``, ``seconds(w) = a + (s₀ − a) · (w / w₀)^p``, with ``p``
-fitted between the two largest runs and clamped to [1/2, 1]: streams run in parallel take time growing like their
-length, ``√work``; a saturated device, time proportional to the work.
+A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is the last measured run on
+the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
+``.covbook/timings.json`` and run records) of the same work, else the nearest one scaled in proportion to the work
+(:func:`estimate`): no more than that, since start-up and streams run in parallel grow more slowly than the work.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, read_json
-from covbook.book.cache import resolve_device
-from covbook.book.config import PROFILE_TABLE, Paths, UsageError, expression_value, load_profiles
-from covbook.book.records import read_run
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook.book.cache import content_hash, is_cached, notebook_science, resolve_device
+from covbook.book.config import (
+    DEFAULT_PROFILE,
+    PROFILE_TABLE,
+    Paths,
+    UsageError,
+    discover,
+    expression_value,
+    load_profiles,
+    myst_code_cells,
+    notebook_parameters,
+    resolve_parameters,
+    select,
+)
 
-__all__ = ["work_of", "estimate", "expected_seconds", "print_plan", "time_limit", "limit_for", "DEFAULT_LIMITS",
-           "LIMIT_FACTOR", "LIMIT_FLOOR", "P_MIN", "P_MAX", "SHIPPED", "startup_of", "measured_runs", "wall_time"]
+__all__ = ["Job", "plan_jobs", "check_cells", "record_timings", "work_of", "estimate", "expected_seconds", "print_plan",
+           "limit_for", "DEFAULT_LIMITS",
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 #: with an estimate, the limit is LIMIT_FACTOR times its upper end, and at least LIMIT_FLOOR seconds
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
-P_MIN, P_MAX = 0.5, 1.0  # the bounds of the cost model's exponent: streams in parallel, saturated
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
-UNREADABLE = (UsageError, KeyError, TypeError, ValueError)  # a measured run that cannot be used is skipped
+#: a measured run that cannot be used is skipped
+UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
+
+
+@dataclass
+class Job:
+    """One notebook to run: name, source, parameters, cache key, resolved device (cpu | cuda), parameters cell,
+    whether its outputs are current, its estimated seconds and its time limit."""
+
+    name: str
+    path: Path
+    params: dict
+    digest: str
+    device: str
+    defaults: dict = field(default_factory=dict)
+    cached: bool = False
+    expected: float | None = None
+    limit: float | None = None
+
+
+def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
+              resolved_device: str | None = None, force: bool = False, timeout: float | None = None) -> list[Job]:
+    """Resolve notebooks, parameters, cache keys, whether each is cached (never with ``force``) and its estimate;
+    every usage error is raised here, before any kernel."""
+    chosen = select(paths, names)
+    profiles = load_profiles(paths.profiles)
+    unknown_nb = sorted(set(profiles) - set(discover(paths)))
+    if unknown_nb:
+        raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
+    if rehearse and profile == DEFAULT_PROFILE:
+        raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
+                         "defaults, which set no lengths")
+    dev = resolved_device or resolve_device(device)
+    jobs = []
+    for name, path in chosen.items():
+        check_cells(path)
+        defaults = notebook_parameters(path)
+        params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
+        job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
+        job.cached = not force and is_cached(paths, name, job.digest)
+        job.expected = None if job.cached else expected_seconds(paths, job)
+        job.limit = float(timeout) if timeout else limit_for(job.expected, profile)
+        jobs.append(job)
+    return jobs
+
+
+def check_cells(path: Path) -> None:
+    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
+    Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
+    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
+    for index, source in enumerate(cells):
+        if source.lstrip().startswith("%%"):
+            continue
+        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                 for ln in source.splitlines()]
+        try:
+            ast.parse("\n".join(lines), filename=path.name)
+        except SyntaxError as err:
+            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
+                             f"(found before any kernel started)") from None
+
+
+def record_timings(ran: list[tuple[Paths, Job, object]], profile_key: str) -> None:
+    """Keep the latest measured run time per notebook, device and profile (the plan's calibration) of each
+    successful ``(tree, job, runner.Result)`` in ``ran``, in its tree's ``.covbook/timings.json``."""
+    for paths in {paths for paths, _, r in ran if r.status == "ok"}:
+        try:
+            timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+        except DamagedFile:
+            timings = {}
+        for job, r in [(job, r) for p, job, r in ran if p == paths and r.status == "ok"]:
+            timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
+                "parameters": {**job.defaults, **job.params}, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds,
+                "device_used": r.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        write_json_atomic(paths.timings, timings)
 
 
 def work_of(expr: str, params: dict) -> float:
@@ -39,98 +125,43 @@ def work_of(expr: str, params: dict) -> float:
     return float(value)
 
 
-def _merged_timings(paths: Paths) -> dict:
-    """``name -> device -> profile -> (timing, source)``: the shipped calibrations overlaid with this machine's
-    (source ``None``)."""
-    merged: dict = {}
+def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
+    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first: the shipped
+    calibrations overlaid with this machine's ``.covbook/timings.json``; the label names the profile and the shipped
+    calibration it comes from (``full, nvidia-h200``)."""
+    found: dict[str, tuple[float, float, str]] = {}
     shipped = sorted((paths.root / SHIPPED).glob("*.json")) if (paths.root / SHIPPED).is_dir() else []
     for f in [*shipped, paths.timings]:
         try:
-            data = read_json(f, dict) if f.is_file() else {}
-        except DamagedFile:
+            runs = (read_json(f, dict) if f.is_file() else {}).get(name, {}).get(device, {})
+        except (DamagedFile, AttributeError):
             continue
-        for name, devices in data.items():
-            for dev, runs in devices.items() if isinstance(devices, dict) else ():
-                if isinstance(runs, dict):
-                    merged.setdefault(name, {}).setdefault(dev, {}).update(
-                        {k: (v, f.stem if f != paths.timings else None) for k, v in runs.items()
-                         if isinstance(v, dict)})
-    return merged
-
-
-def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dict) -> list[tuple[float, float, str]]:
-    """Measured ``(work, seconds, label)`` of ``name`` on ``device`` (cpu | cuda), smallest work first; the label
-    names the profile and the shipped calibration it comes from (``full, nvidia-h200``)."""
-    found: dict[str, tuple[float, float, str]] = {}
-    for key, (t, source) in _merged_timings(paths).get(name, {}).get(device, {}).items():
-        with contextlib.suppress(*UNREADABLE):
-            found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
-                          key + (f", {source}" if source else ""))
-    try:
-        rec = read_run(paths.runs / f"{name}.json")
-    except (OSError, DamagedFile):
-        rec = None
-    if rec is not None and rec.ok and rec.device_used.startswith(device):
-        params = {**defaults, **rec.parameters}
-        key = str(params.get("profile")) + ("+rehearse" if rec.rehearsal else "")
-        if key not in found:
+        for key, t in runs.items() if isinstance(runs, dict) else ():
             with contextlib.suppress(*UNREADABLE):
-                found[key] = (work_of(expr, params), float(rec["seconds"]), key)
+                found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
+                              key + (f", {f.stem}" if f != paths.timings else ""))
     return sorted(found.values())
 
 
-def startup_of(paths: Paths, device: str) -> float:
-    """The device's start-up in seconds (a kernel, the imports, the device): its shortest measured run, or 0."""
-    times = [float(t["seconds"]) for devices in _merged_timings(paths).values()
-             for t, _ in devices.get(device, {}).values() if isinstance(t.get("seconds"), (int, float))]
-    return min(times) if times else 0.0
-
-
-def _exponent(points: list[tuple[float, float, str]], startup: float) -> float | None:
-    """The power law's exponent between the two largest runs, clamped to [P_MIN, P_MAX]; ``None`` with one run,
-    ``P_MIN`` when the larger spent less time working than starting up (its scaling is not measured)."""
-    if len(points) < 2:
-        return None
-    (w1, s1, _), (w2, s2, _) = points[-2], points[-1]
-    if w2 <= w1 or s2 - startup < startup:
-        return P_MIN
-    if s1 - startup <= 0:
-        return P_MAX
-    return min(P_MAX, max(P_MIN, math.log((s2 - startup) / (s1 - startup)) / math.log(w2 / w1)))
-
-
-def estimate(work: float, points: list[tuple[float, float, str]],
-             startup: float = 0.0) -> tuple[float | None, float | None, str]:
-    """Seconds for ``work`` from measured ``(work, seconds, label)`` points: ``(low, high, how)``.
-
-    ``a + (s₀ − a)·(work/w₀)^p`` (``a = startup``), anchored at the largest run at or below ``work``, else the
-    smallest; ``p`` from :func:`_exponent`, or with one run the range between ``P_MIN`` and ``P_MAX``.
+def estimate(work: float, points: list[tuple[float, float, str]]) -> tuple[float | None, str]:
+    """Seconds for ``work`` from measured ``(work, seconds, label)`` points, and how: the run of that work, else the
+    largest run below it (else the smallest) scaled by the work ratio.
 
     Examples
     --------
-    >>> estimate(400.0, [(1.0, 3.0, "smoke"), (100.0, 21.0, "quick")], startup=1.0)[:2]  # p = log 10/log 100
-    (41.0, 41.0)
+    >>> estimate(400.0, [(1.0, 3.0, "smoke"), (100.0, 21.0, "quick")])
+    (84.0, 'quick run × work ratio 4')
     """
     if not points:
-        return None, None, "no measured run on this device"
+        return None, "no measured run on this device"
     for w, s, label in points:
         if w == work:
-            return s, s, f"measured ({label} run)"
+            return s, f"measured ({label} run)"
     below = [pt for pt in points if pt[0] <= work]
     w0, s0, label = below[-1] if below else points[0]
     if w0 <= 0:
-        return None, None, f"the {label} run did no work"
-    a = min(max(0.0, startup), s0)
-
-    def law(p: float) -> float:
-        return a + (s0 - a) * (work / w0) ** p
-
-    p = _exponent(points, a)
-    if p is None:
-        low, high = sorted((law(P_MIN), law(P_MAX)))
-        return low, high, (f"one run ({label}, {s0:.1f} s; start-up {a:.1f} s): the work's exponent is not "
-                           f"measured, so between {P_MIN:g} (streams in parallel) and {P_MAX:g} (saturated)")
-    return law(p), law(p), f"{label} run × (work ratio {work / w0:.3g})^{p:.2f}, start-up {a:.1f} s"
+        return None, f"the {label} run did no work"
+    return s0 * work / w0, f"{label} run × work ratio {work / w0:.3g}"
 
 
 def wall_time(seconds: list[float], jobs: int) -> float:
@@ -143,32 +174,26 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     return max(loads)
 
 
-def _job_estimate(paths: Paths, job, device: str, profiles: dict, startup: float):
-    """``(work, unit, low, high, how)`` of a planned job (:class:`covbook.book.runner.Job`) on ``device``."""
+def _job_estimate(paths: Paths, job, device: str, profiles: dict) -> tuple[float | None, str, float | None, str]:
+    """``(work, unit, seconds, how)`` of a planned job on ``device``."""
     spec = profiles.get(job.name, {}).get("work")
     if not spec:
-        return None, "", None, None, "cannot estimate without a work expression"
+        return None, "", None, "cannot estimate without a work expression"
     work = work_of(spec["expr"], {**job.defaults, **job.params})
-    low, high, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults), startup)
-    return work, spec.get("unit", ""), low, high, how
+    seconds, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults))
+    return work, spec.get("unit", ""), seconds, how
 
 
 def expected_seconds(paths: Paths, job) -> float | None:
-    """The upper end of the estimate of a planned job on its device; ``None`` when there is none."""
+    """The estimate of a planned job on its device; ``None`` when there is none."""
     try:
-        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles), startup_of(paths, job.device))[3]
+        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles))[2]
     except (UsageError, OSError, TypeError, ValueError):
         return None
 
 
-def time_limit(paths: Paths, job, profile: str) -> float:
-    """A planned job's time limit in seconds: ``LIMIT_FACTOR`` × :func:`expected_seconds`, at least ``LIMIT_FLOOR``
-    (a loaded machine or a cold cache is slower), else the profile's ``DEFAULT_LIMITS`` entry."""
-    return limit_for(expected_seconds(paths, job), profile)
-
-
 def limit_for(high: float | None, profile: str) -> float:
-    """The time limit of a job whose estimate's upper end is ``high`` seconds (``None``: no estimate)."""
+    """The time limit of a job whose estimate is ``high`` seconds (``None``: no estimate)."""
     if high is None:
         return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
     return max(LIMIT_FLOOR, LIMIT_FACTOR * high)
@@ -182,12 +207,6 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def _fmt_range(low: float | None, high: float | None) -> str:
-    if low is None or high is None or _fmt_seconds(low) == _fmt_seconds(high):
-        return _fmt_seconds(high)
-    return f"{_fmt_seconds(low)}–{_fmt_seconds(high)}"
-
-
 def planned_device(device: str) -> str:
     """The device a plan is made for: ``cuda`` as asked (planning for a GPU needs none here), else resolved."""
     return "cuda" if device == "cuda" else resolve_device(device)
@@ -195,27 +214,23 @@ def planned_device(device: str) -> str:
 
 def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (``runner.plan_jobs``); returns 0.  With
+    """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
     from covbook.book.power import plan_lines
     from covbook.book.render import render
 
     dev = planned_device(device)
-    profiles, startup = load_profiles(paths.profiles), startup_of(paths, dev)
-    rows, unknown, lows, highs = [], [], [], []
+    profiles = load_profiles(paths.profiles)
+    rows, unknown, known = [], [], []
     for job in jobs:
-        work, unit, low, high, how = _job_estimate(paths, job, dev, profiles, startup)
-        if low is None or high is None:
-            unknown.append(job.name)
-        else:
-            lows.append(low)
-            highs.append(high)
+        work, unit, seconds, how = _job_estimate(paths, job, dev, profiles)
+        (unknown.append(job.name) if seconds is None else known.append(seconds))
         text = "(no work: key in profiles.yml)" if work is None else f"{work:.3g} {unit}".strip()
-        rows.append((job.name, text, _fmt_range(low, high), how))
+        rows.append((job.name, text, _fmt_seconds(seconds), how))
     print(render("plan.txt.j2", profile=profile, rehearse=rehearse, dev=dev, auto=device == "auto", rows=rows,
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
-                 total=_fmt_range(sum(lows), sum(highs)), unknown=unknown, workers=workers, p_min=P_MIN, p_max=P_MAX,
-                 wall=_fmt_seconds(wall_time(highs, workers)) if workers and highs else None), end="")
+                 total=_fmt_seconds(sum(known)), unknown=unknown, workers=workers,
+                 wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
     lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
     if lines:
         print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))

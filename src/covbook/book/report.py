@@ -44,23 +44,6 @@ def _quoted(x: str) -> str:
     return _ROLE.sub(r"\\{\1}`", cell(x))
 
 
-def _counts_text(claims: list[Claim]) -> str:
-    """Passes per kind: ``evidence 3 of 4, sanity 2 of 2``."""
-    groups = [(kind, [c.passed for c in claims if c.kind == kind]) for kind in KINDS]
-    return ", ".join(f"{kind} {sum(p)} of {len(p)}" for kind, p in groups if p)
-
-
-def verdict_chip(c: Claim) -> str:
-    """The compact verdict: ``✓ pass``, ``**✗ FAIL**`` or ``≈ compatible, cannot exclude X``."""
-    if not c.passed:
-        return "**✗ FAIL**"
-    if c.kind == "compatible":
-        return "≈ " + c.power_text()
-    if c.alternatives and not c.powered:
-        return "✓ pass; " + c.power_text()
-    return "✓ pass"
-
-
 def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
     """Rewrite the executed chapters' verdict lines (found by their anchors) from ``claims``, judged by the
     current rules, so that chapter, report and ``{claim}`` role agree after a rule change without a rerun.
@@ -102,19 +85,15 @@ def write_report(paths: Paths) -> Path:
     v.notes += notes
     labels = theorem_labels(paths.notebooks)
     order = {k: i for i, k in enumerate(KINDS)}
-    notebooks = []
-    for name in v.runs:
-        cl = sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, len(order)))
-        if cl:
-            notebooks.append((name, f"{sum(c.passed for c in cl)} of {len(cl)}", _counts_text(cl), cl))
+    by_notebook = {name: sorted((c for c in v.claims if c.notebook == name), key=lambda c: order.get(c.kind, 9))
+                   for name in v.runs}
     n_evidence = sum(c.kind == "evidence" for c in v.claims)
-    text = render("reproduction.md.j2", n_claims=len(v.claims), n_pass=sum(c.passed for c in v.claims), ok=v.ok,
-                  by_kind=_counts_text(v.claims), level=LEVEL, z=Z, n_evidence=n_evidence,
-                  familywise=familywise(n_evidence), problems=[_quoted(p) for p in v.problems],
-                  notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines), notebooks=notebooks,
-                  runs=v.runs, costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
-                  platform=platform.platform(), versions=versions(), chip=verdict_chip, labels=labels,
-                  link_theorems=link_theorems)
+    text = render("reproduction.md.j2", claims=v.claims, ok=v.ok, kinds=KINDS, level=LEVEL, z=Z,
+                  n_evidence=n_evidence, familywise=familywise(n_evidence), problems=[_quoted(p) for p in v.problems],
+                  notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines),
+                  notebooks={name: cl for name, cl in by_notebook.items() if cl}, runs=v.runs,
+                  costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
+                  platform=platform.platform(), versions=versions(), labels=labels, link_theorems=link_theorems)
     out = write_page(paths.generated / "reproduction.md", text)
     write_calibration_page(paths)
     refresh_verdicts(paths, book_claims)

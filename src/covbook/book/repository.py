@@ -125,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m covbook.book.repository [publish]``; an unknown repository exits 2."""
     import argparse
 
-    from covbook.book.config import Paths, project_root
+    from covbook._jsonio import DamagedFile, read_json
+
+    try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
+        from covbook.book.cache import verify_outputs
+        from covbook.book.config import Paths, project_root
+    except ValueError as err:
+        print(f"covbook repository: error: {err}", file=sys.stderr)
+        return 2
     from covbook.book.lock import Busy, tree_lock
 
     p = argparse.ArgumentParser(prog="python -m covbook.book.repository",
@@ -146,11 +153,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with tree_lock(paths.lock, "python -m covbook.book.repository publish"):
+            for p in notebooks:  # every input checked before the first is rewritten
+                verify_outputs(paths, p.stem)
+                read_json(p, dict)
             context = book_context(paths.root)
             filled = [p.name for p in notebooks if publish_notebook(paths, p, repo, context)]
     except Busy as err:
-        print(f"covbook repository: error: {err}", file=sys.stderr)
-        return 2
+        print(f"covbook repository: error: {str(err).removesuffix(', or pass --wait')}", file=sys.stderr)
+        return 1
+    except DamagedFile as err:
+        print(f"covbook repository: error: {err.path.relative_to(paths.root)} is damaged ({err.reason}); rerun "
+              f"`covbook run {err.path.stem[:2]}` before publishing", file=sys.stderr)
+        return 1
     print(f"covbook repository: {repo.slug}; setup cells point to {repo.install_source} in "
           f"{len(filled)} of {len(notebooks)} notebooks")
     return 0

@@ -25,7 +25,6 @@ from sphinx.util.docutils import SphinxRole
 from covbook.book import edition
 from covbook.book.checks import split_target
 from covbook.book.config import Paths, UsageError
-from covbook.book.provenance import git_commit
 from covbook.book.records import read_run
 from covbook.claims import LEVEL, Claim, Z, anchor, familywise, fmt, load_claims
 
@@ -61,19 +60,18 @@ def _load(app: Sphinx) -> None:
     app.covbook_claims, app.covbook_edition = store, {}  # type: ignore[attr-defined]
     paths = _paths(app)
     try:
-        manifest = edition.read_manifest(paths)
-        statuses = edition.status(paths, manifest)
+        statuses = edition.status(paths)
     except (ValueError, OSError):
         return
-    app.covbook_shown = manifest, statuses  # type: ignore[attr-defined]  # each chapter page's, at source-read
+    app.covbook_shown = statuses  # type: ignore[attr-defined]  # each chapter page's, at source-read
     for name, st in statuses.items():
-        h = hashlib.sha256(f"{st.state}{json.dumps(manifest, sort_keys=True)}".encode())
+        h = hashlib.sha256(f"{st.state}{json.dumps(dict(st.record or {}), sort_keys=True)}".encode())
         if st.current:
             for f in (paths.root / edition.EDITION / f"{name}.ipynb",
                       paths.root / edition.EDITION / "claims" / f"{name}.json"):
                 h.update(f.read_bytes() if f.is_file() else b"")
             try:
-                store[name] = {c.id: c for c in edition.edition_claims(paths, name, manifest["profile"])}
+                store[name] = {c.id: c for c in edition.edition_claims(paths, name, st.profile)}
             except (UsageError, ValueError, OSError):  # `covbook check` reports it; the role keeps the book's run
                 pass
         app.covbook_edition[f"generated/{name}"] = h.hexdigest()  # type: ignore[attr-defined]
@@ -100,11 +98,8 @@ def _source(app: Sphinx, docname: str, source: list[str]) -> None:
         record = read_run(paths.runs / f"{name}.json")
     except (ValueError, OSError):
         record = None
-    if not hasattr(app, "covbook_commit"):
-        app.covbook_commit = git_commit(paths.root)  # type: ignore[attr-defined]
-    manifest, statuses = getattr(app, "covbook_shown", (None, None))
-    nb = edition.published_notebook(paths, name, own, dict(record) if record is not None else None, manifest,
-                                    app.covbook_commit, statuses)  # type: ignore[attr-defined]
+    nb = edition.published_notebook(paths, name, own, dict(record) if record is not None else None,
+                                    getattr(app, "covbook_shown", None))
     source[0] = json.dumps(nb)
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from covbook.book.provenance import git_commit, versions
+from covbook.book.render import render
 from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 
-__all__ = ["theme_options", "unique_scripts", "footer_text", "redirect_page", "setup"]
+__all__ = ["theme_options", "unique_scripts", "footer_text", "setup"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 COLAB_URL = "https://colab.research.google.com"
@@ -65,15 +66,6 @@ def footer_text(version: str, commit: str) -> str:
     return f"Built by covbook {version} from commit {commit}."
 
 
-def redirect_page(title: str, target: str, icon: str | None) -> str:
-    """A minimal HTML page that sends the reader to ``target`` (the book's first page)."""
-    t, u = html.escape(title), html.escape(target, quote=True)
-    link = f'<link rel="icon" href="{html.escape(icon, quote=True)}">\n' if icon else ""
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{t}</title>\n{link}'
-            f'<meta http-equiv="Refresh" content="0; url={u}">\n</head>\n'
-            f'<body><p><a href="{u}">{t}</a></p></body>\n</html>\n')
-
-
 def _root(app) -> Path:
     return Path(app.srcdir).resolve().parent
 
@@ -112,14 +104,14 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
 
 
 def _write_index(app, exception: Exception | None) -> None:
-    """Write the root redirect before sphinx-external-toc does (it keeps an existing index.html)."""
+    """Write the root redirect (templates/redirect.html.j2) before sphinx-external-toc does (it keeps an index.html)."""
     index = Path(app.outdir) / "index.html"
     if exception is not None or app.builder.format != "html" or app.config.root_doc == "index" or index.exists():
         return
     favicon = app.config.html_favicon
     icon = f"_static/{Path(favicon).name}" if favicon and "://" not in str(favicon) else favicon
-    index.write_text(redirect_page(app.config.html_title or app.config.project, f"{app.config.root_doc}.html", icon),
-                     encoding="utf-8")
+    index.write_text(render("redirect.html.j2", title=app.config.html_title or app.config.project,
+                            target=f"{app.config.root_doc}.html", icon=icon), encoding="utf-8")
 
 
 def _publish_sources(app, exception: Exception | None) -> None:

@@ -125,15 +125,13 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
 
     On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
     """
-    from covbook.book.runner import run_notebooks  # the execution machinery, only when a sweep runs
+    from covbook.book.runner import run_notebooks, run_trees  # the execution machinery, only when a sweep runs
 
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     failed: dict[str, list[int]] = {}
     if cluster is not None:
-        from covbook.book.distributed import run_trees
-
         start = time.perf_counter()
         trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
         by_seed = dict(zip(seeds, run_trees(cluster, trees, chosen, profile=profile, device=device, force=force,
@@ -290,22 +288,19 @@ def _read_json(paths: Paths) -> dict:
         return {}
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        tables = data.get("profiles", {}) if isinstance(data, dict) else None
+        if not (isinstance(tables, dict) and all(isinstance(t, dict) and all(isinstance(e, dict) for e in t.values())
+                                                 for t in tables.values())):
+            raise ValueError('expected {"profiles": {PROFILE: {NOTEBOOK: {...}}}}')
+    except (UnicodeDecodeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
                          f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` of a calibration file (one keyed by notebook only: by each entry's profile)."""
-    if isinstance(data.get("profiles"), dict):
-        return {p: dict(e) for p, e in data["profiles"].items() if isinstance(e, dict)}
-    out: dict[str, dict] = {}
-    old = data.get("notebooks")
-    for name, entry in (old.items() if isinstance(old, dict) else ()):
-        if isinstance(entry, dict):
-            out.setdefault(entry.get("profile", "smoke"), {})[name] = entry
-    return out
+    """``{profile: {notebook: entry}}`` of a calibration file (:func:`_read_json` checked its shape)."""
+    return {p: dict(e) for p, e in data.get("profiles", {}).items()}
 
 
 def rules_commit(root: Path) -> str:

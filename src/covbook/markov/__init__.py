@@ -18,8 +18,7 @@ frequencies π = π̂_t.  One concept per module:
   break times, greedy margins, the gap at detection, orbits, kicks and bookkeeping;
 * :mod:`~covbook.markov.decoding`: greedy decoding and temperature sampling.
 
-Every public name is re-exported here, so ``from covbook.markov import find_cycle``
-works as before.
+Every public name is re-exported here (``from covbook.markov import find_cycle``).
 
 References
 ----------
