@@ -238,6 +238,16 @@ def test_a_sanity_check_never_shows_a_part_it_only_supports() -> None:
     page = render(Results([s, alone]), [_claim("e"), _claim("k", kind="sanity")], set())
     assert "*rate:* ✓&nbsp;`e`&nbsp;(1), supporting: ·&nbsp;`k`&nbsp;(1)" in page
     assert "| ≈&nbsp;compatible only | T |" in page
+    assert "**The theory's statements: 1 holds, 0 holds with a correction, 0 holds in part, 1 compatible only" in page
+
+
+def test_the_summary_counts_the_abstracts_claims_and_the_findings_apart() -> None:
+    res = Results([Statement("A", "x", "01_a", ("c",), source="abstract", abstract="a says"),
+                   Statement("R", "y", "01_a", ("k",), source="reconstruction"),
+                   Statement("F", "z", "01_a", ("c",), kind="finding")])
+    page = render(res, [_claim("c"), _claim("k", kind="sanity")], set())
+    assert ("1 holds, 0 holds with a correction, 0 holds in part, 1 compatible only, 0 fails, 0 not tested.** "
+            "Of them, the abstract's claims: 1 holds. The book's findings: 1 holds.") in page
 
 
 def test_an_identity_shows_only_an_exact_part() -> None:

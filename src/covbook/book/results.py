@@ -264,6 +264,8 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
     abstract = [k for s in results.statements if s.source == "abstract" for k in s.claim_keys() if k in by_key]
     return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
                        counts=Counter(r["status"] for r in sections[0][1]),
+                       abstract_counts=Counter(r["status"] for r in sections[0][1] if r["s"].source == "abstract"),
+                       finding_counts=Counter(r["status"] for r in sections[1][1]),
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
                        statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
