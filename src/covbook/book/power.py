@@ -150,11 +150,9 @@ def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> M
 
 def _scalable(rule: Rule, m: Measurement) -> str | None:
     """Why the window of ``rule`` on ``m`` cannot be rebuilt at another size (``None`` when it can)."""
-    if rule.window in ("fixed", "tolerance"):
-        return None
     if rule.window == "run_interval" and m.prediction is None:
         return "the run computes its window's ends and records no prediction to rescale them about"
-    if rule.window != "run_interval" and (m.se is None or not math.isfinite(m.se)):
+    if rule.window not in ("fixed", "tolerance", "run_interval") and (m.se is None or not math.isfinite(m.se)):
         return "the run records no standard error"
     return None
 
