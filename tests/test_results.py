@@ -281,3 +281,15 @@ def test_exact_is_read_and_validated(tmp_path: Path) -> None:
                        ("claims: {a: [i]}\n    exact: a", "'exact' must be true, false or a list")):
         with pytest.raises(ValueError, match=match):
             load_statements(_write(tmp_path, head + "    " + bad + "\n"))
+
+
+def test_a_part_marked_exact_is_decided_by_an_identity() -> None:
+    """`exact` is for a part an identity decides (an algebraic equality); marking any other part is a slip."""
+    from covbook.rules import load_rules
+
+    rules = {f.stem: load_rules(f) for f in (ROOT / "notebooks" / "rules").glob("*.yml")}
+    for s in load_statements(ROOT / "book" / "results.yml").statements:
+        for name, keys in s.part_keys():
+            if name in s.exact:
+                kinds = {rules[nb][cid].kind for nb, cid in keys if cid in rules.get(nb, {})}
+                assert "identity" in kinds, f"{s.id}: part {name!r} is marked exact but no identity decides it"
