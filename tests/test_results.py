@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from covbook.book.results import (
-    decide_text,
     Results,
     Statement,
+    decide_text,
     load_statements,
     part_states,
     render,

@@ -7,8 +7,9 @@ of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt
 with that SE (:func:`covbook.rules.window`; a ``run_interval``'s ends scaled about the prediction like the
 SE) gives the claim's predicted kind at profile ``Q`` (:func:`covbook.rules.judged_kind`): the measured
 value never enters the kind.  Its predicted *verdict* (:func:`predicted_verdict`) compares that window with
-the measured value ± its SE scaled to ``Q``: pass, fail, or undecided when the two overlap.  ``fixed`` and ``tolerance`` windows are the same at every size.  What counts the
-replicates is each notebook's ``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
+the measured value ± its SE scaled to ``Q``: pass, fail, or undecided when the two overlap.  ``fixed`` and
+``tolerance`` windows are the same at every size.  What counts the replicates is each notebook's
+``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
 ``studies/power_scaling_h200.py`` checks the model against a paper-scale run (``tests/test_power.py``).
 The pipeline imports no science: no numpy, no torch.
 """

@@ -375,7 +375,7 @@ def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k
     forget, se_forget = relative_error_with_se(sq[n0][-1], norm[n0])
     out.measure("depth_forgets", forget, prediction=float(pop[-1]), se=se_forget, dof=n_tasks - 1, n0=n0,
                 k_max=k_max, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
-    (r1, se1), (r0, se0) = relative_error_with_se(sq[n1][k_ref], norm[n1]), relative_error_with_se(sq[n0][k_ref], norm[n0])
+    (r1, se1), (r0, se0) = (relative_error_with_se(sq[n][k_ref], norm[n]) for n in (n1, n0))
     out.measure("depth_larger_n_better", r1 - r0, prediction=0.0, se=float(np.hypot(se0, se1)), dof=n_tasks - 1,
                 n1=n1, n0=n0, k_ref=k_ref, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
     return out
