@@ -9,8 +9,8 @@ at a fixed N, :math:`(I - A)^K \to 0`: depth first helps, then forgets the label
 Random streams (of the chapter's :class:`~covbook.streams.Streams`): ``configs`` (the rotation of
 :math:`\Sigma_x`, then :math:`w`, by :func:`setting`), ``unroll`` (replicate: step size), ``track``
 (the tracking contexts, shared by every N), ``bootstrap-plain-k1``, ``bootstrap-plain-k2``,
-``bootstrap-plain-kmax``, ``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth``
-(replicate: context length).
+``bootstrap-plain-kmax``, ``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth`` (the
+contexts of the longest length, whose prefixes the shorter ones are).
 """
 
 from __future__ import annotations
@@ -347,8 +347,9 @@ def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k
     For each N of ``n_depth``, ``n_tasks`` random tasks (w ~ N(0, I)), through the identity. Measures, at
     the first N, the rise of the relative squared error from depth ``K_CONV`` (fixed before the run, not the
     data's best depth) to ``k_max``, paired over tasks (``depth_tradeoff``), and the relative error at
-    ``k_max`` against population GD's (``depth_forgets``); and the difference of the relative errors at
-    depth ``K_CONV`` between the last and the first N (``depth_larger_n_better``), each with its SE.
+    ``k_max`` against population GD's (``depth_forgets``), each with its delta-method SE; and the share of
+    tasks whose error at depth ``K_CONV`` is smaller at the last N than at the first (``depth_larger_n_better``,
+    a sign test against 1/2: each N reads the first N examples of the same contexts).
     """
     n_tasks, k_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(k_max, "k_max")
     ns = [check_positive_int(n, "n_depth") for n in n_depth]
@@ -356,9 +357,10 @@ def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k
         raise ValueError(f"n_depth must hold at least two context lengths, got {list(n_depth)}")
     dev = resolve_device(device)
     errs, sq, norm = {}, {}, {}
-    for i, n in enumerate(ns):
-        tasks = icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, noise=problem.noise,
-                                          seed=streams.seed_for("depth", replicate=i), device=dev)
+    drawn = icl.make_regression_tasks(n_tasks, max(ns), problem.d, cov_x=problem.cov_x, noise=problem.noise,
+                                      seed=streams.seed_for("depth"), device=dev)
+    for n in ns:  # the model at N reads the first N examples of the same contexts: paired over tasks
+        tasks = icl.RegressionTasks(drawn.tokens[:, :n], drawn.query, drawn.y_query, drawn.w)
         pred = identity_by_depth(tasks, ETA_DEPTH, k_max)  # (K+1, B)
         clean = tasks.clean_target.cpu()  # (B,)
         sq[n], norm[n] = ((pred - clean) ** 2).numpy(), (clean**2).numpy()  # (K+1, B), (B,)
@@ -375,9 +377,9 @@ def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k
     forget, se_forget = relative_error_with_se(sq[n0][-1], norm[n0])
     out.measure("depth_forgets", forget, prediction=float(pop[-1]), se=se_forget, dof=n_tasks - 1, n0=n0,
                 k_max=k_max, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
-    (r1, se1), (r0, se0) = (relative_error_with_se(sq[n][k_ref], norm[n]) for n in (n1, n0))
-    out.measure("depth_larger_n_better", r1 - r0, prediction=0.0, se=float(np.hypot(se0, se1)), dof=n_tasks - 1,
-                n1=n1, n0=n0, k_ref=k_ref, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
+    better = float((sq[n1][k_ref] < sq[n0][k_ref]).mean())  # tasks whose error is smaller at n1 (sign test)
+    out.measure("depth_larger_n_better", better, prediction=0.5, se=0.5 / n_tasks**0.5, n1=n1, n0=n0, k_ref=k_ref,
+                n_tasks=n_tasks)
     return out
 
 
