@@ -29,12 +29,12 @@ def _m(se: float = 0.2, dof: int | None = None, allowance: float = 0.0, value: f
 
 @pytest.mark.parametrize(("n_from", "n_to"), [(16, 64), (16, 4), (10, 1000), (3, 3)])
 def test_se_scales_as_inverse_root_of_replicates(n_from, n_to):
-    assert power.scaled_se(0.3, n_from, n_to) == pytest.approx(0.3 * math.sqrt(n_from / n_to), rel=1e-15)
+    assert power.scaled(_m(0.3), n_from, n_to).se == pytest.approx(0.3 * math.sqrt(n_from / n_to), rel=1e-15)
 
 
 def test_bad_counts_are_refused():
-    with pytest.raises(ValueError, match="n_from and n_to must be positive"):
-        power.scaled_se(0.1, 0, 4)
+    with pytest.raises(ValueError, match="n_from, n_to and length must be positive"):
+        power.scaled(_m(0.1), 0, 4)
 
 
 @pytest.mark.parametrize(("se", "allowance", "n_from"), [(0.2, 0.0, 16), (0.05, 0.0, 200), (0.3, 0.1, 32),
@@ -53,9 +53,8 @@ def test_needed_with_student_t_is_where_the_window_first_excludes():
     need = power.needed(rule, m, 16)
     assert judge(rule, power.scaled(m, 16, need)).powered
     assert not judge(rule, power.scaled(m, 16, need - 1)).powered
-    k = quantile(power.scaled_dof(15, 16, need))
-    assert k * power.scaled_se(0.25, 16, need) < 0.5 <= quantile(power.scaled_dof(15, 16, need - 1)) * \
-        power.scaled_se(0.25, 16, need - 1)
+    at, before = power.scaled(m, 16, need), power.scaled(m, 16, need - 1)
+    assert quantile(at.dof) * at.se < 0.5 <= quantile(before.dof) * before.se
 
 
 def test_no_count_decides_an_alternative_inside_the_allowance():
@@ -155,7 +154,10 @@ def test_forecast_at_each_profile():
     assert [(f.profile, f.kind, f.n) for f in out] == [("quick", "compatible", 16.0), ("full", "evidence", 256.0)]
     assert out[1].se == pytest.approx(0.05) and out[1].n_needed == math.floor(16 * (Z * 0.2 / 0.5) ** 2) + 1
     assert power.decision_text(out) == (f"evidence predicted at `full` (`n_streams` 256 ≥ "
-                                        f"{power.fmt_count(out[1].n_needed)} needed)")
+                                        f"{power.fmt_count(out[1].n_needed)} needed), and from the measured value and "
+                                        "its SE it would pass at `quick` (window [-1.696, -0.3038], value "
+                                        "[-1.696, -0.3038]), pass at `full` (window [-1.174, -0.826], value "
+                                        "[-1.174, -0.826])")
     skipped = power.forecast(_rule("two_sided"), _m(), power.NotPredicted("its window is the run's"), {}, {"full": {}})
     assert skipped[0].kind is None and power.decision_text(skipped) == "not predicted: its window is the run's"
 
@@ -164,13 +166,13 @@ def test_a_significance_window_predicted_at_a_larger_profile_names_no_needed_cou
     rule = _rule("above", alts=(Alternative("no effect", -1.0),))  # [p + k·se, ∞) excludes p at any se > 0
     out = power.forecast(rule, _m(0.2), "n", {"n": 16}, {"full": {"n": 64}})
     assert out[0].kind == "evidence" and out[0].n_needed is None
-    assert power.decision_text(out, "above") == "evidence predicted at `full` (`n` 64)"
+    assert power.decision_text(out, "above").startswith("evidence predicted at `full` (`n` 64), and from the measured")
 
 
 def test_what_the_model_leaves_out_is_said():
     scale = power.parse_replicates({"default": {"n": "n", "also": "the range of log t"}}, "01_a").of("s")
     out = power.forecast(_rule("two_sided"), _m(0.2), scale, {"n": 16}, {"full": {"n": 20}})
-    assert out[0].kind == "compatible" and power.decision_text(out).endswith(
+    assert out[0].kind == "compatible" and power.decision_text(out).split(", and from")[0].endswith(
         "needs `n` ≥ 32 (not counted: the range of log t, which would narrow its window further)")
 
 
@@ -267,3 +269,21 @@ def test_the_decision_says_why_no_size_decides_a_claim():
         "on its open side; not counted: the range of log t, which would narrow its window further)")
     long = dataclasses.replace(f, kind="evidence", n_needed=20.0, length_name="t_max", length=4096.0)
     assert power.decision_text([long]) == "evidence predicted at `full` (`n` 64 ≥ 20 needed at `t_max` 4,096)"
+
+
+@pytest.mark.parametrize(("value", "verdict"), [(-1.0, "pass"), (-0.3, "fail"), (-0.85, "undecided")])
+def test_the_predicted_verdict_compares_the_measured_value_and_its_scaled_se_with_the_predicted_window(value, verdict):
+    """At 256 streams the window is −1 ± Z·0.05 ≈ [−1.17, −0.83] and the value's band value ± Z·0.05."""
+    out = power.forecast(_rule("two_sided"), _m(0.2, value=value), "n_streams", {"n_streams": 16},
+                         {"full": {"n_streams": 256}})
+    (f,) = out
+    assert f.band == pytest.approx((value - Z * 0.05, value + Z * 0.05)) and f.verdict == verdict
+    word = {"pass": "pass", "fail": "fail", "undecided": "stay undecided"}[verdict]
+    assert f"from the measured value and its SE it would {word} at `full`" in power.decision_text(out)
+
+
+def test_no_verdict_without_a_standard_error():
+    rule = Rule("b", "evidence", "below the bound", "fixed", interval=(0.0, 1.0),
+                alternatives=(Alternative("twice the bound", 2.0),))
+    out = power.forecast(rule, Measurement("b", "01_x", 0.4), power.NotPredicted("unused"), {}, {"full": {}})
+    assert out[0].verdict is None and "would" not in power.decision_text(out)

@@ -10,6 +10,7 @@ import pytest
 from covbook.book.results import (
     Results,
     Statement,
+    decide_text,
     load_statements,
     part_states,
     render,
@@ -22,8 +23,12 @@ from covbook.claims import Claim
 from helpers import ROOT
 
 
-def _claim(cid: str, passed: bool = True, notebook: str = "01_a", measured: float = 1.0) -> Claim:
-    return Claim(cid, notebook, "a statement", measured, 1.0, 0.1, 0.9, 1.1, passed)
+def _claim(cid: str, passed: bool = True, notebook: str = "01_a", measured: float = 1.0, kind: str = "evidence") \
+        -> Claim:
+    """A claim of kind ``kind``; evidence excludes its one alternative (no effect, 0)."""
+    alts = [{"name": "no effect", "value": 0.0, "excluded": True}] if kind == "evidence" else []
+    return Claim(cid, notebook, "a statement", measured, 1.0, 0.1, 0.9, 1.1, passed, kind=kind, rule_kind=kind,
+                 alternatives=alts, powered=True if alts else None)
 
 
 def _by_key(*claims: Claim) -> dict:
@@ -220,3 +225,71 @@ def test_malformed_parts_are_a_clear_error(tmp_path: Path, claims: str, match: s
     with pytest.raises(ValueError, match=match):
         load_statements(_write(tmp_path, "statements:\n  - {id: T, statement: x, chapter: 01_a, claims: "
                                          + claims + "}\n"))
+
+
+def test_a_sanity_check_never_shows_a_part_it_only_supports() -> None:
+    s = Statement("T", "x", "01_a", ("e", "k"), parts=(("rate", ("e", "k")),))
+    assert status(s, _by_key(_claim("e"), _claim("k", kind="sanity"))) == "holds"  # evidence shows, sanity supports
+    alone = Statement("T", "x", "01_a", ("k",))
+    assert status(alone, _by_key(_claim("k", kind="sanity"))) == "compatible only"
+    assert status(alone, _by_key(_claim("k", False, kind="sanity"))) == "fails"  # a supporting claim must pass
+    assert status(alone, _by_key(_claim("k", kind="sanity"))) == "compatible only"
+    assert decide_text(alone, _by_key(_claim("k", kind="sanity")), {}).startswith("only sanity checks or identities")
+    page = render(Results([s, alone]), [_claim("e"), _claim("k", kind="sanity")], set())
+    assert "*rate:* ✓&nbsp;`e`&nbsp;(1), supporting: ·&nbsp;`k`&nbsp;(1)" in page
+    assert "| ≈&nbsp;compatible only | T |" in page
+    assert "**The theory's statements: 1 holds, 0 holds with a correction, 0 holds in part, 1 compatible only" in page
+
+
+def test_the_summary_counts_the_abstracts_claims_and_the_findings_apart() -> None:
+    res = Results([Statement("A", "x", "01_a", ("c",), source="abstract", abstract="a says"),
+                   Statement("R", "y", "01_a", ("k",), source="reconstruction"),
+                   Statement("F", "z", "01_a", ("c",), kind="finding")])
+    page = render(res, [_claim("c"), _claim("k", kind="sanity")], set())
+    assert ("1 holds, 0 holds with a correction, 0 holds in part, 1 compatible only, 0 fails, 0 not tested.** "
+            "Of them, the abstract's claims: 1 holds. The book's findings: 1 holds.") in page
+
+
+def test_an_identity_shows_only_an_exact_part() -> None:
+    parts = (("exact product", ("i",)), ("limit", ("j",)))
+    s = Statement("T", "x", "01_a", ("i", "j"), parts=parts, exact=("exact product",))
+    claims = _by_key(_claim("i", kind="identity"), _claim("j", kind="identity"))
+    assert part_states(s, claims) == [("exact product", "shown"), ("limit", "compatible only")]
+    assert status(s, claims) == "holds in part"
+    assert status(Statement("T", "x", "01_a", ("i",), exact=("",)), claims) == "holds"  # `exact: true`, no parts
+    assert status(Statement("T", "x", "01_a", ("i",)), claims) == "compatible only"
+    page = render(Results([s]), list(claims.values()), set())
+    assert "*exact product:* ✓&nbsp;`i`&nbsp;(1) (exact); *limit:* supporting: ·&nbsp;`j`&nbsp;(1)" in page
+
+
+def test_evidence_without_power_or_without_an_alternative_is_compatible_only() -> None:
+    s = Statement("T", "x", "01_a", ("c",))
+    assert status(s, _by_key(_weak("c"))) == "compatible only"
+    bare = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="evidence", rule_kind="evidence")
+    assert status(s, _by_key(bare)) == "compatible only"  # it names no alternative to exclude
+    assert status(s, _by_key(_claim("c"))) == "holds"
+
+
+def test_exact_is_read_and_validated(tmp_path: Path) -> None:
+    head = "statements:\n  - id: T\n    statement: x\n    chapter: 01_a\n"
+    (s,) = load_statements(_write(tmp_path, head + "    claims: {a: [i], b: [j]}\n    exact: [a]\n")).statements
+    assert s.exact == ("a",)
+    (s,) = load_statements(_write(tmp_path, head + "    claims: [i]\n    exact: true\n")).statements
+    assert s.exact == ("",)
+    for bad, match in (("claims: {a: [i]}\n    exact: [c]", r"statements\[0\]: 'exact' must be .*\(a\), got \['c'\]"),
+                       ("claims: [i]\n    exact: [a]", "it names no parts: use true"),
+                       ("claims: {a: [i]}\n    exact: a", "'exact' must be true, false or a list")):
+        with pytest.raises(ValueError, match=match):
+            load_statements(_write(tmp_path, head + "    " + bad + "\n"))
+
+
+def test_a_part_marked_exact_is_decided_by_an_identity() -> None:
+    """`exact` is for a part an identity decides (an algebraic equality); marking any other part is a slip."""
+    from covbook.rules import load_rules
+
+    rules = {f.stem: load_rules(f) for f in (ROOT / "notebooks" / "rules").glob("*.yml")}
+    for s in load_statements(ROOT / "book" / "results.yml").statements:
+        for name, keys in s.part_keys():
+            if name in s.exact:
+                kinds = {rules[nb][cid].kind for nb, cid in keys if cid in rules.get(nb, {})}
+                assert "identity" in kinds, f"{s.id}: part {name!r} is marked exact but no identity decides it"

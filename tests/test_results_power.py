@@ -60,11 +60,13 @@ def test_a_part_only_compatible_says_what_scale_decides_it(tmp_path: Path) -> No
     wide_need = math.floor(16 * (Z * 2.0 / 0.5) ** 2) + 1
     assert "◐&nbsp;holds in part<br>shown: rate; compatible only: slope, wide slope |" in page
     assert ("*Only compatible at this profile; what would decide it:* `slope`: evidence predicted at `full` "
-            f"(`n_streams` 256 ≥ {need} needed); `wide`: not decided by `full` (`n_streams` 256): needs "
-            f"`n_streams` ≥ {wide_need:,}") in page
+            f"(`n_streams` 256 ≥ {need} needed), and from the measured value and its SE it would stay undecided at "
+            "`full` (window [-1.174, -0.826], value [-1.124, -0.776]); `wide`: not decided by `full` (`n_streams` "
+            f"256): needs `n_streams` ≥ {wide_need:,}, and from") in page
     # the table of the abstract's statements: every key claim, its kind here and predicted at each larger profile
-    assert f"| T | `slope` | `quick` | compatible | evidence (`n_streams` 256; needs {need}) |" in page
-    assert "| T | `rate` | `quick` | evidence | evidence (`n_streams` 256; needs 1) |" in page
+    assert f"| T | `slope` | `quick` | compatible | evidence (`n_streams` 256; needs {need}), would stay undecided |" \
+        in page
+    assert "| T | `rate` | `quick` | evidence | evidence (`n_streams` 256; needs 1), would pass |" in page
 
 
 def test_a_claim_declared_not_predicted_says_why(tmp_path: Path) -> None:

@@ -150,3 +150,58 @@ def test_plots(results) -> None:
 def test_bad_input(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call(_problem(), Streams(0, "06"))
+
+
+# --- mutants: the claims that decide T3's parts fail at the published profile (quick) when the theory is broken ---
+
+QUICK = {"n_tasks": 64, "n_max": 1024, "k_max": 200, "n_depth": (64, 256, 512)}  # notebooks/06's parameters cell
+
+
+def _judged(result, cid: str):
+    from covbook.rules import Measurement, judge, load_rules
+
+    m = dict(result.measurements[cid])
+    value, fields = m.pop("value"), {k: m.pop(k) for k in ("prediction", "se", "dof") if k in m}
+    rule = load_rules(ROOT / "notebooks" / "rules" / "06_icl_multi_step.yml")[cid]
+    return judge(rule, Measurement(cid, "06_icl_multi_step", value, **fields, extra=m))
+
+
+def _population_model(cov_x: torch.Tensor, sign: float = -1.0):
+    """Mutant: a model that is population GD at every N, x_qᵀ(I − (I − ηΣ)^K)w (no finite-context forgetting);
+    ``sign=+1``: the residual adds the step, (I + ηΣ)^K, where gradient descent subtracts it."""
+    def predictions(tasks: RegressionTasks, eta: float, layers: int) -> torch.Tensor:
+        eye = torch.eye(tasks.d, dtype=torch.float64)
+        p = torch.stack([eye - torch.linalg.matrix_power(eye + sign * eta * cov_x, k) for k in range(layers + 1)])
+        return torch.einsum("bi,kij,bj->kb", tasks.x_query.cpu(), p, tasks.w.cpu())  # (K+1, B)
+    return predictions
+
+
+def test_a_residual_that_adds_the_step_fails_the_convergence_claim(monkeypatch) -> None:
+    st = Streams(0, "06")
+    p = multi_step.setting(3, eta=0.5, streams=st)
+    monkeypatch.setattr(multi_step, "identity_by_depth", _population_model(p.cov_x, sign=1.0))
+    claim = _judged(multi_step.convergence(p, streams=st, n_tasks=QUICK["n_tasks"], n_max=QUICK["n_max"]),
+                    "model_converges")
+    assert claim.rule_kind == "evidence" and not claim.passed
+    monkeypatch.setattr(multi_step, "identity_by_depth", _population_model(p.cov_x))  # the unbroken limit passes
+    claim = _judged(multi_step.convergence(p, streams=Streams(0, "06"), n_tasks=QUICK["n_tasks"],
+                                           n_max=QUICK["n_max"]), "model_converges")
+    assert claim.passed and claim.kind == "evidence"
+
+
+@pytest.mark.parametrize("cid", ["depth_tradeoff", "depth_forgets", "depth_larger_n_better"])
+def test_a_model_that_is_population_gd_at_every_n_fails_the_depth_claims(monkeypatch, cid: str) -> None:
+    st = Streams(0, "06")
+    p = multi_step.setting(3, eta=0.5, streams=st)
+    sizes = {k: QUICK[k] for k in ("n_tasks", "k_max", "n_depth")}
+    monkeypatch.setattr(multi_step, "identity_by_depth", _population_model(p.cov_x))
+    claim = _judged(multi_step.depth(p, streams=st, **sizes), cid)
+    assert claim.rule_kind == "evidence" and not claim.passed
+
+
+def test_relative_error_with_se_is_the_delta_method() -> None:
+    rng = np.random.default_rng(0)
+    norm = rng.chisquare(1, 4000)
+    sq = 0.3 * norm + 0.1 * rng.standard_normal(4000)  # e = 0.3 c + noise: r ≈ 0.3, se ≈ 0.1/(√n c̄)
+    r, se = multi_step.relative_error_with_se(sq, norm)
+    assert r == pytest.approx(0.3, abs=0.01) and se == pytest.approx(0.1 / (np.sqrt(4000) * norm.mean()), rel=0.05)

@@ -6,8 +6,10 @@ at the end of a stream of length :math:`\ell`, whose variance is :math:`C/\ell`)
 of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt about the same prediction
 with that SE (:func:`covbook.rules.window`; a ``run_interval``'s ends scaled about the prediction like the
 SE) gives the claim's predicted kind at profile ``Q`` (:func:`covbook.rules.judged_kind`): the measured
-value never enters.  ``fixed`` and ``tolerance`` windows are the same at every size.  What counts the
-replicates is each notebook's ``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
+value never enters the kind.  Its predicted *verdict* (:func:`predicted_verdict`) compares that window with
+the measured value ± its SE scaled to ``Q``: pass, fail, or undecided when the two overlap.  ``fixed`` and
+``tolerance`` windows are the same at every size.  What counts the replicates is each notebook's
+``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
 ``studies/power_scaling_h200.py`` checks the model against a paper-scale run (``tests/test_power.py``).
 The pipeline imports no science: no numpy, no torch.
 """
@@ -23,10 +25,10 @@ from pathlib import Path
 from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
-__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled_se", "scaled_dof", "scaled",
+__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled",
            "predict", "needed", "measurement_of", "replicate_count", "forecast", "SHRINKING", "N_CAP", "SAME_WINDOW",
            "fmt_count", "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text",
-           "plan_lines"]
+           "plan_lines", "predicted_verdict"]
 
 #: Windows whose width shrinks as the SE does, so that power grows with the replicates.
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
@@ -126,50 +128,32 @@ def replicate_count(expr: str, params: dict, where: str = "replicates") -> float
     return float(n)
 
 
-def scaled_se(se: float, n_from: float, n_to: float) -> float:
-    """``se · sqrt(n_from / n_to)``: the SE of a mean over ``n_to`` replicates given its value over ``n_from``."""
-    if not (n_from > 0 and n_to > 0):
-        raise ValueError(f"n_from and n_to must be positive replicate counts, got {n_from}, {n_to}")
-    return se * math.sqrt(n_from / n_to)
-
-
-def scaled_dof(dof: int | None, n_from: float, n_to: float) -> int | None:
-    """Degrees of freedom over ``n_to`` replicates: ``round((dof + 1)·n_to/n_from) − 1``, at least 1.
-
-    >>> scaled_dof(15, 16, 128), scaled_dof(None, 16, 128), scaled_dof(3, 4, 1)
-    (127, None, 1)
-    """
-    return None if dof is None else max(1, round((dof + 1) * n_to / n_from) - 1)
-
-
 def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> Measurement:
     """The measurement ``m`` (over ``n_from`` replicates) as a run over ``n_to`` would record its uncertainty.
 
-    The SE, the dof and a run's own window ends (about the prediction) scale; the rest is kept.  ``length``
-    is the ratio ``ℓ_to/ℓ_from`` of a length the SE also falls with; the dof count replicates only.
+    The SE (``se·sqrt(n_from/(n_to·length))``), a run's own window ends (about the prediction, alike) and
+    the dof (``round((dof + 1)·n_to/n_from) − 1``, at least 1: they count replicates only) scale; the rest
+    is kept.  ``length`` is the ratio ``ℓ_to/ℓ_from`` of a length the SE also falls with.
 
-    >>> m = Measurement("s", "08_x", -0.9, prediction=-1.0, se=0.2, lower=-1.6, upper=-0.7)
+    >>> m = Measurement("s", "08_x", -0.9, prediction=-1.0, se=0.2, dof=15, lower=-1.6, upper=-0.7)
     >>> s = scaled(m, 16, 64)
-    >>> s.se, s.lower, s.upper
-    (0.1, -1.3, -0.85)
+    >>> s.se, s.dof, s.lower, s.upper
+    (0.1, 63, -1.3, -0.85)
     """
-    if not length > 0:
-        raise ValueError(f"length must be a positive ratio of lengths, got {length}")
-    ratio = math.sqrt(n_from / (n_to * length))
-    se = None if m.se is None else scaled_se(m.se, n_from, n_to * length)
-    p = m.prediction
+    if not (n_from > 0 and n_to > 0 and length > 0):
+        raise ValueError(f"n_from, n_to and length must be positive, got {n_from}, {n_to}, {length}")
+    ratio, p = math.sqrt(n_from / (n_to * length)), m.prediction
     lower = m.lower if m.lower is None or p is None else p + (m.lower - p) * ratio
     upper = m.upper if m.upper is None or p is None else p + (m.upper - p) * ratio
-    return dataclasses.replace(m, se=se, dof=scaled_dof(m.dof, n_from, n_to), lower=lower, upper=upper)
+    return dataclasses.replace(m, se=None if m.se is None else m.se * ratio, lower=lower, upper=upper,
+                               dof=None if m.dof is None else max(1, round((m.dof + 1) * n_to / n_from) - 1))
 
 
 def _scalable(rule: Rule, m: Measurement) -> str | None:
     """Why the window of ``rule`` on ``m`` cannot be rebuilt at another size (``None`` when it can)."""
-    if rule.window in ("fixed", "tolerance"):
-        return None
     if rule.window == "run_interval" and m.prediction is None:
         return "the run computes its window's ends and records no prediction to rescale them about"
-    if rule.window != "run_interval" and (m.se is None or not math.isfinite(m.se)):
+    if rule.window not in ("fixed", "tolerance", "run_interval") and (m.se is None or not math.isfinite(m.se)):
         return "the run records no standard error"
     return None
 
@@ -256,6 +240,20 @@ class Forecast:
     note: str | None = None  # why it is not predicted, or what the prediction leaves out
     length_name: str | None = None  # the length the SE also falls with (:class:`Scale`)
     length: float | None = None  # its value at ``profile``
+    verdict: str | None = None  # the measured value's predicted verdict there (:func:`predicted_verdict`)
+    band: tuple[float, float] | None = None  # the measured value ± k·(its SE scaled to ``profile``)
+
+
+def predicted_verdict(band: tuple[float, float], lower: float | None, upper: float | None) -> str:
+    """``pass`` when ``band`` (the measured value ± k·SE at a larger profile) lies inside the predicted window
+    ``[lower, upper]`` (``None``: open), ``fail`` when it lies wholly outside, else ``undecided``.
+
+    >>> [predicted_verdict(b, -0.67, -0.33) for b in ((-0.6, -0.4), (-0.35, -0.25), (-0.3, -0.2))]
+    ['pass', 'undecided', 'fail']
+    """
+    if (lower is None or band[0] >= lower) and (upper is None or band[1] <= upper):
+        return "pass"
+    return "fail" if (upper is not None and band[0] > upper) or (lower is not None and band[1] < lower) else "undecided"
 
 
 def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted, run_params: dict,
@@ -279,8 +277,11 @@ def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted,
         length = replicate_count(scale.length, params, where) if scale.length else None
         ratio = 1.0 if length is None else length / len_run
         c = predict(rule, m, n_run, n, length=ratio, profile=name)
-        out.append(Forecast(m.id, m.notebook, name, scale.n, n, n_run, c.kind, c.lower, c.upper, c.extra.get("se"),
-                            needed(rule, m, n_run, ratio), note=scale.also, length_name=scale.length, length=length))
+        se, k = c.extra.get("se"), quantile(c.extra.get("dof"))
+        band = None if se is None else (m.value - k * se, m.value + k * se)
+        out.append(Forecast(m.id, m.notebook, name, scale.n, n, n_run, c.kind, c.lower, c.upper, se,
+                            needed(rule, m, n_run, ratio), scale.also, scale.length, length,
+                            band and predicted_verdict(band, c.lower, c.upper), band))
     return out
 
 
@@ -347,18 +348,16 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
 
 
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
-    """What scale would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it
-    power, else the largest; ``window`` is the rule's (a non-shrinking window is decided by no size)."""
+    """What would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it power,
+    else the largest; then the measured value's predicted verdict at each larger profile (:class:`Forecast`
+    ``verdict``); ``window`` is the rule's (a non-shrinking window is decided by no size)."""
     from covbook.book.render import render
 
     if not forecasts:
         return ""
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])
-    text = render("decision.md.j2", f=chosen, count=fmt_count, shrinks=window in SHRINKING).rstrip("\n")
-    if chosen.kind is not None and chosen.replicates is not None and chosen.note:
-        extra = f"not counted: {chosen.note}, which would narrow its window further"
-        text = f"{text[:-1]}; {extra})" if text.endswith(")") else f"{text} ({extra})"
-    return text
+    return " ".join(render("decision.md.j2", f=chosen, count=fmt_count, shrinks=window in SHRINKING,
+                           verdicts=[f for f in forecasts if f.verdict]).split()).replace(" ;", ";").replace(" ,", ",")
 
 
 def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:

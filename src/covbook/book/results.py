@@ -3,12 +3,16 @@
 ``book/results.yml`` declares the statements the book tests (the results T1–T5 and their parts, each the
 abstract's claim or the book's reconstruction by its ``source``, and the book's own findings) and the key
 claims that decide each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``).
-A part is *shown* when each of its claims passes and excludes its alternatives, *compatible only* when
-each passes but one cannot exclude its alternative at this profile.  The status is computed: *not
+Only evidence shows a part (:func:`shows`): a passing claim of an ``evidence`` rule whose window excludes
+every alternative it names at this profile, or an ``identity`` in a part the entry marks exact (``exact:
+[part, ...]``, or ``exact: true`` for every part: an algebraic equality, not a limit).  A ``sanity`` claim,
+and an identity in a part that is not exact, only *supports* (:func:`supports`): it must pass, and never
+shows.  A part is *shown* when every claim passes, at least one shows it and every other one shows or
+supports it; *compatible only* when every claim passes but that is not so.  The status is computed: *not
 tested* (a key claim is not in the run), *fails* (one failed), *holds with a correction* (every part
 shown, a ``correction`` declared), *holds* (every part shown), *holds in part* (some parts shown, the
 others compatible only) or *compatible only* (none shown).  A key claim that passes without power gets
-the scale predicted to decide it (:mod:`covbook.book.power`).
+the verdict predicted at each larger profile (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from covbook.book.theorems import theorem_labels
 from covbook.claims import Claim
 
 __all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
-           "status_detail", "decide_text", "render", "write_results"]
+           "shows", "supports", "status_detail", "decide_text", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
 #: The state of one part of a statement, in the order the row lists them.
 PART_STATES = ("fails", "not tested", "shown", "compatible only")
-_FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source", "abstract"}
+_FIELDS = {"id", "statement", "chapter", "theorem", "correction", "claims", "source", "abstract", "exact"}
 #: Where a statement comes from: only the paper's abstract is public.
 SOURCES = {"abstract": "The abstract's claim", "reconstruction": "The book's reconstruction"}
 _CHAPTER = re.compile(r"^[0-9]{2}_[A-Za-z0-9_]+$")
@@ -52,6 +56,7 @@ class Statement:
     parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, claims) of each named part; () for one unnamed part
     source: str | None = None  # "abstract" or "reconstruction" (SOURCES)
     abstract: str | None = None  # what the abstract says, in the book's words (source "abstract" only)
+    exact: tuple[str, ...] = ()  # the parts that are algebraic equalities, which an identity shows ("" unnamed)
 
     def claim_keys(self) -> list[tuple[str, str]]:
         """``(notebook, claim id)`` of each key claim (``NN_name:id`` names another chapter's claim)."""
@@ -110,10 +115,23 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
                          "apart from the book's precise statement")
     if abstract is not None and raw.get("source") != "abstract":
         raise ValueError(f"{where}: 'abstract' is only for a statement with source 'abstract'")
+    exact = _exact(raw.get("exact"), [name for name, _ in parts] or [""], where)
     return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
                      claims=tuple(claims), parts=parts, theorem=raw.get("theorem") or None,
                      correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind,
-                     source=raw.get("source"), abstract=" ".join(abstract.split()) if abstract else None)
+                     source=raw.get("source"), abstract=" ".join(abstract.split()) if abstract else None,
+                     exact=exact)
+
+
+def _exact(raw: object, names: list[str], where: str) -> tuple[str, ...]:
+    """The entry's ``exact``: ``true`` (every part), ``false``/absent (none) or a list of its part names."""
+    if raw is None or isinstance(raw, bool):
+        return tuple(names) if raw else ()
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(n, str) for n in raw) \
+            or names == [""] or not set(n.strip() for n in raw) <= set(names):
+        raise ValueError(f"{where}: 'exact' must be true, false or a list of the entry's part names "
+                         f"({', '.join(names) if names != [''] else 'it names no parts: use true'}), got {raw!r}")
+    return tuple(n.strip() for n in raw)
 
 
 def load_statements(path: str | os.PathLike) -> Results:
@@ -137,22 +155,32 @@ def load_statements(path: str | os.PathLike) -> Results:
     return out
 
 
-def _shown(claim: Claim) -> bool:
-    """A passing claim that excludes its alternatives (or names none, as identities and sanity checks)."""
-    return not (claim.kind == "compatible" or (claim.alternatives and not claim.powered))
+def shows(claim: Claim, exact: bool = False) -> bool:
+    """Whether the claim, passing, shows its part: evidence that excludes every alternative it names (at least
+    one), or an identity when the part is ``exact``."""
+    if claim.kind == "identity":
+        return exact
+    return claim.kind == "evidence" and bool(claim.alternatives) and bool(claim.powered)
+
+
+def supports(claim: Claim, exact: bool = False) -> bool:
+    """Whether the claim only supports its part: a sanity check, or an identity of a part that is not exact."""
+    return claim.kind == "sanity" or (claim.kind == "identity" and not exact)
 
 
 def part_states(statement: Statement, claims: dict[tuple[str, str], Claim]) -> list[tuple[str, str]]:
     """``(part name, state)`` of each part of the statement, the state one of ``PART_STATES``."""
     out = []
     for name, keys in statement.part_keys():
-        found = [claims.get(k) for k in keys]
+        found, exact = [claims.get(k) for k in keys], name in statement.exact
         if any(c is None for c in found):
             state = "not tested"
         elif not all(c.passed for c in found):
             state = "fails"
+        elif any(shows(c, exact) for c in found) and all(shows(c, exact) or supports(c, exact) for c in found):
+            state = "shown"
         else:
-            state = "shown" if all(_shown(c) for c in found) else "compatible only"
+            state = "compatible only"
         out.append((name, state))
     return out
 
@@ -181,20 +209,30 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
 
 def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
                 decisions: dict[tuple[str, str], str]) -> str:
-    """What would decide each key claim of ``statement`` that passes without power, one clause per claim;
-    ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
+    """What would decide each key claim of ``statement`` that passes without showing or supporting its part, one
+    clause per claim; ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
     out = []
-    for nb, cid in statement.claim_keys():
-        claim = by_key.get((nb, cid))
-        if claim is None or not claim.passed or _shown(claim):
+    for (name, keys), (_, state) in zip(statement.part_keys(), part_states(statement, by_key)):
+        exact = name in statement.exact
+        if state != "compatible only":
             continue
-        ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-        if (claim.rule_kind or claim.kind) != "evidence":
-            text = f"its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
-        else:
-            text = decisions.get((nb, cid)) or "no larger profile to predict"
-        out.append(f"`{ref}`: {text}")
+        weak = [(nb, cid, c) for nb, cid in keys if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]
+        out += [_decide_one(statement, nb, cid, c, decisions) for nb, cid, c in weak] or \
+            [f"{('*' + name + '*: ') if name else ''}only sanity checks or identities support it, which show no "
+             "part that is not exact: no claim of the run tests it"]
     return "; ".join(out)
+
+
+def _decide_one(statement: Statement, nb: str, cid: str, claim: Claim, decisions: dict) -> str:
+    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
+    if (claim.rule_kind or claim.kind) != "evidence":
+        return f"`{ref}`: its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
+    return f"`{ref}`: {decisions.get((nb, cid)) or 'no larger profile to predict'}"
+
+
+def _supporting(claim: Claim | None, exact: bool) -> bool:
+    """A passing claim listed apart, after the claims that decide its part (:func:`supports`)."""
+    return claim is not None and claim.passed and supports(claim, exact)
 
 
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
@@ -215,7 +253,10 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
         for s in (s for s in results.statements if s.kind == kind):
             st = status(s, by_key)
             undecided = st in ("holds in part", "compatible only")
-            rows.append({"s": s, "status": st, "detail": status_detail(s, by_key),
+            parts = [(name, name in s.exact,
+                      [k for k in keys if not _supporting(by_key.get(k), name in s.exact)],
+                      [k for k in keys if _supporting(by_key.get(k), name in s.exact)]) for name, keys in s.part_keys()]
+            rows.append({"s": s, "status": st, "detail": status_detail(s, by_key), "parts": parts,
                          "decide": decide_text(s, by_key, decisions) if undecided else ""})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
@@ -223,8 +264,10 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
     abstract = [k for s in results.statements if s.source == "abstract" for k in s.claim_keys() if k in by_key]
     return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
                        counts=Counter(r["status"] for r in sections[0][1]),
+                       abstract_counts=Counter(r["status"] for r in sections[0][1] if r["s"].source == "abstract"),
+                       finding_counts=Counter(r["status"] for r in sections[1][1]),
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
-                       sources=SOURCES, labels=labels, claim_role=results.claim_role, shown=_shown,
+                       sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
                        statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
                        larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
                        at={k: {f.profile: f for f in v} for k, v in forecasts.items()})

@@ -9,8 +9,8 @@ at a fixed N, :math:`(I - A)^K \to 0`: depth first helps, then forgets the label
 Random streams (of the chapter's :class:`~covbook.streams.Streams`): ``configs`` (the rotation of
 :math:`\Sigma_x`, then :math:`w`, by :func:`setting`), ``unroll`` (replicate: step size), ``track``
 (the tracking contexts, shared by every N), ``bootstrap-plain-k1``, ``bootstrap-plain-k2``,
-``bootstrap-plain-kmax``, ``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth``
-(replicate: context length).
+``bootstrap-plain-kmax``, ``bootstrap-newton-k2``, ``convergence``, ``unstable`` and ``depth`` (the
+contexts of the longest length, whose prefixes the shorter ones are).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from covbook.stats import mean_with_se, slope_with_se
 __all__ = ["CHAPTER", "NOISE", "setting", "identity", "Tracking", "tracking", "Convergence", "convergence",
            "unstable", "Depth", "depth", "predictions_by_depth", "identity_by_depth", "UNROLL_STEPS",
            "CONVERGENCE_ETAS", "K_CONV", "ETA_UNSTABLE", "K_UNSTABLE", "ETA_DEPTH", "TRACK_N_MIN", "TRACK_S",
-           "at_logit_variance"]
+           "at_logit_variance", "relative_error_with_se"]
 
 CHAPTER = "06"
 #: Step sizes of the identity check (the last one with the Newton preconditioner Γ = Σ_x⁻¹).
@@ -238,8 +238,9 @@ def convergence(problem: RegressionProblem, *, n_tasks: int, n_max: int, streams
     (the model through the identity), and in closed form over :math:`w \sim \mathcal N(0, I)` (``pop_mean``).
     Measures ``pop_converges`` (η = 1.8, the chapter's w), ``pop_diverges`` (η = 2.2, last over first step
     of the closed form: the growth of one w depends on its weight along the top eigenvector, the
-    average's does not) and ``model_converges`` (η = 0.5, last over first layer of the median squared
-    error over tasks: the mean is dominated by the few large queries).
+    average's does not) and ``model_converges`` (η = 0.5: the share of tasks whose squared error after
+    ``K_CONV`` layers is below one layer's, a sign test against 1/2 with the binomial SE 1/(2√n): the mean
+    over tasks is carried by the few large queries, where the logits are large and the error compounds).
     """
     n_tasks, n_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(n_max, "n_max")
     dev = resolve_device(device)
@@ -247,20 +248,21 @@ def convergence(problem: RegressionProblem, *, n_tasks: int, n_max: int, streams
     tasks = _tasks(problem, n_tasks, n_max, streams.seed_for("convergence"), dev)
     x_query, clean = tasks.x_query.cpu(), tasks.clean_target.cpu()  # (B, d), (B,)
     norm_q = (clean**2).mean()
-    conv, model_median = {}, {}
+    conv, model_median, sq_by_eta = {}, {}, {}
     for e in CONVERGENCE_ETAS:
         it = icl.population_gd(cov_x, w, e, K_CONV)  # (K+1, d)
         pop_err = (((it - w) @ x_query.T) ** 2).mean(1) / norm_q  # (K+1,)
         model_pred = identity_by_depth(tasks, e, K_CONV)  # (K+1, B), = the literal model
         model_sq = (model_pred - clean) ** 2  # (K+1, B)
-        model_median[e] = model_sq.median(1).values.numpy()  # (K+1,)
+        model_median[e], sq_by_eta[e] = model_sq.median(1).values.numpy(), model_sq  # (K+1,), (K+1, B)
         conv[e] = dict(pop=pop_err.numpy(), model=(model_sq.mean(1) / norm_q).numpy(),
                        pop_mean=_population_error(cov_x, e, K_CONV))
     out = Convergence(conv, problem.eta_crit, n_max)
     out.measure("pop_converges", conv[1.8]["pop"][-1], eta_crit=problem.eta_crit, k_conv=K_CONV)
     out.measure("pop_diverges", conv[2.2]["pop_mean"][-1] / conv[2.2]["pop_mean"][1], k_conv=K_CONV)
-    out.measure("model_converges", model_median[0.5][-1] / model_median[0.5][1], n_max=n_max, k_conv=K_CONV,
-                n_tasks=n_tasks)
+    fell = float((sq_by_eta[0.5][-1] < sq_by_eta[0.5][1]).double().mean())  # tasks whose error fell (sign test)
+    out.measure("model_converges", fell, prediction=0.5, se=0.5 / n_tasks**0.5, n_max=n_max, k_conv=K_CONV,
+                n_tasks=n_tasks, median_ratio=model_median[0.5][-1] / model_median[0.5][1])
     out.glue("model_unstable_last", conv[2.2]["model"][-1])
     out.glue("pop_unstable_last", conv[2.2]["pop_mean"][-1])
     return out
@@ -342,29 +344,54 @@ def depth(problem: RegressionProblem, *, n_tasks: int, n_depth: Sequence[int], k
           device: str | torch.device = "cpu") -> Depth:
     r""":math:`\mathbb E(\hat y_K - x_q^\top w)^2/\mathbb E(x_q^\top w)^2` for K ≤ ``k_max`` at η = ``ETA_DEPTH``.
 
-    For each N of ``n_depth``, ``n_tasks`` random tasks (w ~ N(0, I)), through the identity. Measures,
-    at the first N, the rise from the best depth to ``k_max`` and the forgetting at ``k_max``, and the
-    ratio of the best errors at the last and first N.
+    For each N of ``n_depth``, ``n_tasks`` random tasks (w ~ N(0, I)), through the identity. Measures, at
+    the first N, the rise of the relative squared error from depth ``K_CONV`` (fixed before the run, not the
+    data's best depth) to ``k_max``, paired over tasks (``depth_tradeoff``), and the relative error at
+    ``k_max`` against population GD's (``depth_forgets``), each with its delta-method SE; and the share of
+    tasks whose error at depth ``K_CONV`` is smaller at the last N than at the first (``depth_larger_n_better``,
+    a sign test against 1/2: each N reads the first N examples of the same contexts).
     """
     n_tasks, k_max = check_positive_int(n_tasks, "n_tasks"), check_positive_int(k_max, "k_max")
     ns = [check_positive_int(n, "n_depth") for n in n_depth]
     if len(ns) < 2:
         raise ValueError(f"n_depth must hold at least two context lengths, got {list(n_depth)}")
     dev = resolve_device(device)
-    errs = {}
-    for i, n in enumerate(ns):
-        tasks = icl.make_regression_tasks(n_tasks, int(n), problem.d, cov_x=problem.cov_x, noise=problem.noise,
-                                          seed=streams.seed_for("depth", replicate=i), device=dev)
+    errs, sq, norm = {}, {}, {}
+    drawn = icl.make_regression_tasks(n_tasks, max(ns), problem.d, cov_x=problem.cov_x, noise=problem.noise,
+                                      seed=streams.seed_for("depth"), device=dev)
+    for n in ns:  # the model at N reads the first N examples of the same contexts: paired over tasks
+        tasks = icl.RegressionTasks(drawn.tokens[:, :n], drawn.query, drawn.y_query, drawn.w)
         pred = identity_by_depth(tasks, ETA_DEPTH, k_max)  # (K+1, B)
         clean = tasks.clean_target.cpu()  # (B,)
-        errs[n] = (((pred - clean) ** 2).mean(1) / (clean**2).mean()).numpy()  # (K+1,)
-    out = Depth(errs, _population_error(problem.cov_x, ETA_DEPTH, k_max), k_max)
-    n0, n1 = ns[0], ns[-1]
-    k_best = int(np.argmin(errs[n0]))
-    out.glue("k_best", k_best)
+        sq[n], norm[n] = ((pred - clean) ** 2).numpy(), (clean**2).numpy()  # (K+1, B), (B,)
+        errs[n] = sq[n].mean(1) / norm[n].mean()  # (K+1,)
+    pop = _population_error(problem.cov_x, ETA_DEPTH, k_max)
+    out = Depth(errs, pop, k_max)
+    n0, n1, k_ref = ns[0], ns[-1], min(K_CONV, k_max)
+    out.glue("k_best", int(np.argmin(errs[n0])))
     out.glue("k_max", k_max)
     out.glue("n_depth_0", n0)
-    out.measure("depth_tradeoff", errs[n0][-1] / errs[n0][k_best], n0=n0, k_max=k_max, k_best=k_best)
-    out.measure("depth_forgets", errs[n0][-1], n0=n0, k_max=k_max)
-    out.measure("depth_larger_n_better", errs[n1].min() / errs[n0].min(), n1=n1, n0=n0)
+    rise, se_rise = relative_error_with_se(sq[n0][-1] - sq[n0][k_ref], norm[n0])  # paired over tasks
+    out.measure("depth_tradeoff", rise, prediction=0.0, se=se_rise, dof=n_tasks - 1, n0=n0, k_max=k_max,
+                k_ref=k_ref, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
+    forget, se_forget = relative_error_with_se(sq[n0][-1], norm[n0])
+    out.measure("depth_forgets", forget, prediction=float(pop[-1]), se=se_forget, dof=n_tasks - 1, n0=n0,
+                k_max=k_max, n_tasks=n_tasks, n_tasks_1=n_tasks - 1)
+    better = float((sq[n1][k_ref] < sq[n0][k_ref]).mean())  # tasks whose error is smaller at n1 (sign test)
+    out.measure("depth_larger_n_better", better, prediction=0.5, se=0.5 / n_tasks**0.5, n1=n1, n0=n0, k_ref=k_ref,
+                n_tasks=n_tasks)
     return out
+
+
+def relative_error_with_se(sq: np.ndarray, norm: np.ndarray) -> tuple[float, float]:
+    r"""The relative error :math:`r = \bar e/\bar c` over tasks and its delta-method SE
+    :math:`\operatorname{sd}(e_i - r c_i)/(\sqrt n\,\bar c)`; ``sq`` the squared errors (B,) (or a paired
+    difference of two depths' squared errors: then ``r`` is the change of the relative error), ``norm`` the
+    squared clean targets (B,).
+
+    >>> r, se = relative_error_with_se(np.array([1.0, 3.0]), np.array([2.0, 2.0]))
+    >>> r, round(se, 6)
+    (1.0, 0.5)
+    """
+    r = float(sq.mean() / norm.mean())
+    return r, float((sq - r * norm).std(ddof=1) / (np.sqrt(sq.size) * norm.mean()))
