@@ -21,7 +21,10 @@ gives in the chapter, in any order.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -96,6 +99,23 @@ PILOT_CONTEXTS = 4
 
 #: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
 KAPPA_MIN = 2.0
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _one_thread(fn: _F) -> _F:
+    """Run ``fn`` on one intra-op thread: the chapter's tensors are small (a chunk of 64 queries of a few
+    contexts), and a second thread only adds synchronisation, which a loaded machine makes expensive."""
+    @functools.wraps(fn)
+    def run(*args: object, **kwargs: object) -> object:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return run  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- the context laws
@@ -316,6 +336,7 @@ def recursion_error(s: ContextLaws, cov: torch.Tensor, seed: int,
     return scale, ((F_quad - F_closed).norm(dim=-1) / F_closed.norm(dim=-1)).max().item()
 
 
+@_one_thread
 def recursion(s: ContextLaws) -> Recursion:
     """The largest relative difference max |F_quad − M_l x| / |M_l x| over depths and 64 queries.
 
@@ -399,6 +420,7 @@ def _range_text(values: list[float]) -> str:
     return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
 
 
+@_one_thread
 def gaussian(s: ContextLaws) -> Depths:
     """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a law and a model each.
 
@@ -610,6 +632,7 @@ def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor,
     return F, sq, hs, sv
 
 
+@_one_thread
 def discrete_attention(s: ContextLaws) -> tuple[Depths, dict[str, object]]:
     """Discrete contexts through attention-only models, each at its own sink-free scale (Experiment 3).
 
@@ -648,6 +671,7 @@ def discrete_attention(s: ContextLaws) -> tuple[Depths, dict[str, object]]:
     return dattn, glue
 
 
+@_one_thread
 def discrete_mlp(s: ContextLaws) -> Depths:
     """Discrete contexts through two-head models with MLP and layer norm (Experiment 3).
 
@@ -672,6 +696,7 @@ def discrete_mlp(s: ContextLaws) -> Depths:
                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
 
 
+@_one_thread
 def models(s: ContextLaws) -> Models:
     """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
 
@@ -754,6 +779,7 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
     return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
+@_one_thread
 def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
@@ -861,6 +887,7 @@ def _markov_model(s: ContextLaws, depth: int, seed: int) -> CausalTransformer:
                              layer_norm=True, seed=seed, attn_chunk=ATTN_CHUNK).to(s.device)
 
 
+@_one_thread
 def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     """Experiment 5: stationary Markov contexts P = ρI + (1 − ρ)Q, the rate and the constant of the rate.
 
