@@ -30,7 +30,7 @@ from helpers import ROOT
 
 RULES = load_rules(ROOT / "notebooks" / "rules" / "08_depth_collapse.yml")
 #: The quick profile's sizes (notebooks/08_depth_collapse.md defaults).
-QUICK = dict(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=1024, n_streams=128, quad_nodes=64)
+QUICK = dict(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=1024, n_streams=192, quad_nodes=64)
 #: Each T4 key claim and the experiment that measures it at quick's sizes.
 FAMILIES = {
     "slope_gauss_L4": depth.gaussian,
