@@ -14,6 +14,19 @@ z being centred on the statistic's value over the whole pool.  Numbers in
 
     python studies/slope_statistic_08.py --seed 1452 --model gauss --redraws 400 --sets 20000
     python studies/slope_statistic_08.py --seed 1458 --model dattn --redraws 400 --sets 10000
+
+With ``--rate FAMILY`` it checks the statistic the chapter's rate claims use now
+(:func:`covbook.experiments.depth.rate_slope`): it runs the family (gauss, dmlp or dattn) at the quick
+profile's sizes with ``--models`` independent models (a law, weights and 8 contexts each), and resamples
+``--sets`` sets of 16 models, reporting per depth the models' slopes' skew and kurtosis, SD(z) (1.074 for
+Student-t with 15 dof) and how often |z| exceeds the window's quantile.  On the development seeds::
+
+    python studies/slope_statistic_08.py --seed 2 --rate gauss --models 128 --sets 20000
+    python studies/slope_statistic_08.py --seed 3 --rate dmlp --models 96 --sets 20000
+
+gave SD(z) 1.07–1.09 at every depth (skew −0.67 to +0.50) and P(|z| > 4.42) from 0.00035 to 0.0011 at the
+level 0.0005 (20000 resampled sets), against SD/SE 1.27–1.30 for the slope of the pooled mean with a
+bootstrap SE.
 """
 
 from __future__ import annotations
@@ -65,7 +78,7 @@ def pooled_pairs(seed: int, model: str, redraws: int, streams: int) -> tuple[np.
                              .view(streams, s.t_max), cp)  # (R, T)
             Fx = F[:, x[:, cp - 1]]
         sq, _ = depth.squared_gaps(net, x, Fx, cp)  # (L+1, R, n_t)
-        out.append(np.stack([depth.pair_means(q) for q in sq])[:, :, s.fit])
+        out.append(np.stack([depth.group_means(q, 2) for q in sq])[:, :, s.fit])
     return np.concatenate(out, 1), s.t_fit
 
 
@@ -89,6 +102,25 @@ def z_tails(pool: np.ndarray, t: np.ndarray, sets: int, n_pairs: int, rng: np.ra
             "mean of the pairs' slopes, t SE": np.concatenate(z_log)}
 
 
+def rate_level(seed: int, family: str, n_models: int, sets: int) -> None:
+    """Print, per depth, the level of the rate statistic over ``sets`` resampled sets of 16 of ``n_models`` models."""
+    st = Streams(seed, depth.CHAPTER)
+    s = depth.context_laws(d_in=2, d_model=8, n_layers=4, vocab=16, t_max=1024,
+                           n_streams=depth.CONTEXTS_PER_MODEL * n_models, quad_nodes=64, streams=st)
+    run = {"gauss": depth.gaussian, "dmlp": depth.discrete_mlp,
+           "dattn": lambda laws: depth.discrete_attention(laws)[0]}[family]
+    r = run(s)
+    k = quantile(15)
+    rng = np.random.default_rng(0)
+    for l in range(1, s.n_layers + 1):
+        per = depth.rate_slope(s.t_fit, r.sq[l][:, s.fit])[3]  # (n_models,): each model's slope
+        pick = per[rng.integers(0, per.size, (sets, 16))]  # (sets, 16)
+        z = (pick.mean(1) - per.mean()) / (pick.std(1, ddof=1) / 4)
+        print(f"{family} L = {l}: {per.size} models, mean slope {per.mean():+.3f} (SD {per.std():.3f}, skew "
+              f"{sst.skew(per):+.2f}, kurtosis {sst.kurtosis(per, fisher=False):.2f}); SD(z) {z.std():.3f}, "
+              f"P(|z| > k = {k:.2f}) {np.mean(np.abs(z) > k):.5f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=1452)
@@ -96,7 +128,13 @@ def main() -> None:
     p.add_argument("--redraws", type=int, default=100)
     p.add_argument("--streams", type=int, default=32)
     p.add_argument("--sets", type=int, default=5000)
+    p.add_argument("--rate", choices=("gauss", "dmlp", "dattn"), default=None,
+                   help="check the rate claims' statistic (the mean of the models' slopes) on this family")
+    p.add_argument("--models", type=int, default=128)
     a = p.parse_args()
+    if a.rate is not None:
+        rate_level(a.seed, a.rate, a.models, a.sets)
+        return
     pool, t = pooled_pairs(a.seed, a.model, a.redraws, a.streams)
     n_pairs = 16
     k = quantile(n_pairs - 1)

@@ -67,7 +67,10 @@ def test_a_claim_not_evaluated_fails_under_its_rules_kind():
 def _measurement(raw: dict) -> Measurement:
     """A stored slope as today's rules read it: the family's text and the depth fill the anchored statement."""
     depth = raw["id"].rsplit("_L", 1)[-1]
-    extra = {"statement": "", "l": int(depth) if depth.isdigit() else 1, **(raw.get("extra") or {})}
+    stored = raw.get("extra") or {}
+    # the stored runs counted pairs of streams (a model each); today's rules name the models
+    n = stored.get("n_pairs", stored.get("n_streams"))
+    extra = {"statement": "", "l": int(depth) if depth.isdigit() else 1, "n_models": n, **stored}
     return Measurement(**{**raw, "extra": extra})
 
 

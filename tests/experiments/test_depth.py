@@ -19,7 +19,7 @@ from covbook.streams import Streams  # noqa: E402
 from covbook.token_laws import flat_dirichlet  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
-SIZES = dict(d_in=2, d_model=4, n_layers=4, vocab=5, t_max=64, n_streams=6, quad_nodes=8, n_boot=20)
+SIZES = dict(d_in=2, d_model=4, n_layers=4, vocab=5, t_max=64, n_streams=16, quad_nodes=8, n_boot=20)
 RULES = ROOT / "notebooks" / "rules" / "08_depth_collapse.yml"
 
 
@@ -65,24 +65,26 @@ def _same(a: dict, b: dict) -> bool:
 
 def test_context_laws_fix_the_checkpoints_and_draw_nothing(run) -> None:
     s = run["laws"]
-    assert s.checkpoints[0] == 16 and s.checkpoints[-1] == 63 and s.fit.all() and s.n_pairs == 3
-    assert s.numbers == {"t_max": 64, "n_streams": 6, "n_pairs": 3, "vocab": 5, "d_model": 4, "fit_from": 16}
+    assert s.checkpoints[0] == 16 and s.checkpoints[-1] == 63 and s.fit.all() and s.n_models == 2
+    assert s.numbers == {"t_max": 64, "n_streams": 16, "n_models": 2, "contexts_per_model": 8, "vocab": 5,
+                         "d_model": 4, "fit_from": 16}
 
 
 def test_a_pair_draws_its_law_and_contexts_from_its_own_stream(run) -> None:
     s, cp = run["laws"], run["laws"].checkpoints
-    cov, x = s.gaussian_pair("gauss", 1)
+    cov, x = s.gaussian_group("gauss", 1)
     assert cov.shape == (2, 2) and torch.allclose(cov, cov.T) and torch.linalg.eigvalsh(cov).min() >= 0.3 - 1e-12
-    assert x.shape == (2, 64, 2) and torch.equal(x[0, cp - 1], x[1, cp - 1]) and not torch.equal(x[0], x[1])
-    freqs, xd, pilot = s.discrete_pair("dattn", 1, n_pilot=3)
-    assert freqs.shape == (5,) and math.isclose(freqs.sum().item(), 1.0) and xd.shape == (2, 64)
-    assert pilot.shape == (3, 64) and torch.equal(xd[0, cp - 1], xd[1, cp - 1])
-    again_cov, again_x = s.gaussian_pair("gauss", 1)
+    assert x.shape == (8, 64, 2) and torch.equal(x[0::2, cp - 1], x[1::2, cp - 1]) and not torch.equal(x[0], x[1])
+    freqs, xd, pilot = s.discrete_group("dattn", 1, n_pilot=3)
+    assert freqs.shape == (5,) and math.isclose(freqs.sum().item(), 1.0) and xd.shape == (8, 64)
+    assert pilot.shape == (3, 64) and torch.equal(xd[0::2, cp - 1], xd[1::2, cp - 1])
+    assert s.discrete_group("positions", 1, n_contexts=2)[1].shape == (2, 64)
+    again_cov, again_x = s.gaussian_group("gauss", 1)
     assert torch.equal(cov, again_cov) and torch.equal(x, again_x)  # a function of (name, k) alone
-    other_cov, _ = s.gaussian_pair("gauss", 2)
-    assert not torch.equal(cov, other_cov)  # every pair its own law
-    assert not torch.equal(freqs, s.discrete_pair("dattn", 2)[0])
-    assert not torch.equal(freqs, s.discrete_pair("dmlp", 1)[0])  # every family its own stream
+    other_cov, _ = s.gaussian_group("gauss", 2)
+    assert not torch.equal(cov, other_cov)  # every model its own law
+    assert not torch.equal(freqs, s.discrete_group("dattn", 2)[0])
+    assert not torch.equal(freqs, s.discrete_group("dmlp", 1)[0])  # every family its own stream
 
 
 def test_flat_dirichlet_is_normalised_exponentials_with_the_dirichlet_moments() -> None:
@@ -116,14 +118,14 @@ def test_an_experiment_alone_gives_the_chapters_numbers(run, name) -> None:
 
 def test_paired_contexts_share_the_checkpoint_tokens(run) -> None:
     xd, cp = run["models"].contexts, run["laws"].checkpoints
-    assert xd.shape == (6, 64)
+    assert xd.shape == (16, 64)
     assert torch.equal(xd[0::2, cp - 1], xd[1::2, cp - 1]) and not torch.equal(xd[0::2], xd[1::2])
 
 
 def test_shapes(run) -> None:
     n_t = len(run["laws"].checkpoints)
     for d in (run["gauss"], run["models"].gmlp, run["models"].dattn, run["models"].dmlp):
-        assert d.sq.shape == (5, 6, n_t) and d.hs.shape == (5, 6, n_t, 4)
+        assert d.sq.shape == (5, 16, n_t) and d.hs.shape == (5, 16, n_t, 4)
         assert len(d.slopes) == 4 and len(d.reach) == 4 and all(b >= 0 for b in d.reach)
     assert np.all(run["gauss"].sq[0] < 1e-20)  # h^(0) = E x = F_0(x)
     assert run["tail"].sq["large"].shape == (8, len(run["tail"].t_stream))
@@ -132,8 +134,9 @@ def test_shapes(run) -> None:
     assert run["positions"].variance["rotary"].shape == (r_pos // 2, n_t)
     assert run["positions"].gap["learned"].shape == (r_pos, n_t)
     assert run["positions"].numbers["n_pairs_positions"] == r_pos // 2
-    assert run["markov"].sq[2].shape == (6, n_t)
-    assert run["markov"].sq_constant.shape == (6 * depth.CONSTANT_CHAINS, n_t)
+    assert run["markov"].sq[2].shape == (16, n_t)  # 16 / MARKOV_PATHS kernels, MARKOV_PATHS paths each
+    assert run["markov"].numbers["n_kernels"] == 16 // depth.MARKOV_PATHS
+    assert run["markov"].sq_constant.shape == (16 * depth.CONSTANT_CHAINS, n_t)
 
 
 def test_bias_slope_groups_is_the_fit_of_the_group_means_with_a_delta_method_se() -> None:
@@ -187,21 +190,39 @@ def test_rules_declare_no_per_run_claims() -> None:
     assert "per_run" not in RULES.read_text(encoding="utf-8")
 
 
-def test_mean_gap_slope_is_the_slope_of_the_arithmetic_mean(run) -> None:
+def test_mean_gap_slope_is_the_slope_of_the_pooled_mean_and_the_rate_that_of_the_models_means(run) -> None:
     s = run["laws"]
     for d in (run["gauss"], run["models"].dattn):
         m = d.measurements[f"mean_gap_slope_{d.tag}"]
-        pairs = depth.pair_means(d.sq[-1])[:, s.fit]  # (R/2, n_fit)
-        assert m["value"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(pairs.mean(0)), 1)[0])
-        assert m["typical"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(pairs).mean(0), 1)[0])
+        sq = d.sq[-1][:, s.fit]  # (R, n_fit)
+        per_model = sq.reshape(2, 8, -1).mean(1)  # (models, n_fit): each model's mean over its 8 contexts
+        assert m["value"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(sq.mean(0)), 1)[0])
+        assert m["per_model"] == pytest.approx(np.polyfit(np.log(s.t_fit), np.log(per_model).mean(0), 1)[0])
+        rate = d.measurements[f"slope_{d.tag}_L4"]
+        slopes = [np.polyfit(np.log(s.t_fit), np.log(g), 1)[0] for g in per_model]
+        assert rate["value"] == pytest.approx(np.mean(slopes))
+        assert rate["se"] == pytest.approx(np.std(slopes, ddof=1) / np.sqrt(2)) and rate["dof"] == 1
+
+
+def test_group_means_and_rate_slope_closed_forms() -> None:
+    t = np.array([10.0, 100.0, 1000.0])
+    sq = np.stack([c / t for c in (1.0, 3.0, 2.0, 4.0)])  # (4, n_t): every stream falls like 1/t
+    assert np.allclose(depth.group_means(sq, 2), np.stack([2 / t, 3 / t]))
+    b, se, dof, per = depth.rate_slope(t, sq, 2)
+    assert b == pytest.approx(-1.0) and se == pytest.approx(0.0, abs=1e-12) and dof == 1 and per.shape == (2,)
+    # a model whose mean gap falls like t^(-1/2): the mean of the models' slopes is −3/4
+    sq[2:] = np.stack([2 / np.sqrt(t), 4 / np.sqrt(t)])
+    assert depth.rate_slope(t, sq, 2)[0] == pytest.approx(-0.75)
+    with pytest.raises(ValueError, match="multiple of m=4"):
+        depth.group_means(sq[:3], 4)
 
 
 def test_attention_only_families_draw_a_law_and_a_model_per_pair(run) -> None:
     s, g, d = run["laws"], run["gauss"], run["models"].dattn
-    want = [depth.tail_safe_logit_scale(s.gaussian_pair("gauss", k)[0], list(depth.SCALES),
+    want = [depth.tail_safe_logit_scale(s.gaussian_group("gauss", k)[0], list(depth.SCALES),
                                         kappa_min=depth.KAPPA_MIN, **s.shape, seed=s.streams.seed_for("gauss", k))
-            for k in range(s.n_pairs)]
-    assert g.scales == want and len(d.scales) == s.n_pairs
+            for k in range(s.n_models)]
+    assert g.scales == want and len(d.scales) == s.n_models
     assert g.chi is not None and g.chi >= 1.0 - 1e-9 and g.numbers["chi_gauss"] == g.chi
     assert g.numbers["scale_g"] == depth._range_text(want)
 
@@ -209,11 +230,11 @@ def test_attention_only_families_draw_a_law_and_a_model_per_pair(run) -> None:
 def test_models_of_a_family_see_the_contexts_of_their_own_law(run) -> None:
     # pair k of the attention-only discrete family: its model's gaps are those of its law's contexts
     s, d = run["laws"], run["models"].dattn
-    freqs, x, pilot = s.discrete_pair("dattn", 1, n_pilot=depth.PILOT_CONTEXTS)
+    freqs, x, pilot = s.discrete_group("dattn", 1, n_pilot=depth.PILOT_CONTEXTS)
     shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, seed=s.streams.seed_for("discrete", 1))
     scale, _ = depth.sink_free_logit_scale(list(depth.SCALES), pilot, **shape)
     _, sq, _, _ = depth._discrete(s, depth.CausalTransformer(**shape, logit_scale=scale), freqs, x)
-    assert np.allclose(sq, d.sq[:, 2:4], rtol=1e-12, atol=0)
+    assert np.allclose(sq, d.sq[:, 8:16], rtol=1e-12, atol=0)
 
 
 def test_recursion_refuses_no_scale_and_holds_for_the_law_and_model_of_seed_31337() -> None:
@@ -221,7 +242,7 @@ def test_recursion_refuses_no_scale_and_holds_for_the_law_and_model_of_seed_3133
     # has some κ_l < 2 and the mean field grows ~170-fold by depth 4 at 0.1, where the quadrature disagreed
     # with the closed form by 38.65 (relative)
     streams = Streams(31337, "08")
-    s = depth.context_laws(d_in=2, d_model=8, n_layers=4, vocab=5, t_max=64, n_streams=2, quad_nodes=48,
+    s = depth.context_laws(d_in=2, d_model=8, n_layers=4, vocab=5, t_max=64, n_streams=16, quad_nodes=48,
                            n_boot=20, streams=streams)
     cov = s.covariance(streams.torch_generator("draws"))
     with pytest.raises(ValueError, match="no logit scale"):
@@ -238,7 +259,7 @@ def test_deterministic_for_a_seed(run) -> None:
         assert _same(run[name].measurements, again[name].measurements), name
         assert _same({"": run[name].numbers}, {"": again[name].numbers}), name
     other = _laws(1)
-    assert not torch.equal(other.gaussian_pair("gauss", 0)[0], run["laws"].gaussian_pair("gauss", 0)[0])
+    assert not torch.equal(other.gaussian_group("gauss", 0)[0], run["laws"].gaussian_group("gauss", 0)[0])
 
 
 def test_plots(run) -> None:
@@ -256,7 +277,8 @@ def test_plots(run) -> None:
 
 
 @pytest.mark.parametrize(("call", "match"), [
-    (lambda s: depth.context_laws(**{**SIZES, "n_streams": 5}, streams=s), "n_streams must be an even"),
+    (lambda s: depth.context_laws(**{**SIZES, "n_streams": 12}, streams=s), "n_streams must be a multiple of 8"),
+    (lambda s: depth.context_laws(**{**SIZES, "n_streams": 8}, streams=s), "at least 16"),
     (lambda s: depth.context_laws(**{**SIZES, "t_max": 20}, streams=s), "t_max must be at least"),
     (lambda s: depth.context_laws(**{**SIZES, "vocab": 0}, streams=s), "vocab must be"),
     (lambda s: depth.context_laws(**SIZES, streams=s, device="tpu"), "device must be"),

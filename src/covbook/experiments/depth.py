@@ -21,7 +21,10 @@ gives in the chapter, in any order.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -51,6 +54,7 @@ from covbook.transformer import (
     collapse_readout_sd,
     early_attention_ratio,
     gauss_hermite_rule,
+    gaussian_logit_variances,
     gaussian_polar_rule,
     gaussian_tail_exponents,
     hidden_states_at,
@@ -67,7 +71,7 @@ from covbook.transformer import (
 __all__ = [
     "CHAPTER", "SCALES", "ContextLaws", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
     "context_laws", "recursion", "recursion_error", "gaussian", "tail", "models", "positions", "markov",
-    "markov_kernel", "paired", "pair_means", "squared_gaps", "reach_of", "context_variance",
+    "markov_kernel", "paired", "group_means", "rate_slope", "squared_gaps", "reach_of", "context_variance",
 ]
 
 CHAPTER = "08"
@@ -77,13 +81,41 @@ CHAPTER = "08"
 SCALES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 
 #: The Markov constant is read on this many times n_streams chains of its own (its SE sets its power).
-CONSTANT_CHAINS = 4
+CONSTANT_CHAINS = 1
+
+#: Contexts per model (four pairs sharing their checkpoint tokens): the model's mean squared gap over them
+#: estimates E|h_t − F_L(x_t)|² at fixed weights, the quantity of the depth-collapse theorem.
+CONTEXTS_PER_MODEL = 8
+
+#: Paths per Markov kernel (and model): n_streams / MARKOV_PATHS kernels read the Markov slopes.
+MARKOV_PATHS = 4
+
+#: Queries per chunk of the models' causal attention: a chunk attends only to its prefix, which skips the
+#: masked half of the T × T logits (the same softmax to rounding, about four times faster at T = 1024).
+ATTN_CHUNK = 64
 
 #: Pilot contexts on which each attention-only discrete model's early-attention ratio selects its scale.
 PILOT_CONTEXTS = 4
 
 #: Depth at which the tail exponents must stay for the Gaussian models (a margin of two over κ > 1).
 KAPPA_MIN = 2.0
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _one_thread(fn: _F) -> _F:
+    """Run ``fn`` on one intra-op thread: the chapter's tensors are small (a chunk of 64 queries of a few
+    contexts), and a second thread only adds synchronisation, which a loaded machine makes expensive."""
+    @functools.wraps(fn)
+    def run(*args: object, **kwargs: object) -> object:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return run  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- the context laws
@@ -95,9 +127,10 @@ class ContextLaws(Result):
 
     A Gaussian context law is N(0, Σ) with Σ = A Aᵀ/d_in + 0.3 I (A with standard normal entries),
     a discrete one iid tokens with a token law π ~ Dirichlet(1, ..., 1) (:func:`flat_dirichlet`);
-    each pair of a family draws its own law and then its two contexts from one generator, the
-    stream ``(name, k)`` (:meth:`gaussian_pair`, :meth:`discrete_pair`).  ``checkpoints`` are
-    24 log-spaced positions from 16 to ``t_max`` and ``fit`` those of the last decade.
+    each model k of a family draws its own law and then its contexts from one generator, the
+    stream ``(name, k)`` (:meth:`gaussian_group`, :meth:`discrete_group`): :data:`CONTEXTS_PER_MODEL`
+    contexts per model in the depth families, so ``n_streams`` contexts make ``n_models`` models.
+    ``checkpoints`` are 24 log-spaced positions from 16 to ``t_max`` and ``fit`` those of the last decade.
     """
 
     d_in: int
@@ -113,9 +146,9 @@ class ContextLaws(Result):
     n_boot: int = 400
 
     @property
-    def n_pairs(self) -> int:
-        """The number of pairs of streams, ``n_streams / 2``."""
-        return self.n_streams // 2
+    def n_models(self) -> int:
+        """The number of models (and context laws) of a depth family, ``n_streams / CONTEXTS_PER_MODEL``."""
+        return self.n_streams // CONTEXTS_PER_MODEL
 
     @property
     def fit(self) -> np.ndarray:
@@ -137,28 +170,34 @@ class ContextLaws(Result):
         a = torch.randn(self.d_in, self.d_in, generator=generator, dtype=torch.float64)  # (d_in, d_in)
         return a @ a.T / self.d_in + 0.3 * torch.eye(self.d_in, dtype=torch.float64)
 
-    def gaussian_pair(self, name: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pair k of family ``name``: its Σ (d_in, d_in) and two N(0, Σ) contexts (2, T, d_in), on the device.
+    def gaussian_group(self, name: str, k: int,
+                       n_contexts: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model k of family ``name``: its Σ (d_in, d_in) and ``n_contexts`` N(0, Σ) contexts (n, T, d_in).
 
-        Both from the stream ``(name, k)``; the contexts share their checkpoint tokens (:func:`paired`).
+        Both from the stream ``(name, k)``, on the device; contexts 2i and 2i+1 share their checkpoint
+        tokens (:func:`paired`).
         """
+        n_contexts = CONTEXTS_PER_MODEL if n_contexts is None else n_contexts
         g = self.streams.torch_generator(name, k)
         cov = self.covariance(g)  # (d_in, d_in)
-        z = torch.randn(2, self.t_max, self.d_in, generator=g, dtype=torch.float64)  # (2, T, d_in)
+        z = torch.randn(n_contexts, self.t_max, self.d_in, generator=g, dtype=torch.float64)  # (n, T, d_in)
         return cov, paired(z @ torch.linalg.cholesky(cov).T, self.checkpoints).to(self.device)
 
-    def discrete_pair(self, name: str, k: int, n_pilot: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pair k of family ``name``: its token law π (V,), two iid contexts (2, T) and ``n_pilot`` more (n_pilot, T).
+    def discrete_group(self, name: str, k: int, n_contexts: int | None = None,
+                       n_pilot: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Model k of family ``name``: its token law π (V,), ``n_contexts`` iid contexts (n, T), ``n_pilot`` more.
 
-        All from the stream ``(name, k)``, on the device; the two contexts share their checkpoint tokens
-        (:func:`paired`), the pilot contexts (for a choice of scale, apart from the measured ones) do not.
+        All from the stream ``(name, k)``, on the device; contexts 2i and 2i+1 share their checkpoint
+        tokens (:func:`paired`), the pilot contexts (n_pilot, T) (for a choice of scale, apart from the
+        measured ones) do not.
         """
+        n_contexts = CONTEXTS_PER_MODEL if n_contexts is None else n_contexts
         g = self.streams.torch_generator(name, k)
         freqs = flat_dirichlet(self.vocab, g)  # (V,)
-        x = torch.multinomial(freqs, (2 + n_pilot) * self.t_max, replacement=True,
-                              generator=g).view(2 + n_pilot, self.t_max)  # (2 + n_pilot, T)
-        pair = paired(x[:2], self.checkpoints)  # (2, T)
-        return freqs.to(self.device), pair.to(self.device), x[2:].to(self.device)
+        n = n_contexts + n_pilot
+        x = torch.multinomial(freqs, n * self.t_max, replacement=True, generator=g).view(n, self.t_max)  # (n, T)
+        group = paired(x[:n_contexts], self.checkpoints)  # (n_contexts, T)
+        return freqs.to(self.device), group.to(self.device), x[n_contexts:].to(self.device)
 
 
 def context_laws(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: int, n_streams: int,
@@ -166,18 +205,20 @@ def context_laws(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: i
                  n_boot: int = 400) -> ContextLaws:
     """The chapter's sizes and checkpoints (no draw is made here).
 
-    Glues ``t_max``, ``n_streams``, ``n_pairs``, ``vocab``, ``d_model`` and ``fit_from`` (the first
-    fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples of a bootstrapped standard
-    error (the chapter keeps the default of :mod:`covbook.stats`).
+    Glues ``t_max``, ``n_streams``, ``n_models``, ``contexts_per_model``, ``vocab``, ``d_model`` and
+    ``fit_from`` (the first fitted checkpoint).  ``n_boot`` is the number of bootstrap resamples of a
+    bootstrapped standard error (the chapter keeps the default of :mod:`covbook.stats`).
 
-    Raises ``ValueError`` for a non-positive size, an odd ``n_streams`` (the streams come in
-    pairs), ``t_max`` below 32 or a ``vocab`` below 2.
+    Raises ``ValueError`` for a non-positive size, an ``n_streams`` that is not a multiple of
+    :data:`CONTEXTS_PER_MODEL` or gives fewer than two models, ``t_max`` below 32 or a ``vocab`` below 2.
     """
     sizes = {k: check_positive_int(v, k) for k, v in dict(
         d_in=d_in, d_model=d_model, n_layers=n_layers, vocab=vocab, t_max=t_max,
         n_streams=n_streams, quad_nodes=quad_nodes, n_boot=n_boot).items()}
-    if sizes["n_streams"] % 2:
-        raise ValueError(f"n_streams must be an even number (pairs of streams), got {n_streams}")
+    m = CONTEXTS_PER_MODEL
+    if sizes["n_streams"] % m or sizes["n_streams"] < 2 * m:
+        raise ValueError(f"n_streams must be a multiple of {m} (contexts per model) and at least {2 * m} "
+                         f"(two models), got {n_streams}")
     if sizes["t_max"] < 32:
         raise ValueError(f"t_max must be at least 32 (checkpoints from 16 to t_max), got {t_max}")
     if sizes["vocab"] < 2:
@@ -185,8 +226,8 @@ def context_laws(*, d_in: int, d_model: int, n_layers: int, vocab: int, t_max: i
     dev = resolve_device(device)
     checkpoints = log_checkpoints(t_max, 24, start=16)  # (n_t,)
     s = ContextLaws(**sizes, checkpoints=checkpoints, streams=streams, device=dev)
-    for name, value in dict(t_max=t_max, n_streams=n_streams, n_pairs=s.n_pairs, vocab=vocab,
-                            d_model=d_model, fit_from=int(s.t_fit[0])).items():
+    for name, value in dict(t_max=t_max, n_streams=n_streams, n_models=s.n_models, contexts_per_model=m,
+                            vocab=vocab, d_model=d_model, fit_from=int(s.t_fit[0])).items():
         s.glue(name, value)
     return s
 
@@ -232,9 +273,28 @@ def reach_of(s_layers: torch.Tensor, t_fit: np.ndarray) -> list[float]:
     return [reach_allowance(s_max[l], t_fit)[0] for l in range(s_max.shape[0])]
 
 
-def pair_means(sq: np.ndarray) -> np.ndarray:
-    """(sq_{2k} + sq_{2k+1})/2 of the paired streams' gaps (R, n_t): shape (R/2, n_t)."""
-    return (sq[0::2] + sq[1::2]) / 2
+def group_means(sq: np.ndarray, m: int | None = None) -> np.ndarray:
+    """The mean of each model's ``m`` consecutive streams' gaps (R, n_t): shape (R/m, n_t).
+
+    Rows m k, ..., m k + m − 1 are model k's contexts: the mean estimates E|h_t − F_L(x_t)|² at its weights.
+    """
+    m = CONTEXTS_PER_MODEL if m is None else m
+    if sq.shape[0] % m:
+        raise ValueError(f"sq must hold a multiple of m={m} streams, got {sq.shape[0]}")
+    return sq.reshape(sq.shape[0] // m, m, *sq.shape[1:]).mean(1)
+
+
+def rate_slope(t_fit: np.ndarray, sq: np.ndarray, m: int | None = None) -> tuple[float, float, int, np.ndarray]:
+    r"""The rate of the mean squared gap: the mean over models of each model's log-log slope, its SE and dof.
+
+    Model k's mean squared gap over its m contexts, :math:`\hat G_k(t) = \frac1m\sum_i |h_t^{(i)} - F(x_t^{(i)})|^2`
+    (rows of ``sq``, shape (R, n_fit), m per model), estimates E|h_t − F_L(x_t)|² at its weights; its
+    least-squares slope b_k = Σ_j w_j log Ĝ_k(t_j) against log t, averaged over the R/m independent
+    models, is the claim (:func:`covbook.stats.mean_loglog_slope`), with the SE of a mean over the models
+    and R/m − 1 degrees of freedom.  Returns (b̄, SE, dof, b).
+    """
+    b, se, per = mean_loglog_slope(t_fit, group_means(sq, m))
+    return b, se, per.size - 1, per
 
 
 def context_variance(hs: torch.Tensor) -> np.ndarray:
@@ -276,6 +336,7 @@ def recursion_error(s: ContextLaws, cov: torch.Tensor, seed: int,
     return scale, ((F_quad - F_closed).norm(dim=-1) / F_closed.norm(dim=-1)).max().item()
 
 
+@_one_thread
 def recursion(s: ContextLaws) -> Recursion:
     """The largest relative difference max |F_quad − M_l x| / |M_l x| over depths and 64 queries.
 
@@ -308,23 +369,23 @@ class Depths(Result):
     hs: torch.Tensor = field(repr=False)  # (L+1, R, n_t, d)
     reach: list[float] = field(default_factory=list)  # (L,) allowances b
     slopes: list[float] = field(default_factory=list)  # (L,)
-    chi: float | None = None  # the largest early-attention ratio of the models on their pairs
-    scales: list[float] = field(default_factory=list)  # (R/2,) the logit scale of each pair's model, where chosen
+    chi: float | None = None  # the largest early-attention ratio of the models on their contexts
+    scales: list[float] = field(default_factory=list)  # (R/m,) the logit scale of each model, where chosen
 
     def plot(self, ax: plt.Axes) -> None:
-        """Every checkpoint's geometric mean gap over the pairs per depth; the line fitted over the claims' range.
+        """Every checkpoint's geometric mean over the models of their mean squared gap, per depth, with the fit.
 
-        The slope of the geometric mean over pairs is the mean of the pairs' slopes, the slope the claim records.
+        The slope of the geometric mean over models is the mean of the models' slopes, the slope the claim records.
         """
         tf = self.checkpoints[self.fit]
         for l in range(1, self.sq.shape[0]):
-            y = np.exp(np.log(pair_means(self.sq[l])).mean(0))  # (n_t,): geometric mean over the pairs
+            y = np.exp(np.log(group_means(self.sq[l])).mean(0))  # (n_t,): geometric mean over the models
             slope, icpt = loglog_slope(tf, y[self.fit])  # = the claim's mean of the pairs' slopes
             (line,) = ax.loglog(self.checkpoints, y, "o", color=f"C{l - 1}", ms=4,
                                 label=f"L = {l} (slope {slope:.2f})")
             ax.loglog(tf, np.exp(icpt) * tf**slope, "-", color=line.get_color(), lw=1)
         ax.set(xlabel="context length $t$",
-               ylabel=r"geometric mean of $|h^{(L)}_t - F_L(x_t)|^2$", title=self.title)
+               ylabel=r"$\mathbb{E}\,|h^{(L)}_t - F_L(x_t)|^2$ per model (geometric mean)", title=self.title)
         ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less: labelled minor ticks collide
         ax.legend()
 
@@ -333,26 +394,23 @@ def _depths(s: ContextLaws, tag: str, title: str, statement: str, sq: np.ndarray
             reach: list[float]) -> Depths:
     """Measure ``slope_<tag>_L1`` ... ``slope_<tag>_L<n_layers>`` and ``mean_gap_slope_<tag>``.
 
-    Pair k's gap is G = (sq_{2k} + sq_{2k+1})/2 (a pair shares its checkpoint tokens); each slope is
-    the mean over the R/2 pairs of the pair's log-log slope over the fitted checkpoints, the slope of
-    E log G against log t (theorem ``thm-08-typical-gap``), with its Student-t SE (R/2 − 1 dof;
-    :func:`covbook.stats.mean_loglog_slope`).  The prediction is −1 + b/2 with allowance b/2,
-    b = ``reach[L − 1]``.  ``mean_gap_slope_<tag>`` is the log-log slope of the arithmetic mean of
-    G over the pairs at depth L (the quantity of ``thm-08-depth-collapse``), a finding judged for
-    its direction only: the SE of a heavy-tailed mean is not reliable at these sizes.
+    Each slope is the rate of the mean squared gap E|h_t − F_L(x_t)|² at each model's weights
+    (:func:`rate_slope`: the mean over the R/m models of the log-log slope of the model's mean over its
+    m contexts, theorem ``thm-08-gap-rate``), with its Student-t SE over the models.  The prediction is
+    −1 + b/2 with allowance b/2, b = ``reach[L − 1]``.  ``mean_gap_slope_<tag>`` is the log-log slope
+    of the gap's arithmetic mean over every context of every model at depth L (a mixture over random
+    models, whose slowest members set it), a finding judged for its direction only.
     """
     d = Depths(tag=tag, title=title, checkpoints=s.checkpoints, fit=s.fit, sq=sq, hs=hs, reach=reach)
     for l in range(1, s.n_layers + 1):
-        pairs = pair_means(sq[l])  # (R/2, n_t)
-        slope, se, _ = mean_loglog_slope(s.t_fit, pairs[:, s.fit])
+        slope, se, dof, _ = rate_slope(s.t_fit, sq[l][:, s.fit])
         b = reach[l - 1]
-        d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=pairs.shape[0] - 1,
-                  allowance=b / 2, statement=statement, l=l, n_pairs=pairs.shape[0])
+        d.measure(f"slope_{tag}_L{l}", slope, prediction=-1.0 + b / 2, se=se, dof=dof,
+                  allowance=b / 2, statement=statement, l=l, n_models=dof + 1)
         d.slopes.append(slope)
-    pairs = pair_means(sq[-1])  # (R/2, n_t)
-    mean_slope, _ = loglog_slope(s.t_fit, pairs[:, s.fit].mean(0))
+    mean_slope, _ = loglog_slope(s.t_fit, sq[-1][:, s.fit].mean(0))
     d.measure(f"mean_gap_slope_{tag}", mean_slope, statement=statement, l=s.n_layers,
-              typical=d.slopes[-1], n_pairs=pairs.shape[0])
+              per_model=d.slopes[-1], n_models=s.n_models)
     return d
 
 
@@ -362,36 +420,38 @@ def _range_text(values: list[float]) -> str:
     return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
 
 
+@_one_thread
 def gaussian(s: ContextLaws) -> Depths:
-    """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a law and a model per pair.
+    """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a law and a model each.
 
-    Pair k draws its Σ and its two contexts from the stream ``("gauss", k)`` (:meth:`ContextLaws.gaussian_pair`)
-    and goes through a model of its own (the ``("gauss", k)`` weights) at the largest logit scale of
-    :data:`SCALES` with every tail exponent κ_l ≥ 2 under its Σ, so the pairs are independent replicates
-    of law, model and context and the SE over them includes the spread between them.  Measures
+    Model k draws its Σ and its :data:`CONTEXTS_PER_MODEL` contexts from the stream ``("gauss", k)``
+    (:meth:`ContextLaws.gaussian_group`) and has the ``("gauss", k)`` weights at the largest logit scale of
+    :data:`SCALES` with every tail exponent κ_l ≥ 2 under its Σ, so the models are independent replicates
+    of law, weights and contexts and the SE over them includes the spread between them.  The logit
+    variances of the reach are the closed form xᵀB_l x (:func:`gaussian_logit_variances`).  Measures
     ``slope_gauss_L1`` ... and ``mean_gap_slope_gauss`` (see :func:`_depths`); glues ``n_layers_text``,
     ``scale_g`` (the range of the models' scales), ``kappa_g`` (the smallest κ_l of any model) and
-    ``chi_gauss`` (the largest early-attention ratio of the models on their pairs at t_max).
+    ``chi_gauss`` (the largest early-attention ratio of the models on their contexts at t_max).
     """
     streams, dev, cp = s.streams, s.device, s.checkpoints
     sqs, hss, svs, scales, kappas, chis = [], [], [], [], [], []
-    for k in range(s.n_pairs):
-        cov, x = s.gaussian_pair("gauss", k)  # (d_in, d_in), (2, T, d_in)
+    for k in range(s.n_models):
+        cov, x = s.gaussian_group("gauss", k)  # (d_in, d_in), (m, T, d_in)
         seed = streams.seed_for("gauss", k)
         scale = tail_safe_logit_scale(cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
-        model = CausalTransformer(**s.shape, logit_scale=scale, seed=seed).to(dev)
-        xt = x[:, cp - 1]  # (2, n_t, d_in)
-        F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, cov)])  # (L+1, 2, n_t, d)
+        model = CausalTransformer(**s.shape, logit_scale=scale, seed=seed, attn_chunk=ATTN_CHUNK).to(dev)
+        xt = x[:, cp - 1]  # (m, n_t, d_in)
+        F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, cov)])  # (L+1, m, n_t, d)
         sq, hs = squared_gaps(model, x, F, cp)
         sqs.append(sq)
         hss.append(hs)
-        pts, wts = gauss_hermite_rule(cov, s.quad_nodes)  # the logit variances' rule
-        svs.append(_logit_variances(model, pts, wts, xt.reshape(-1, s.d_in), dev))  # (L, 2 n_t)
+        svs.append(gaussian_logit_variances(model, cov, xt.reshape(-1, s.d_in)))  # (L, m n_t)
         scales.append(scale)
         kappas.append(float(min(gaussian_tail_exponents(model, cov))))
         chis.append(float(early_attention_ratio(model, x).max()))
     d = _depths(s, "gauss", "Gaussian, attention only",
-                "Gaussian context, attention only, F_L(x) = M_L x, a context law and a model per pair of streams.",
+                "Gaussian context, attention only, F_L(x) = M_L x, a context law and a model per group of "
+                f"{CONTEXTS_PER_MODEL} contexts.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
     d.chi, d.scales = max(chis), scales
     d.glue("n_layers_text", s.n_layers)
@@ -513,37 +573,37 @@ class Models(Result):
 
 
 def _gaussian_mlp(s: ContextLaws) -> tuple[Depths, float]:
-    """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule, a law and a model per pair.
+    """Gaussian contexts through blocks with MLP and layer norm, F_L on the polar rule, a law and a model each.
 
-    Pair k draws its Σ and its two contexts from the stream ``("gmlp", k)`` and goes through a model
-    of its own (the ``("full-model", k)`` weights): a model's finite-t slope departs from −1 by an
-    amount of its own, larger for deeper layers, so the SE over the pairs includes the spread between
-    laws and models.  Returns the depths and the polar rule's error max_l mean |F_l − F_l^fine|²
-    against a rule with 1.5 times the nodes per coordinate, for the first pair (its cost grows as the
-    square of its N nodes: twice the nodes per coordinate cost 16 times the rule itself, 1.5 times cost
-    5 times).
+    Model k draws its Σ and its contexts from the stream ``("gmlp", k)`` and has the ``("full-model", k)``
+    weights: a model's finite-t slope departs from −1 by an amount of its own, larger for deeper layers,
+    so the SE over the models includes the spread between laws and models.  Returns the depths and the
+    rule's check max_l mean |F_l − F_l^coarse|² against a rule with three quarters of the nodes per
+    coordinate, for the first model: the rule converges geometrically, so this bounds the error of the
+    coarse rule and hence of the rule used (a finer rule would cost more than the experiment: the cost
+    grows as the square of the N nodes, the fourth power of the nodes per coordinate).
     """
-    dev, cp, n = s.device, s.checkpoints, s.quad_nodes
+    dev, cp, n, m = s.device, s.checkpoints, s.quad_nodes, CONTEXTS_PER_MODEL
     sqs, hss, svs, polar_err = [], [], [], float("nan")
-    for k in range(s.n_pairs):
-        cov, x = s.gaussian_pair("gmlp", k)  # (d_in, d_in), (2, T, d_in)
-        model = CausalTransformer(**s.shape, mlp=True, layer_norm=True,
+    for k in range(s.n_models):
+        cov, x = s.gaussian_group("gmlp", k)  # (d_in, d_in), (m, T, d_in)
+        model = CausalTransformer(**s.shape, mlp=True, layer_norm=True, attn_chunk=ATTN_CHUNK,
                                   seed=s.streams.seed_for("full-model", k)).to(dev)
         polar = [p.to(dev) for p in gaussian_polar_rule(cov, n, n)]
-        queries = x[:, cp - 1].reshape(-1, s.d_in)  # (2 n_t, d_in)
-        F, sv = mean_field_with_logit_variances(model, *polar, queries)  # (L+1, 2 n_t, d), (L, 2 n_t)
-        if k == 0:  # the rule's check, on the first pair (its cost grows as nodes^4)
-            fine = [p.to(dev) for p in gaussian_polar_rule(cov, n + n // 2, n + n // 2)]
-            F_fine = mean_field(model, *fine, queries)  # (L+1, 2 n_t, d)
-            polar_err = ((F - F_fine) ** 2).sum(-1).mean(-1).max().item()
-        sq, hs = squared_gaps(model, x, F.view(s.n_layers + 1, 2, len(cp), s.d_model), cp)
+        queries = x[:, cp - 1].reshape(-1, s.d_in)  # (m n_t, d_in)
+        F, sv = mean_field_with_logit_variances(model, *polar, queries)  # (L+1, m n_t, d), (L, m n_t)
+        if k == 0:  # the rule's check, on the first model
+            coarse = [p.to(dev) for p in gaussian_polar_rule(cov, 3 * n // 4, 3 * n // 4)]
+            F_coarse = mean_field(model, *coarse, queries)  # (L+1, m n_t, d)
+            polar_err = ((F - F_coarse) ** 2).sum(-1).mean(-1).max().item()
+        sq, hs = squared_gaps(model, x, F.view(s.n_layers + 1, m, len(cp), s.d_model), cp)
         sqs.append(sq)
         hss.append(hs)
         svs.append(sv)
     reach = reach_of(torch.cat(svs, 1), s.t_fit)
     d = _depths(s, "gmlp", "Gaussian, MLP + layer norm",
-                "Gaussian context, MLP and layer norm, F_L by quadrature, a context law and a model per pair "
-                "of streams.",
+                "Gaussian context, MLP and layer norm, F_L by quadrature, a context law and a model per group of "
+                f"{CONTEXTS_PER_MODEL} contexts.",
                 np.concatenate(sqs, 1), torch.cat(hss, 1), reach)
     return d, polar_err
 
@@ -554,7 +614,8 @@ def _discrete_mlp(s: ContextLaws, name: str, k: object = (), **kw: object) -> Ca
     ``kw`` (e.g. ``pos``, ``max_len``) goes to :class:`CausalTransformer`.
     """
     return CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=2,
-                             mlp=True, layer_norm=True, seed=s.streams.seed_for(name, k), **kw).to(s.device)
+                             mlp=True, layer_norm=True, attn_chunk=ATTN_CHUNK, seed=s.streams.seed_for(name, k),
+                             **kw).to(s.device)
 
 
 def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor,
@@ -571,28 +632,21 @@ def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor,
     return F, sq, hs, sv
 
 
-def models(s: ContextLaws) -> Models:
-    """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
+@_one_thread
+def discrete_attention(s: ContextLaws) -> tuple[Depths, dict[str, object]]:
+    """Discrete contexts through attention-only models, each at its own sink-free scale (Experiment 3).
 
-    Every family draws for each pair k a context law and its two contexts of its own (the streams
-    ``("gmlp", k)``, ``("dattn", k)`` and ``("dmlp", k)``) and a model of its own: the attention-only
-    discrete models (the ``("discrete", k)`` weights) each at the largest scale of :data:`SCALES` with
-    early-attention ratio χ_l ≤ 2 at every layer on :data:`PILOT_CONTEXTS` pilot contexts of the pair's
-    law (drawn apart from the measured ones); the MLP models with two heads and layer norm (the
-    ``("dmlp", k)`` and, Gaussian, ``("full-model", k)`` weights).
-    Measures ``slope_gmlp_L*``, ``slope_dattn_L*``, ``slope_dmlp_L*`` and their ``mean_gap_slope_*``;
-    glues ``polar_err``, ``n_pilot``, ``scale_d`` (the range of the scales), ``chi_pilot``,
-    ``chi_verdict``, ``chi_run_start`` and ``chi_run_end`` (largest over the models, at the fit's start
-    and at t_max).
+    Model k draws its token law, its :data:`CONTEXTS_PER_MODEL` contexts and :data:`PILOT_CONTEXTS` pilot
+    contexts from the stream ``("dattn", k)`` and has the ``("discrete", k)`` weights at the largest scale
+    of :data:`SCALES` with early-attention ratio χ_l ≤ 2 at every layer on the pilot contexts.  Returns the
+    depths (``slope_dattn_L*``, ``mean_gap_slope_dattn``) and the numbers to glue.
     """
     dev = s.device
-    gmlp, polar_err = _gaussian_mlp(s)
-
     sqs, hss, svs, scales, chis_pilot, chis_start, chis_end, xs = [], [], [], [], [], [], [], []
-    for k in range(s.n_pairs):  # a law and a model per pair, each model at its own sink-free scale
-        freqs, x, pilot = s.discrete_pair("dattn", k, n_pilot=PILOT_CONTEXTS)  # (V,), (2, T), (n_pilot, T)
+    for k in range(s.n_models):  # a law and a model each, each model at its own sink-free scale
+        freqs, x, pilot = s.discrete_group("dattn", k, n_pilot=PILOT_CONTEXTS)  # (V,), (m, T), (n_pilot, T)
         d_shape = dict(vocab_size=s.vocab, d_model=s.d_model, n_layers=s.n_layers,
-                       seed=s.streams.seed_for("discrete", k))
+                       seed=s.streams.seed_for("discrete", k), attn_chunk=ATTN_CHUNK)
         scale, chi = sink_free_logit_scale(list(SCALES), pilot, **d_shape)
         d_attn = CausalTransformer(**d_shape, logit_scale=scale).to(dev)
         _, sq, hs, sv = _discrete(s, d_attn, freqs, x)
@@ -606,14 +660,28 @@ def models(s: ContextLaws) -> Models:
         chis_end.append(float(early_attention_ratio(d_attn, x).max()))
     chi_pilot = max(chis_pilot)
     dattn = _depths(s, "dattn", "discrete, attention only",
-                    "Discrete context, attention only, exact F_L, a context law and a model per pair of streams, "
-                    "each model at a logit scale without an early-position attention sink (χ ≤ 2 on pilot contexts).",
+                    "Discrete context, attention only, exact F_L, a context law and a model per group of "
+                    f"{CONTEXTS_PER_MODEL} contexts, each model at a logit scale without an early-position "
+                    "attention sink (χ ≤ 2 on pilot contexts).",
                     np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
     dattn.scales = scales
+    verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is, for some model"
+    glue = dict(n_pilot=PILOT_CONTEXTS, scale_d=_range_text(scales), chi_pilot=chi_pilot, chi_verdict=verdict,
+                chi_run_start=max(chis_start), chi_run_end=max(chis_end), contexts=torch.cat(xs))
+    return dattn, glue
 
+
+@_one_thread
+def discrete_mlp(s: ContextLaws) -> Depths:
+    """Discrete contexts through two-head models with MLP and layer norm (Experiment 3).
+
+    Model k draws its token law and contexts from the stream ``("dmlp", k)`` and has the ``("dmlp", k)``
+    weights; F_L is exact (a finite sum), checked against :func:`mean_field_discrete`.  Measures
+    ``slope_dmlp_L*`` and ``mean_gap_slope_dmlp``.
+    """
     sqs, hss, svs = [], [], []
-    for k in range(s.n_pairs):  # a law and a model per pair, as for the Gaussian MLP model
-        freqs, x, _ = s.discrete_pair("dmlp", k)  # (V,), (2, T)
+    for k in range(s.n_models):  # a law and a model each, as for the Gaussian MLP model
+        freqs, x, _ = s.discrete_group("dmlp", k)  # (V,), (m, T)
         d_mlp = _discrete_mlp(s, "dmlp", k)
         F_mlp, sq, hs, sv = _discrete(s, d_mlp, freqs, x)
         exact = mean_field_discrete(d_mlp, freqs)  # (V, d)
@@ -622,18 +690,31 @@ def models(s: ContextLaws) -> Models:
         sqs.append(sq)
         hss.append(hs)
         svs.append(sv)
-    dmlp = _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
+    return _depths(s, "dmlp", "discrete, 2 heads, MLP + layer norm",
                    "Discrete context, two heads, MLP and layer norm, exact F_L, a context law and a model per "
-                   "pair of streams.",
+                   f"group of {CONTEXTS_PER_MODEL} contexts.",
                    np.concatenate(sqs, 1), torch.cat(hss, 1), reach_of(torch.cat(svs, 1), s.t_fit))
 
-    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=torch.cat(xs))
+
+@_one_thread
+def models(s: ContextLaws) -> Models:
+    """Experiment 3: Gaussian contexts with MLP and layer norm; discrete contexts, attention only and MLP.
+
+    Every family draws for each model k a context law and its contexts of its own (the streams
+    ``("gmlp", k)``, ``("dattn", k)`` and ``("dmlp", k)``) and weights of its own
+    (:func:`_gaussian_mlp`, :func:`discrete_attention`, :func:`discrete_mlp`).
+    Measures ``slope_gmlp_L*``, ``slope_dattn_L*``, ``slope_dmlp_L*`` and their ``mean_gap_slope_*``;
+    glues ``polar_err``, ``n_pilot``, ``scale_d`` (the range of the scales), ``chi_pilot``,
+    ``chi_verdict``, ``chi_run_start`` and ``chi_run_end`` (largest over the models, at the fit's start
+    and at t_max).
+    """
+    gmlp, polar_err = _gaussian_mlp(s)
+    dattn, glue = discrete_attention(s)
+    dmlp = discrete_mlp(s)
+    r = Models(gmlp=gmlp, dattn=dattn, dmlp=dmlp, contexts=glue.pop("contexts"))
     for d in (gmlp, dattn, dmlp):
         r.merge(d)
-    verdict = "within the bound" if chi_pilot <= 2 else "above the bound: no scale of the grid is, for some model"
-    for name, value in dict(polar_err=polar_err, n_pilot=PILOT_CONTEXTS, scale_d=_range_text(scales),
-                            chi_pilot=chi_pilot, chi_verdict=verdict, chi_run_start=max(chis_start),
-                            chi_run_end=max(chis_end)).items():
+    for name, value in dict(polar_err=polar_err, **glue).items():
         r.glue(name, value)
     return r
 
@@ -698,6 +779,7 @@ def _bias_slope_groups(t_fit: np.ndarray, bias: np.ndarray) -> tuple[float, floa
     return float(w @ np.log(m)), float(influence.std(ddof=1) / np.sqrt(n)), n - 1
 
 
+@_one_thread
 def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     """Experiment 4: a discrete MLP model without, with learned and with rotary positions.
 
@@ -721,7 +803,7 @@ def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     parts: dict[str, list[tuple[np.ndarray, torch.Tensor]]] = {"none": [], "learned": [], "rotary": []}
     svs = []
     for k in range(n_pairs):  # a law and a model per pair: the ("positions", k) weights without and with positions
-        freqs, x, _ = s.discrete_pair("positions", k)  # (V,), (2, T)
+        freqs, x, _ = s.discrete_group("positions", k, n_contexts=2)  # (V,), (2, T)
         base = _discrete_mlp(s, "positions", k)
         F, sq, hs, sv = _discrete(s, base, freqs, x)
         parts["none"].append((sq, hs))
@@ -750,7 +832,7 @@ def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     for pos in ("learned", "rotary"):
         sq = r.gap[pos]  # (R, n_t)
         r.glue(f"gap_ratio_{pos}", float(sq[:, -1].mean() / sq[:, fit][:, 0].mean()))
-    bias = {pos: (r.gap[pos][0::2] + r.gap[pos][1::2]) / 2 - r.variance[pos]  # (R/2, n_t)
+    bias = {pos: group_means(r.gap[pos], 2) - r.variance[pos]  # (R/2, n_t)
             for pos in ("learned", "rotary")}
     # E[h_t | x_t, t] → G(x_t, p_t) with p_t ~ N(0, I): a plateau
     slope, se, dof = _bias_slope_learned(tf, bias["learned"][:, fit], s.n_boot, streams)
@@ -802,16 +884,19 @@ def markov_kernel(V: int, stickiness: float, generator: torch.Generator) -> torc
 def _markov_model(s: ContextLaws, depth: int, seed: int) -> CausalTransformer:
     """A discrete model of ``depth`` layers with two heads, MLP and layer norm, weights from ``seed``."""
     return CausalTransformer(vocab_size=s.vocab, d_model=s.d_model, n_layers=depth, n_heads=2, mlp=True,
-                             layer_norm=True, seed=seed).to(s.device)
+                             layer_norm=True, seed=seed, attn_chunk=ATTN_CHUNK).to(s.device)
 
 
+@_one_thread
 def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     """Experiment 5: stationary Markov contexts P = ρI + (1 − ρ)Q, the rate and the constant of the rate.
 
-    The slopes: chain k draws its kernel (:func:`markov_kernel`) and its stationary path from the
-    stream ``("markov", k)`` and goes through a model of its own at each depth (the
-    ``("markov-models", (depth, k))`` weights), so the R chains are independent replicates of kernel,
-    model and path and the bootstrap SE over them is unconditional.  The constant is a property of one
+    The slopes: kernel k (:func:`markov_kernel`) and its :data:`MARKOV_PATHS` stationary paths come
+    from the stream ``("markov", k)``, and they go through a model of their own at each depth (the
+    ``("markov-models", (depth, k))`` weights), so the n_streams / :data:`MARKOV_PATHS` kernels are
+    independent replicates of kernel, model and paths; each slope is the rate of the mean squared gap
+    (:func:`rate_slope`: the mean over kernels of the log-log slope of the kernel's mean over its paths,
+    Student-t SE over the kernels), as for the iid families.  The constant is a property of one
     kernel and one model: for one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the
     Markov-chain variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance
     D_π − ππᵀ gives the alternative.  Its kernel and :data:`CONSTANT_CHAINS` × R paths come from the
@@ -820,7 +905,8 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     (:func:`covbook.stats.inverse_t_intercept_weights`: the delta method's remainder is O(1/t)), with
     the SD the delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
     Measures ``t4_markov_slope_L1``, ``t4_markov_slope_L2``, ``t4_markov_constant`` and
-    ``t4_markov_not_iid``; glues ``stickiness``, ``c_markov``, ``c_iid``, ``c_ratio``, ``late_from``.
+    ``t4_markov_not_iid``; glues ``stickiness``, ``n_kernels``, ``markov_paths``, ``c_markov``, ``c_iid``,
+    ``c_ratio``, ``late_from``.
 
     Raises ``ValueError`` unless 0 ≤ ``stickiness`` < 1.
     """
@@ -830,18 +916,18 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     r = Markov(checkpoints=cp)
     sqs: dict[int, list[np.ndarray]] = {1: [], 2: []}
     svs: dict[int, list[np.ndarray]] = {1: [], 2: []}
-    for k in range(s.n_streams):  # a kernel, a path and a model per depth for each chain
+    for k in range(s.n_streams // MARKOV_PATHS):  # a kernel, its paths and a model per depth
         g = streams.torch_generator("markov", k)
         P = markov_kernel(V, stickiness, g)  # (V, V)
         pi_P = stationary_distribution(P).to(dev)  # (V,)
-        xm = sample_markov_chain(P, 1, s.t_max, generator=g).to(dev)  # (1, T)
-        x_at = xm[:, cp - 1]  # (1, n_t)
+        xm = sample_markov_chain(P, MARKOV_PATHS, s.t_max, generator=g).to(dev)  # (m, T)
+        x_at = xm[:, cp - 1]  # (m, n_t)
         for depth in (1, 2):
             model = _markov_model(s, depth, streams.seed_for("markov-models", (depth, k)))
-            h = hidden_states_at(model, xm, cp)[-1]  # (1, n_t, d)
+            h = hidden_states_at(model, xm, cp)[-1]  # (m, n_t, d)
             sqs[depth].append(((h - mean_field_discrete(model, pi_P)[x_at]) ** 2).sum(-1).cpu().numpy())
             s_m = _logit_variances(model, torch.arange(V), pi_P, x_at.reshape(-1), dev)  # (L, n_t)
-            svs[depth].append(torch.cummax(s_m, dim=0).values[-1].cpu().numpy())  # (n_t,)
+            svs[depth].append(torch.cummax(s_m, dim=0).values[-1].cpu().numpy())  # (m n_t,)
     reach = {depth: reach_allowance(np.concatenate(svs[depth]), s.t_fit)[0] for depth in (1, 2)}
     r.sq = {depth: np.concatenate(sqs[depth]) for depth in (1, 2)}  # (R, n_t)
 
@@ -863,15 +949,15 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     r.sq_constant = ((h_c - F_1[xc[:, cp - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_t)
     c_meas = float(((r.sq_constant[:, late] * cp[late]) @ w).mean())  # mean over chains of each chain's intercept
     c_se = collapse_readout_sd(one_layer, pi_P.to(dev), sigma_markov, cp[late], w, jacobian=jac) / np.sqrt(n_const)
-    for name, value in dict(stickiness=stickiness, c_markov=r.c_markov, c_iid=r.c_iid,
+    for name, value in dict(stickiness=stickiness, n_kernels=s.n_streams // MARKOV_PATHS, markov_paths=MARKOV_PATHS,
+                            c_markov=r.c_markov, c_iid=r.c_iid,
                             c_ratio=r.c_markov / r.c_iid, late_from=int(cp[late][0])).items():
         r.glue(name, value)
     for cid, depth in (("t4_markov_slope_L1", 1), ("t4_markov_slope_L2", 2)):
-        slope, se = slope_with_se(s.t_fit, r.sq[depth][:, s.fit], n_boot=s.n_boot,
-                                  seed=streams.seed_for("bootstrap-markov", depth))
+        slope, se, dof, _ = rate_slope(s.t_fit, r.sq[depth][:, s.fit], MARKOV_PATHS)
         b = reach[depth]
-        r.measure(cid, slope, prediction=-1.0 + b / 2, se=se, allowance=b / 2, depth=depth,
-                  n_streams=s.n_streams)
+        r.measure(cid, slope, prediction=-1.0 + b / 2, se=se, dof=dof, allowance=b / 2, depth=depth,
+                  n_models=dof + 1, n_streams=s.n_streams)
     r.measure("t4_markov_constant", c_meas, prediction=r.c_markov, se=c_se, n_streams=n_const)
     r.measure("t4_markov_not_iid", c_meas, prediction=r.c_iid, se=c_se, n_streams=n_const)
     return r

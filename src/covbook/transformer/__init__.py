@@ -30,6 +30,7 @@ from covbook.transformer.generation import generate
 from covbook.transformer.mean_field import (
     collapse_constant,
     collapse_readout_sd,
+    gaussian_logit_variances,
     gaussian_tail_exponents,
     mean_field,
     mean_field_discrete,
@@ -60,6 +61,7 @@ __all__ = [
     "mean_field",
     "mean_field_discrete",
     "mean_field_gaussian",
+    "gaussian_logit_variances",
     "gaussian_tail_exponents",
     "mean_field_jacobian",
     "mean_field_logit_variances",

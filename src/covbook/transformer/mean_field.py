@@ -320,6 +320,58 @@ def gaussian_tail_exponents(model: CausalTransformer, cov: object) -> list[float
 
 
 
+def gaussian_logit_variances(model: CausalTransformer, cov: object, queries: object) -> torch.Tensor:
+    r"""Mean-field logit variances s_l(x) = xᵀ B_l x in closed form, Gaussian tokens, attention only.
+
+    For μ = N(0, Σ) and an attention-only model F_l(X) = M_l X (:func:`mean_field_gaussian`), the
+    logit of a query x against X at layer l+1 is (Θ_Q M_l x)ᵀ Θ_K M_l X, Gaussian in X, with variance
+
+    .. math:: s_l(x) = \max_{\text{heads}} \bigl|(M_l\Sigma M_l^\top)^{1/2}\,\Theta_K^\top\Theta_Q M_l x\bigr|^2
+              = x^\top B_l x
+
+    (the B_l of :func:`gaussian_tail_exponents`): the values :func:`mean_field_logit_variances` gives
+    on a Gauss–Hermite rule (exact for this quadratic integrand), without the rule.
+
+    Parameters
+    ----------
+    model : CausalTransformer, attention only, continuous tokens
+    cov : (d_in, d_in) covariance Σ
+    queries : (m, d_in) points
+
+    Returns
+    -------
+    tensor, shape (L, m): s_0, ..., s_{L-1} at the queries.
+
+    Examples
+    --------
+    >>> m = CausalTransformer(d_in=2, d_model=4, n_layers=2, seed=0)
+    >>> x = torch.randn(5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> from covbook.transformer import gauss_hermite_rule
+    >>> rule = gauss_hermite_rule(torch.eye(2), 16)
+    >>> bool(torch.allclose(gaussian_logit_variances(m, torch.eye(2), x), mean_field_logit_variances(m, *rule, x)))
+    True
+    """
+    ms = mean_field_gaussian(model, cov)
+    sigma = as_covariance(cov, "cov", size=model.d_in).to(device=model.device, dtype=model.dtype)
+    try:
+        x = torch.as_tensor(queries, dtype=model.dtype, device=model.device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"queries must be an array of shape (m, {model.d_in}), got {type(queries).__name__}") from err
+    if x.ndim != 2 or x.shape[1] != model.d_in:
+        raise ValueError(f"queries must have shape (m, {model.d_in}), got {tuple(x.shape)}")
+    out = []
+    with torch.no_grad():
+        for layer in range(model.n_layers):
+            m_l = ms[layer]
+            c = m_l @ sigma @ m_l.T  # (d, d): covariance of F_l(X)
+            per_head = []
+            for tq, tk, _ in model.head_matrices(layer):
+                a = x @ (tk.T @ tq @ m_l).T  # (m, d): the tilt Θ_KᵀΘ_Q M_l x of each query
+                per_head.append(((a @ c) * a).sum(-1))  # (m,)
+            out.append(torch.stack(per_head).amax(0))
+    return torch.stack(out)  # (L, m)
+
+
 def _logit_scale_grid(scales: object) -> list[float]:
     """A non-empty list of positive finite logit scales, or ValueError naming ``scales``."""
     try:
