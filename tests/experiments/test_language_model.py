@@ -244,6 +244,9 @@ def test_surrogate_claims_and_matched_model(results) -> None:
     assert training.matched_step == rot.val_steps[best] and training.numbers["val_loss_rotary"] == rot.val_loss[best]
     assert training.measurements["loss_matched"]["prediction"] == 0.0
     assert training.measurements["loss_nope_minus_rotary"]["matched_step"] == training.matched_step
+    # fits within and beyond the training length are glued even where one has too few positions (NaN)
+    assert np.isnan(order.numbers["gap_slope_within_nope_bigram"])  # t = 8..12, trained on 8: one position
+    assert np.isfinite(order.numbers["gap_slope_beyond_nope_bigram"])
     # blocks: the text claims' SE is over min(16, n_win) blocks of neighbouring windows
     assert order.measurements["order_contrast"]["n_blocks"] == ctx.n_win
 

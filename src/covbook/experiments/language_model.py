@@ -506,11 +506,11 @@ class OrderDependence(Result):
 def _fit_slopes(positions: np.ndarray, rows: np.ndarray, seq_len: int, seed: int) -> dict[str, tuple[float, float]]:
     """Log-log slope of the mean of ``rows`` (R, n_pos) with its bootstrap SE over rows: over all of
     ``positions`` (``all``), over t ≤ ``seq_len`` (``within`` the training length) and t ≥ ``seq_len``
-    (``beyond``), the last two where they hold at least three positions."""
+    (``beyond``); the last two are (NaN, NaN) where they hold fewer than three positions."""
     out = {"all": slope_with_se(positions, rows, seed=seed)}
     for part, keep in (("within", positions <= seq_len), ("beyond", positions >= seq_len)):
-        if keep.sum() >= 3:
-            out[part] = slope_with_se(positions[keep], rows[:, keep], seed=seed)
+        out[part] = slope_with_se(positions[keep], rows[:, keep], seed=seed) if keep.sum() >= 3 else (
+            float("nan"), float("nan"))
     return out
 
 
