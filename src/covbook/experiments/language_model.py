@@ -277,7 +277,9 @@ def train_models(text: Corpus, *, d_model: int, n_layers: int, n_heads: int, seq
     checkpointed in ``checkpoints/10_nope_{key}.pt`` with its weights at each evaluation in
     ``10_nope-evals_{key}.pt``, and the matched rotary model with its losses in
     ``10_rotary-matched_{key}.pt``, ``key`` = :func:`covbook.transformer.checkpoint_fingerprint`
-    (new settings or text, new file): an interrupted run resumes, a finished one loads.
+    (new settings or text, new file): an interrupted NoPE run resumes (and, to recover its weights at
+    the evaluations before the interruption, runs again from its start), an interrupted rotary run
+    (only the steps to the match) starts again, and finished runs load.
 
     Measures ``val_below_unigram_{nope,rotary}``; ``loss_nope_minus_rotary``, at equal training (NoPE's
     weights after ``matched_step`` steps against the rotary model's), the mean over :data:`LOSS_BLOCKS`
