@@ -230,9 +230,9 @@ def test_surrogate_claims_and_matched_model(results) -> None:
     assert set(ctx.surrogates) == set(lm.SURROGATES) and ctx.surrogates["bigram"].shape == (3, 12)
     for src in lm.SURROGATES:
         assert order.shuffle["nope", src].shape == (3, order.positions.size) and src in order.gap_nope
-        m = order.measurements[f"gap_rate_{src}"]
+        m = order.measurements[f"gap_slower_{src}"]
         assert m["prediction"] == -0.5 and m["dof"] == 2 and m["n_surrogate"] == 3
-    c = order.measurements["shuffle_rate_contrast"]
+    c = order.measurements["shuffle_text_equals_bigram"]
     t, b = order.slopes["shuffle", "nope", "text"], order.slopes["shuffle", "nope", "bigram"]
     assert c["value"] == pytest.approx(t[0] - b[0]) and c["se"] == pytest.approx(np.hypot(t[1], b[1]))
     # the rotary run stops at the first evaluation at or below NoPE's final validation loss and keeps
@@ -265,21 +265,46 @@ def test_matched_weights_survive_a_reload(results, text: lm.Corpus, folder) -> N
 QUICK_T = np.unique(np.append(np.geomspace(8, 352, 8).astype(int), 128))  # the quick profile's positions
 
 
-@pytest.mark.parametrize(("rate", "passes"), [(-0.5, True), (-0.25, False), (0.0, False)])
-def test_surrogate_rate_claim_fails_for_a_slower_rate(rate: float, passes: bool) -> None:
-    # the key surrogate claim at the quick profile's sizes (32 contexts, its positions), on distances
-    # c·t^rate with a per-context level and per-point noise of the spread the trained model shows:
-    # t^(-1/2) passes, and the mutants t^(-1/4) and no decay fail
+def _rows(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    """n distances c·t^rate at the quick profile's positions, with a per-row level and per-point noise
+    of the spread the trained model shows; (n, n_pos)."""
+    return np.exp(rng.normal(0, 0.5, (n, 1)) + rng.normal(0, 0.3, (n, QUICK_T.size))) * QUICK_T ** rate
+
+
+def _judge(out: lm.OrderDependence, cid: str):
     from covbook.rules import Measurement, judge
 
-    rng = np.random.default_rng(3)
-    rows = np.exp(rng.normal(0, 0.5, (32, 1)) + rng.normal(0, 0.3, (32, QUICK_T.size))) * QUICK_T ** rate
+    m = out.measurements[cid]
+    rule = load_rules(rules_path(ROOT, "10_trained_language_model"))[cid]
+    return judge(rule, Measurement(cid, "10_trained_language_model", m["value"],
+                                   **{k: v for k, v in m.items() if k in ("prediction", "se", "dof", "lower")},
+                                   extra={k: v for k, v in m.items()
+                                          if k in ("n_surrogate", "t_min", "t_max", "n_blocks", "test")}))
+
+
+@pytest.mark.parametrize(("rate", "passes"), [(-0.5, False), (-0.2, True), (0.0, True)])
+def test_slower_claim_fails_for_the_theorem_rate(rate: float, passes: bool) -> None:
+    # the stationary-context claim at the quick profile's sizes (32 contexts, its positions): a distance
+    # slower than t^(-1/2) passes, and the mutant that falls like t^(-1/2) fails
+    rows = _rows(np.random.default_rng(3), 32, rate)
     out = lm.OrderDependence(QUICK_T, 128, {}, {}, {}, {})
-    lm.measure_rate(out, "gap_rate_bigram", QUICK_T, rows, seq_len=128, seed=0)
-    m = out.measurements["gap_rate_bigram"]
-    rule = load_rules(rules_path(ROOT, "10_trained_language_model"))["gap_rate_bigram"]
-    claim = judge(rule, Measurement("gap_rate_bigram", "10_trained_language_model", m["value"],
-                                    **{k: v for k, v in m.items() if k in ("prediction", "se", "dof")},
-                                    extra={k: v for k, v in m.items() if k in ("n_surrogate", "t_min", "t_max")}))
+    lm.measure_rate(out, "gap_slower_bigram", QUICK_T, rows, seq_len=128, seed=0)
+    claim = _judge(out, "gap_slower_bigram")
     assert claim.passed is passes
-    assert claim.powered  # the window excludes no decay and t^(-1/4) at these sizes
+    assert claim.powered  # the window excludes t^(-1/2) at these sizes
+
+
+@pytest.mark.parametrize(("text_rate", "passes"), [(-0.2, True), (0.3, False)])
+def test_equal_slopes_claim_fails_for_a_difference_of_one_half(text_rate: float, passes: bool) -> None:
+    # the text-against-stationary claim at the quick profile's sizes (16 blocks of text windows, 32
+    # surrogate contexts): equal slopes pass, and the mutant whose text slope is 1/2 above the
+    # stationary context's fails
+    rng = np.random.default_rng(4)
+    text, sur = _rows(rng, 16, text_rate), _rows(rng, 32, -0.2)
+    fits = {k: lm._fit_slopes(QUICK_T, rows, 128, seed=0)["all"] for k, rows in (("text", text), ("sur", sur))}
+    out = lm.OrderDependence(QUICK_T, 128, {}, {}, {}, {})
+    lm.measure_equal_slopes(out, "shuffle_text_equals_bigram", fits["text"], fits["sur"], n_blocks=16,
+                            n_surrogate=32)
+    claim = _judge(out, "shuffle_text_equals_bigram")
+    assert claim.passed is passes
+    assert claim.powered  # the window excludes +1/2 at these sizes
