@@ -118,3 +118,17 @@ def test_divergent_training_names_the_step_and_the_learning_rate():
     toks = torch.randint(0, 5, (400,), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="diverged at step .* lower lr"):
         train_language_model(m, toks, steps=20, batch_size=2, seq_len=8, lr=1e6, seed=0, grad_clip=1e9)
+
+
+def test_on_eval_sees_each_evaluation_and_can_stop_training(tmp_path):
+    kw = {"steps": 12, "batch_size": 8, "seq_len": 16, "lr": 2e-2, "seed": 0, "eval_every": 4}
+    seen = []
+    model, tokens = _tiny()
+    full = train_language_model(model, tokens, **kw, on_eval=lambda step, loss, m: seen.append((step, loss)))
+    assert seen == list(zip(full.val_steps, full.val_loss))  # after each evaluation, with its loss
+    # returning True stops after that evaluation: the same run so far, saved at that step
+    model, tokens = _tiny()
+    ck = tmp_path / "stop.pt"
+    part = train_language_model(model, tokens, **kw, checkpoint=ck, on_eval=lambda step, loss, m: step == 8)
+    assert part.val_steps == [4, 8] and part.val_loss == full.val_loss[:2] and len(part.train_loss) == 8
+    assert load_checkpoint(ck)["step"] == 8

@@ -20,7 +20,7 @@ from helpers import ROOT  # noqa: E402
 
 torch.set_num_threads(1)
 TRAIN = dict(d_model=8, n_layers=2, n_heads=2, seq_len=8, batch_size=4, steps=3, lr=3e-3)
-CONTEXTS = dict(n_text=2, n_prompts=3, n_greedy=2, prompt_len=4, gen_len=8, n_rep=3)
+CONTEXTS = dict(n_text=2, n_prompts=3, n_greedy=2, prompt_len=4, gen_len=8, n_rep=3, n_surrogate=3)
 RULES = set(load_rules(rules_path(ROOT, "10_trained_language_model")))
 
 
@@ -64,7 +64,7 @@ def test_the_measurements_are_the_chapters_claims(results) -> None:
     assert len(ids) == len(set(ids)) and set(ids) == RULES
     training, ctx, order, cycles, sweep, rep = results
     assert list(training.measurements) == ["val_below_unigram_nope", "val_below_unigram_rotary",
-                                           "loss_nope_minus_rotary"]
+                                           "loss_nope_minus_rotary", "loss_matched"]
     assert {"t_eval", "n_win", "gen_len"} <= set(ctx.numbers)
     assert {"order_z", "t_quantile_text", "gap_last_samples", "shuffle_rate_text_se"} <= set(order.numbers)
     assert {"cycle_frac_rotary", "cycling_b", "cycling_p", "n_period1_nope", "n_runs_longer_nope"} <= set(
@@ -149,9 +149,9 @@ def test_distinct_cycles() -> None:
 def test_checkpoints_are_kept_and_loaded(results, text: lm.Corpus, folder) -> None:
     training = results[0]
     names = sorted(p.name.split("_")[1] for p in folder.glob("10_*.pt"))
-    assert names == ["nope", "rotary"]
+    assert names == ["nope", "nope-evals", "rotary-matched"]
     loaded = lm.train_models(text, **TRAIN, streams=Streams(0, "10"), checkpoints=folder)
-    assert all(r.resumed_from == TRAIN["steps"] for r in loaded.results.values())  # loaded, not retrained
+    assert loaded.results["nope"].resumed_from == TRAIN["steps"]  # loaded, not retrained
     assert loaded.measurements == training.measurements
 
 
@@ -167,10 +167,10 @@ def test_plots(results) -> None:
     training, _, order, _, sweep, _ = results
     fig, ax = plt.subplots()
     training.plot(ax)
-    assert len(ax.lines) == 6
+    assert len(ax.lines) == 7  # two models, the matched point, two baselines
     fig, axes = plt.subplots(1, 2)
     order.plot(axes)
-    assert len(axes[1].lines) == 4
+    assert len(axes[1].lines) == 6  # text, two surrogates, samples, t^(-1/2), the training length
     fig, axes = plt.subplots(2, 2)
     sweep.plot(axes)
     assert axes[1, 1].get_legend() is not None
@@ -191,3 +191,120 @@ def test_plots(results) -> None:
 def test_bad_input(call, match: str, text: lm.Corpus, results) -> None:
     with pytest.raises(ValueError, match=match):
         call(text, results)
+
+
+# --------------------------------------------------------------------------------------------
+# The controls: stationary surrogates, the rotary model at NoPE's loss, blocks of windows
+
+
+def test_block_means_are_means_of_contiguous_stretches() -> None:
+    rows = np.arange(12.0).reshape(6, 2)  # six windows in text order, two positions
+    assert lm.block_means(rows, 3).tolist() == [[1.0, 2.0], [5.0, 6.0], [9.0, 10.0]]
+    assert lm.block_means(np.arange(5.0), 16).shape == (5,)  # fewer windows than blocks: one window each
+    with pytest.raises(ValueError, match="at least 2"):
+        lm.block_means(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="n_blocks"):
+        lm.block_means(np.zeros(4), 0)
+
+
+def test_surrogates_are_the_texts_stationary_laws(text: lm.Corpus) -> None:
+    pi, P = text.unigram_law, text.bigram_kernel
+    assert pi.shape == (text.vocab_size,) and float(pi.sum()) == pytest.approx(1.0)
+    assert P.shape == (text.vocab_size,) * 2 and torch.allclose(P.sum(1), torch.ones(text.vocab_size, dtype=P.dtype))
+    sur = lm.surrogate_windows(text, 400, 50, generator=torch.Generator().manual_seed(1))
+    assert set(sur) == set(lm.SURROGATES) and all(x.shape == (400, 50) for x in sur.values())
+    # iid draws: frequencies of the unigram law at every position; the chain starts stationary
+    freq = np.bincount(sur["unigram"].reshape(-1).numpy(), minlength=text.vocab_size) / sur["unigram"].numel()
+    assert np.abs(freq - pi.numpy()).sum() / 2 < 0.05
+    from covbook.markov import stationary_distribution
+    first = np.bincount(sur["bigram"][:, 0].numpy(), minlength=text.vocab_size) / 400
+    last = np.bincount(sur["bigram"][:, -1].numpy(), minlength=text.vocab_size) / 400
+    stat = stationary_distribution(P).numpy()
+    assert np.abs(first - stat).sum() / 2 < 0.25 and np.abs(last - stat).sum() / 2 < 0.25
+    with pytest.raises(ValueError, match="n"):
+        lm.surrogate_windows(text, 0, 5)
+
+
+def test_surrogate_claims_and_matched_model(results) -> None:
+    training, ctx, order = results[:3]
+    assert set(ctx.surrogates) == set(lm.SURROGATES) and ctx.surrogates["bigram"].shape == (3, 12)
+    for src in lm.SURROGATES:
+        assert order.shuffle["nope", src].shape == (3, order.positions.size) and src in order.gap_nope
+        m = order.measurements[f"gap_slower_{src}"]
+        assert m["prediction"] == -0.5 and m["dof"] == 2 and m["n_surrogate"] == 3
+    c = order.measurements["shuffle_text_equals_bigram"]
+    t, b = order.slopes["shuffle", "nope", "text"], order.slopes["shuffle", "nope", "bigram"]
+    assert c["value"] == pytest.approx(t[0] - b[0]) and c["se"] == pytest.approx(np.hypot(t[1], b[1]))
+    # the rotary run stops at the first evaluation at or below NoPE's final validation loss and keeps
+    # the closer of it and the one before
+    rot, target = training.results["rotary"], training.results["nope"].final_val_loss
+    assert rot.val_loss[-1] <= target or rot.val_steps[-1] == TRAIN["steps"]
+    assert all(v > target for v in rot.val_loss[:-1])
+    best = min(range(len(rot.val_loss)), key=lambda i: abs(rot.val_loss[i] - target))
+    assert training.matched_step == rot.val_steps[best] and training.numbers["val_loss_rotary"] == rot.val_loss[best]
+    assert training.measurements["loss_matched"]["prediction"] == 0.0
+    assert training.measurements["loss_nope_minus_rotary"]["matched_step"] == training.matched_step
+    # fits within and beyond the training length are glued even where one has too few positions (NaN)
+    assert np.isnan(order.numbers["gap_slope_within_nope_bigram"])  # t = 8..12, trained on 8: one position
+    assert np.isfinite(order.numbers["gap_slope_beyond_nope_bigram"])
+    # blocks: the text claims' SE is over min(16, n_win) blocks of neighbouring windows
+    assert order.measurements["order_contrast"]["n_blocks"] == ctx.n_win
+
+
+def test_matched_weights_survive_a_reload(results, text: lm.Corpus, folder) -> None:
+    assert len(list(folder.glob("10_rotary-matched_*.pt"))) == len(list(folder.glob("10_nope-evals_*.pt"))) == 1
+    loaded = lm.train_models(text, **TRAIN, streams=Streams(0, "10"), checkpoints=folder)
+    a, b = results[0].models["rotary"].state_dict(), loaded.models["rotary"].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a) and loaded.matched_step == results[0].matched_step
+    for f in folder.glob("10_*-*.pt"):  # a finished run without its kept weights makes them again
+        f.unlink()
+    again = lm.train_models(text, **TRAIN, streams=Streams(0, "10"), checkpoints=folder)
+    assert again.measurements == results[0].measurements
+
+
+QUICK_T = np.unique(np.append(np.geomspace(8, 352, 8).astype(int), 128))  # the quick profile's positions
+
+
+def _rows(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    """n distances c·t^rate at the quick profile's positions, with a per-row level and per-point noise
+    of the spread the trained model shows; (n, n_pos)."""
+    return np.exp(rng.normal(0, 0.5, (n, 1)) + rng.normal(0, 0.3, (n, QUICK_T.size))) * QUICK_T ** rate
+
+
+def _judge(out: lm.OrderDependence, cid: str):
+    from covbook.rules import Measurement, judge
+
+    m = out.measurements[cid]
+    rule = load_rules(rules_path(ROOT, "10_trained_language_model"))[cid]
+    return judge(rule, Measurement(cid, "10_trained_language_model", m["value"],
+                                   **{k: v for k, v in m.items() if k in ("prediction", "se", "dof", "lower")},
+                                   extra={k: v for k, v in m.items()
+                                          if k in ("n_surrogate", "t_min", "t_max", "n_blocks", "test")}))
+
+
+@pytest.mark.parametrize(("rate", "passes"), [(-0.5, False), (-0.2, True), (0.0, True)])
+def test_slower_claim_fails_for_the_theorem_rate(rate: float, passes: bool) -> None:
+    # the stationary-context claim at the quick profile's sizes (32 contexts, its positions): a distance
+    # slower than t^(-1/2) passes, and the mutant that falls like t^(-1/2) fails
+    rows = _rows(np.random.default_rng(3), 32, rate)
+    out = lm.OrderDependence(QUICK_T, 128, {}, {}, {}, {})
+    lm.measure_rate(out, "gap_slower_bigram", QUICK_T, rows, seq_len=128, seed=0)
+    claim = _judge(out, "gap_slower_bigram")
+    assert claim.passed is passes
+    assert claim.powered  # the window excludes t^(-1/2) at these sizes
+
+
+@pytest.mark.parametrize(("text_rate", "passes"), [(-0.2, True), (0.3, False)])
+def test_equal_slopes_claim_fails_for_a_difference_of_one_half(text_rate: float, passes: bool) -> None:
+    # the text-against-stationary claim at the quick profile's sizes (16 blocks of text windows, 32
+    # surrogate contexts): equal slopes pass, and the mutant whose text slope is 1/2 above the
+    # stationary context's fails
+    rng = np.random.default_rng(4)
+    text, sur = _rows(rng, 16, text_rate), _rows(rng, 32, -0.2)
+    fits = {k: lm._fit_slopes(QUICK_T, rows, 128, seed=0)["all"] for k, rows in (("text", text), ("sur", sur))}
+    out = lm.OrderDependence(QUICK_T, 128, {}, {}, {}, {})
+    lm.measure_equal_slopes(out, "shuffle_text_equals_bigram", fits["text"], fits["sur"], n_blocks=16,
+                            n_surrogate=32)
+    claim = _judge(out, "shuffle_text_equals_bigram")
+    assert claim.passed is passes
+    assert claim.powered  # the window excludes +1/2 at these sizes

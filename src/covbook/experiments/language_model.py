@@ -6,11 +6,14 @@ and one with rotary positions, are trained on the Python Language Reference
 (Xu & Fang 2026, Section 6) are measured on them:
 
 * :func:`corpus`: the text, its tokenizer and split, the unigram and bigram baselines;
-* :func:`train_models`: the two models (checkpointed), their losses, NoPE minus rotary;
-* :func:`contexts`: disjoint validation windows and prompts, from the stream ``prompts``;
+* :func:`train_models`: the two models (checkpointed), their losses, NoPE minus rotary, and the
+  rotary model's weights where its validation loss matches NoPE's (the contrasts' rotary model);
+* :func:`contexts`: disjoint validation windows and prompts, from the stream ``prompts``, and
+  stationary surrogate contexts built from the text (:data:`SURROGATES`);
 * :func:`order_dependence`: the shuffle test :math:`\mathrm{TV}(p(\cdot\mid x_{1:t}), p(\cdot\mid
   \sigma(x_{1:t-1}), x_t))` and the Markov gap :math:`\mathrm{TV}(p, K_{\hat\pi_t}(x_t,\cdot))`, both
-  predicted :math:`O_P(t^{-1/2})` for NoPE on a stationary context;
+  predicted :math:`O_P(t^{-1/2})` for NoPE on a stationary context: on real text, on the surrogates
+  (where the prediction applies) and on the models' samples;
 * :func:`greedy_cycles`: greedy runs end in cycles, more often without positions than with them
   (McNemar's exact test on the same prompts);
 * :func:`temperature_sweep`: repetition, diversity and attractors against the temperature;
@@ -20,19 +23,21 @@ and one with rotary positions, are trained on the Python Language Reference
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy.stats import binom, binomtest
 
+from covbook._jsonio import atomic_write
 from covbook._validate import check_positive_float, check_positive_int, check_positive_ints
 from covbook.experiments.repetition import counted, measure_above
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
     CycleRecord,
     attractor_contrast,
+    sample_markov_chain,
     cycle_records,
     markov_gap,
     next_token_probs,
@@ -56,14 +61,21 @@ from covbook.transformer import (
 
 __all__ = ["CHAPTER", "Corpus", "corpus", "Training", "train_models", "Contexts", "contexts", "OrderDependence",
            "order_dependence", "GreedyCycles", "greedy_cycles", "TemperatureSweep", "temperature_sweep",
-           "RepExcess", "rep_excess", "POSITIONS", "distinct_cycles", "LOSS_BLOCKS"]
+           "RepExcess", "rep_excess", "POSITIONS", "distinct_cycles", "LOSS_BLOCKS", "SURROGATES", "block_means",
+           "surrogate_windows", "measure_rate"]
 
 CHAPTER = "10"
 
 #: The two models: name → positional encoding of :class:`~covbook.transformer.CausalTransformer`.
 POSITIONS = {"nope": None, "rotary": "rotary"}
-#: Contiguous blocks of held-out windows for the SE of the loss difference (neighbours share a topic).
+#: Contiguous blocks of held-out windows for every SE over windows (neighbouring windows share a topic):
+#: the held-out text is cut into this many stretches, and a statistic's replicates are the stretches.
 LOSS_BLOCKS = 16
+#: Stationary contexts built from the training text: iid draws from its character frequencies, and
+#: paths of its bigram chain started from the chain's stationary law (both add-one, as the baselines).
+SURROGATES = ("unigram", "bigram")
+#: Validation evaluations per training run (the matched rotary checkpoint is chosen among them).
+N_EVALS = 20
 #: Floor of the total variations before log-log fits (a context of one repeated character is unchanged
 #: by shuffling: an exact 0).
 TV_FLOOR = 1e-12
@@ -93,6 +105,16 @@ class Corpus(Result):
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
+    @property
+    def unigram_law(self) -> torch.Tensor:
+        """(V,) float64: the add-one character frequencies of the training text."""
+        return torch.as_tensor(_unigram_law(self.train_tokens, self.vocab_size))
+
+    @property
+    def bigram_kernel(self) -> torch.Tensor:
+        """(V, V) float64: the add-one bigram chain of the training text, row x the law of the next character."""
+        return torch.as_tensor(_bigram_kernel(self.train_tokens, self.vocab_size))
+
     def describe(self) -> str:
         """The baselines in one line."""
         return f"validation cross-entropy: unigram {self.unigram:.3f}, bigram {self.bigram:.3f} nats/char"
@@ -113,11 +135,8 @@ def corpus(max_chars: int | None = None) -> Corpus:
     if n_val < 2:
         raise ValueError(f"max_chars must leave at least 2 validation characters, got {len(tokens)} characters")
     train_tokens, val_tokens = tokens[:-n_val], tokens[-n_val:]
-    counts1 = np.bincount(train_tokens.numpy(), minlength=V) + 1.0  # (V,)
-    unigram = float(-(np.log(counts1 / counts1.sum())[val_tokens.numpy()]).mean())
-    counts2 = np.ones((V, V))
-    np.add.at(counts2, (train_tokens[:-1].numpy(), train_tokens[1:].numpy()), 1.0)
-    bigram_p = counts2 / counts2.sum(1, keepdims=True)  # (V, V)
+    unigram = float(-(np.log(_unigram_law(train_tokens, V))[val_tokens.numpy()]).mean())
+    bigram_p = _bigram_kernel(train_tokens, V)  # (V, V)
     bigram = float(-np.log(bigram_p[val_tokens[:-1].numpy(), val_tokens[1:].numpy()]).mean())
     out = Corpus(text, tok, tokens, train_tokens, val_tokens, unigram, bigram)
     out.glue("n_chars", f"{len(text):,}")
@@ -128,80 +147,221 @@ def corpus(max_chars: int | None = None) -> Corpus:
     return out
 
 
+def _unigram_law(tokens: torch.Tensor, V: int) -> np.ndarray:
+    """(V,): add-one character frequencies (c_x + 1) / Σ (c + 1)."""
+    counts = np.bincount(tokens.numpy(), minlength=V) + 1.0  # (V,)
+    return counts / counts.sum()
+
+
+def _bigram_kernel(tokens: torch.Tensor, V: int) -> np.ndarray:
+    """(V, V): add-one bigram chain (c_xy + 1) / Σ_y' (c_xy' + 1); every entry positive, so ergodic."""
+    counts = np.ones((V, V))
+    np.add.at(counts, (tokens[:-1].numpy(), tokens[1:].numpy()), 1.0)
+    return counts / counts.sum(1, keepdims=True)
+
+
+def block_means(rows: np.ndarray, n_blocks: int = LOSS_BLOCKS) -> np.ndarray:
+    """Means of ``rows`` (n, ...) over min(n_blocks, n) contiguous blocks of consecutive rows: (n_blocks, ...).
+
+    Held-out windows are in text order, so a block is a stretch of the text; neighbouring windows
+    share a topic, and a standard error over blocks (rather than windows) counts that dependence.
+
+    Examples
+    --------
+    >>> block_means(np.arange(6.0), 3).tolist()
+    [0.5, 2.5, 4.5]
+    """
+    rows = np.asarray(rows, dtype=float)
+    n_blocks = check_positive_int(n_blocks, "n_blocks")
+    if rows.shape[0] < 2:
+        raise ValueError(f"rows must hold at least 2 windows for a standard error, got {rows.shape[0]}")
+    return np.stack([b.mean(0) for b in np.array_split(rows, min(n_blocks, rows.shape[0]))])
+
+
 # --------------------------------------------------------------------------------------------
 # Training
 
 
 @dataclass
 class Training(Result):
-    """The trained models (in eval mode), their training losses and their held-out window losses."""
+    """The trained models (in eval mode), their training losses and their held-out window losses.
+
+    ``models`` are the chapter's pair for every contrast: NoPE after its ``steps``, and the rotary
+    model stopped at the evaluation whose validation loss is closest to NoPE's final loss (step
+    ``matched_step``), so that NoPE against rotary compares the handling of positions at one loss.
+    ``window_losses`` has ``nope``, ``rotary`` (the matched model) and ``nope_at_match`` (NoPE's
+    weights after ``matched_step`` steps, the loss claim's comparison at equal training).
+    """
 
     models: dict[str, CausalTransformer] = field(repr=False)
     results: dict[str, TrainResult] = field(repr=False)
     window_losses: dict[str, np.ndarray] = field(repr=False)  # (n_windows,) each
     unigram: float
     bigram: float
+    matched_step: int = 0
 
     def plot(self, ax: object) -> None:
         """Cross-entropy against the step: validation (dark), training batches (light), the baselines."""
         for i, (name, res) in enumerate(self.results.items()):
             ax.plot(res.steps, res.train_loss, color=f"C{i}", alpha=0.4, lw=0.8)
             ax.plot(res.val_steps, res.val_loss, "o-", color=f"C{i}", ms=4, label=f"{name}: validation")
+        rot = self.results.get("rotary")
+        if rot is not None and self.matched_step in rot.val_steps:
+            ax.plot([self.matched_step], [rot.val_loss[rot.val_steps.index(self.matched_step)]], "k*", ms=11,
+                    label="rotary at NoPE's loss")
         ax.axhline(self.unigram, color="k", ls=":", lw=1, label="unigram")
         ax.axhline(self.bigram, color="k", ls="--", lw=1, label="bigram")
         ax.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="Training (light: training batches)")
         ax.legend()
 
 
+def _state(model: CausalTransformer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def _load_kept(path: Path | None) -> dict | None:
+    """The dict a run kept in ``path`` (:func:`_keep`), or None when there is none."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, ValueError, OSError, EOFError) as err:
+        raise ValueError(f"checkpoint {path} is damaged ({type(err).__name__}); delete it to retrain") from err
+
+
+def _keep(path: Path | None, kept: dict) -> None:
+    if path is not None:
+        atomic_write(path, lambda tmp: torch.save(kept, tmp))
+
+
+class _Evals:
+    """``on_eval`` of NoPE's run: its weights at every evaluation (step → state dict)."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, dict[str, torch.Tensor]] = {}
+
+    def __call__(self, step: int, loss: float, model: CausalTransformer) -> None:
+        self.states[step] = _state(model)
+
+
+class _Match:
+    """``on_eval`` of the rotary run: stops at the first evaluation whose validation loss is at most
+    ``target`` and keeps, of it and the evaluation before, the weights whose loss is closer to ``target``."""
+
+    def __init__(self, target: float) -> None:
+        self.target = float(target)
+        self.step, self.loss, self.state = 0, float("inf"), None
+
+    def __call__(self, step: int, loss: float, model: CausalTransformer) -> bool:
+        if abs(loss - self.target) < abs(self.loss - self.target):
+            self.step, self.loss, self.state = step, float(loss), _state(model)
+        return loss <= self.target
+
+
 def train_models(text: Corpus, *, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch_size: int,
                  steps: int, lr: float, streams: RandomStreams, device: str | torch.device = "cpu",
                  checkpoints: str | os.PathLike | None = None, progress: bool = False,
                  significance: bool = True) -> Training:
-    r"""Train the NoPE and the rotary model on ``text`` (:func:`covbook.transformer.train_language_model`).
+    r"""Train the NoPE model, then the rotary model to NoPE's loss (:func:`covbook.transformer.train_language_model`).
 
-    Both start from one initialisation (stream ``init``: they differ only in ``pos``) and see the
-    same windows (stream ``train``).  With ``checkpoints`` (the chapter's
-    ``covbook.session.checkpoint_dir()``) each model is checkpointed in
-    ``checkpoints/10_{name}_{key}.pt``, ``key`` = :func:`covbook.transformer.checkpoint_fingerprint`
-    (new settings or text, new file): an interrupted run resumes, a finished one loads.
-    Measures ``val_below_unigram_{nope,rotary}`` and ``loss_nope_minus_rotary``, the mean over
-    :data:`LOSS_BLOCKS` contiguous blocks of held-out windows of :math:`\ell^{\rm NoPE}_w - \ell^{\rm rotary}_w`,
-    above 0 (:func:`_measure_above`: a significance with ``significance``, else its direction).
+    Both start from one initialisation (stream ``init``: they differ only in ``pos``), see the same
+    windows (stream ``train``) under the same schedule for ``steps`` steps, and are evaluated
+    :data:`N_EVALS` times.  NoPE trains all its steps; the rotary run stops at the first evaluation
+    whose validation loss is at most NoPE's final loss, and keeps the weights of that evaluation or
+    the one before, whichever is closer to it (step ``matched_step``).  That *matched* rotary model
+    is the chapter's rotary model for every contrast: NoPE against rotary then compares the
+    handling of positions at one loss, not two amounts of training (and the rotary run costs only
+    the steps it needs).
+
+    With ``checkpoints`` (the chapter's ``covbook.session.checkpoint_dir()``) NoPE's run is
+    checkpointed in ``checkpoints/10_nope_{key}.pt`` with its weights at each evaluation in
+    ``10_nope-evals_{key}.pt``, and the matched rotary model with its losses in
+    ``10_rotary-matched_{key}.pt``, ``key`` = :func:`covbook.transformer.checkpoint_fingerprint`
+    (new settings or text, new file): an interrupted NoPE run resumes (and, to recover its weights at
+    the evaluations before the interruption, runs again from its start), an interrupted rotary run
+    (only the steps to the match) starts again, and finished runs load.
+
+    Measures ``val_below_unigram_{nope,rotary}``; ``loss_nope_minus_rotary``, at equal training (NoPE's
+    weights after ``matched_step`` steps against the rotary model's), the mean over :data:`LOSS_BLOCKS`
+    contiguous blocks of held-out windows of :math:`\ell^{\rm NoPE}_w - \ell^{\rm rotary}_w`, above 0
+    (:func:`_measure_above`); and ``loss_matched``, NoPE's final model minus the matched rotary model
+    on the same blocks, predicted 0.
     """
     check_positive_ints(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
                  steps=steps)
     check_positive_float(lr, "lr")
     ckpt = Path(checkpoints) if checkpoints is not None else None
-    models, results = {}, {}
-    for name, pos in POSITIONS.items():
-        model = CausalTransformer(
+
+    def build(pos: str | None) -> CausalTransformer:
+        return CausalTransformer(
             vocab_size=text.vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp=True,
             layer_norm=True, pos=pos, dtype=torch.float32,
             seed=streams.seed_for("init"),  # one draw: the models differ only in `pos`
         ).to(device)
-        kw = dict(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=streams.seed_for("train"))
-        key = checkpoint_fingerprint(model, text.tokens, **kw)  # the library's key: new settings, new file
-        res = train_language_model(model, text.tokens, **kw, progress=progress,
-                                   checkpoint=None if ckpt is None else ckpt / f"10_{name}_{key}.pt")
-        models[name], results[name] = model.eval(), res
-    wl = {name: window_losses(m, text.val_tokens, seq_len).numpy() for name, m in models.items()}  # (n_w,) each
-    out = Training(models, results, wl, text.unigram, text.bigram)
+
+    def file(name: str, key: str) -> Path | None:
+        return None if ckpt is None else ckpt / f"10_{name}_{key}.pt"
+
+    kw = dict(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=streams.seed_for("train"),
+              eval_every=max(1, steps // N_EVALS))
+    nope = build(POSITIONS["nope"])
+    key = checkpoint_fingerprint(nope, text.tokens, **kw)  # the library's key: new settings, new file
+    evals = _Evals()
+    res_nope = train_language_model(nope, text.tokens, **kw, progress=progress, checkpoint=file("nope", key),
+                                    on_eval=evals)
+    kept = _load_kept(file("nope-evals", key)) or {}
+    kept.update(evals.states)  # a resumed run: the evaluations before the interruption are in the file
+    if set(kept) != set(res_nope.val_steps):  # a finished run loaded without them: the same run again
+        again = _Evals()
+        train_language_model(build(POSITIONS["nope"]), text.tokens, **kw, on_eval=again)
+        kept = again.states
+    _keep(file("nope-evals", key), kept)
+    nope.eval()
+
+    rotary = build(POSITIONS["rotary"])
+    key_r = checkpoint_fingerprint(rotary, text.tokens, **kw)
+    target = float(res_nope.final_val_loss)
+    matched = _load_kept(file("rotary-matched", key_r))
+    if matched is None or matched["target"] != target:
+        match = _Match(target)
+        res = train_language_model(rotary, text.tokens, **kw, progress=progress, on_eval=match)
+        matched = dict(target=target, step=match.step, loss=match.loss, model=match.state, result=asdict(res))
+        _keep(file("rotary-matched", key_r), matched)
+    rotary.load_state_dict(matched["model"])
+    rotary.eval()
+    res_rotary = TrainResult(**matched["result"])
+    step = int(matched["step"])
+    nope_at_match = build(POSITIONS["nope"])
+    nope_at_match.load_state_dict(kept[step])
+    nope_at_match.eval()
+
+    models, results = {"nope": nope, "rotary": rotary}, {"nope": res_nope, "rotary": res_rotary}
+    wl = {name: window_losses(m, text.val_tokens, seq_len).numpy()
+          for name, m in (*models.items(), ("nope_at_match", nope_at_match))}  # (n_w,) each
+    out = Training(models, results, wl, text.unigram, text.bigram, matched_step=step)
     for name, value in dict(steps=steps, seq_len=seq_len, d_model=d_model, n_layers=n_layers,
                             n_heads=n_heads).items():
         out.glue(name, value)
+    out.glue("val_loss_nope", float(res_nope.final_val_loss))
+    out.glue("val_loss_rotary", float(matched["loss"]))
+    out.glue("val_loss_nope_at_match", float(res_nope.val_loss[res_nope.val_steps.index(step)]))
+    out.glue("matched_step", step)
     for name, res in results.items():
-        out.glue(f"val_loss_{name}", float(res.final_val_loss))
         out.glue(f"train_seconds_{name}", float(res.seconds))
-    for name, res in results.items():
-        out.measure(f"val_below_unigram_{name}", res.final_val_loss, lower=0.0, upper=text.unigram, name=name)
-    out.glue("nope_below_bigram", text.bigram - float(results["nope"].final_val_loss))
+    for name, loss in (("nope", res_nope.final_val_loss), ("rotary", matched["loss"])):
+        out.measure(f"val_below_unigram_{name}", float(loss), lower=0.0, upper=text.unigram, name=name)
+    out.glue("nope_below_bigram", text.bigram - float(res_nope.final_val_loss))
     # neighbouring windows share a topic of the text: the SE is over contiguous blocks
-    blocks = [b.mean() for b in np.array_split(wl["nope"] - wl["rotary"], LOSS_BLOCKS)]
+    blocks = block_means(wl["nope_at_match"] - wl["rotary"])
     loss_diff, loss_se = mean_with_se(blocks)
     out.glue("n_loss_windows", len(wl["nope"]))
     out.glue("loss_diff_z", loss_diff / loss_se)
-    measure_above(out, "loss_nope_minus_rotary", loss_diff, prediction=0.0, se=loss_se, dof=LOSS_BLOCKS - 1,
-                   significance=significance, n_blocks=LOSS_BLOCKS, len_wl_nope=len(wl["nope"]))
+    measure_above(out, "loss_nope_minus_rotary", loss_diff, prediction=0.0, se=loss_se, dof=len(blocks) - 1,
+                   significance=significance, n_blocks=len(blocks), len_wl_nope=len(wl["nope"]), matched_step=step)
+    matched_diff, matched_se = mean_with_se(block_means(wl["nope"] - wl["rotary"]))
+    out.glue("loss_matched_se", matched_se)
+    out.measure("loss_matched", matched_diff, prediction=0.0, se=matched_se, dof=len(blocks) - 1,
+                n_blocks=len(blocks), len_wl_nope=len(wl["nope"]), matched_step=step, steps=steps)
     return out
 
 
@@ -219,6 +379,8 @@ class Contexts(Result):
     prompt_len: int
     gen_len: int
     rep_windows: torch.Tensor = field(repr=False)  # (n_rep, t_eval), on the device: the windows of rep/ℓ
+    # name → (n_surrogate, t_eval), on the device: stationary contexts (SURROGATES)
+    surrogates: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def t_eval(self) -> int:
@@ -233,8 +395,26 @@ class Contexts(Result):
         return self.rep_windows.shape[0]
 
 
+def surrogate_windows(text: Corpus, n: int, length: int, *, generator: torch.Generator | None = None
+                      ) -> dict[str, torch.Tensor]:
+    r"""Stationary contexts built from the training text: name (:data:`SURROGATES`) → (n, length) long tensor.
+
+    ``unigram``: iid characters :math:`x_s \sim \pi` (the add-one character frequencies); ``bigram``:
+    paths of the add-one bigram chain :math:`x_{s+1} \sim P(x_s,\cdot)` started from its stationary law
+    (:func:`covbook.markov.sample_markov_chain`), so every position has the same law.  Both are
+    stationary and ergodic, the setting of the theorem, and both are laws the model has seen the
+    text's statistics of.  On the CPU.
+    """
+    n, length = check_positive_int(n, "n"), check_positive_int(length, "length")
+    pi = text.unigram_law  # (V,)
+    iid = torch.multinomial(pi.expand(n, -1), length, replacement=True, generator=generator)  # (n, length)
+    chain = sample_markov_chain(text.bigram_kernel, n, length, generator=generator)  # (n, length)
+    return {"unigram": iid, "bigram": chain}
+
+
 def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt_len: int, gen_len: int,
-             streams: RandomStreams, n_rep: int | None = None, device: str | torch.device = "cpu") -> Contexts:
+             streams: RandomStreams, n_rep: int | None = None, n_surrogate: int | None = None,
+             device: str | torch.device = "cpu") -> Contexts:
     """Windows of the held-out text (:func:`covbook.transformer.spaced_windows`), from the stream ``prompts``.
 
     In order: min(``n_text``, ⌊(n_val − 1)/t_eval⌋) windows of t_eval = ``prompt_len + gen_len``
@@ -242,13 +422,17 @@ def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt
     for sampling and ``n_greedy`` prompts for greedy decoding, ``prompt_len`` characters each.
     With ``n_rep``, min(``n_rep``, ⌊(n_val − 1)/t_eval⌋) further windows of t_eval characters for
     :func:`rep_excess`, from their own stream ``rep-windows`` (so that their number changes no other
-    draw); without it, rep/ℓ reads the ``n_text`` windows.
+    draw); without it, rep/ℓ reads the ``n_text`` windows.  With ``n_surrogate``, that many
+    stationary contexts of t_eval characters per surrogate (:func:`surrogate_windows`, stream
+    ``surrogates``).
 
     Raises ``ValueError`` unless the sizes are positive and the held-out text holds one window.
     """
     check_positive_ints(n_text=n_text, n_prompts=n_prompts, n_greedy=n_greedy, prompt_len=prompt_len, gen_len=gen_len)
     if n_rep is not None:
         check_positive_ints(n_rep=n_rep)
+    if n_surrogate is not None:
+        check_positive_ints(n_surrogate=n_surrogate)
     val = text.val_tokens
     t_eval = prompt_len + gen_len
     n_fit = (len(val) - 1) // t_eval
@@ -265,9 +449,13 @@ def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt
     windows = slices(n_win, t_eval, gen)  # (n_win, t_eval)
     prompts, greedy = slices(n_prompts, prompt_len, gen), slices(n_greedy, prompt_len, gen)
     rep = windows if n_rep is None else slices(min(n_rep, n_fit), t_eval, streams.torch_generator("rep-windows"))
-    out = Contexts(windows, prompts, greedy, prompt_len, gen_len, rep)  # rep: (n_rep, t_eval)
+    sur = {} if n_surrogate is None else {
+        k: v.to(device) for k, v in surrogate_windows(text, n_surrogate, t_eval,
+                                                      generator=streams.torch_generator("surrogates")).items()}
+    out = Contexts(windows, prompts, greedy, prompt_len, gen_len, rep, sur)  # rep: (n_rep, t_eval)
     for name, value in dict(gen_len=gen_len, n_prompts=n_prompts, n_greedy=n_greedy, t_eval=t_eval,
-                            n_win=n_win, n_rep=out.n_rep).items():
+                            n_win=n_win, n_rep=out.n_rep, n_surrogate=n_surrogate or 0,
+                            n_blocks_text=min(LOSS_BLOCKS, n_win)).items():
         out.glue(name, value)
     return out
 
@@ -278,10 +466,11 @@ def contexts(text: Corpus, *, n_text: int, n_prompts: int, n_greedy: int, prompt
 
 @dataclass
 class OrderDependence(Result):
-    """Shuffle test and Markov gap against the context length, on text and on the models' samples.
+    """Shuffle test and Markov gap against the context length, on text, on surrogates and on samples.
 
-    ``shuffle[name, src]`` and ``gap_nope[src]`` (src ``text`` or ``samples``) have shape
-    (windows or prompts, n_pos), floored at 1e-12; ``slopes[kind, name, src]`` = (slope, SE).
+    ``shuffle[name, src]`` and ``gap_nope[src]`` (src ``text``, ``samples`` or a surrogate of
+    :data:`SURROGATES`) have shape (windows or prompts, n_pos), floored at 1e-12;
+    ``slopes[kind, name, src]`` = (slope, SE), on text over blocks of windows (:func:`block_means`).
     """
 
     positions: np.ndarray  # (n_pos,)
@@ -292,81 +481,176 @@ class OrderDependence(Result):
     slopes: dict[tuple[str, str, str], tuple[float, float]] = field(repr=False)
 
     def plot(self, axes: object) -> None:
-        """Left: the shuffle test; right: the NoPE Markov gap with t^{-1/2}; dashed: the training length."""
+        """Left: the shuffle test; right: the NoPE Markov gap with t^{-1/2}; dashed: the training length.
+
+        Solid: real text and samples; dashed: the stationary surrogates.
+        """
         axes = np.ravel(axes)
         t = self.positions
         for i, (key, tv) in enumerate(self.shuffle.items()):
-            axes[0].loglog(t, tv.mean(0), "o-", ms=4, color=f"C{i}", label=f"{key[0]}, {key[1]}")
+            ls = "o--" if key[1] in SURROGATES else "o-"
+            axes[0].loglog(t, tv.mean(0), ls, ms=3, color=f"C{i}", label=f"{key[0]}, {key[1]}")
         for i, (src, g) in enumerate(self.gap_nope.items()):
-            axes[1].loglog(t, g.mean(0), "o-", ms=4, color=f"C{i}", label=f"nope, {src}")
-        axes[1].loglog(t, self.gap_nope["text"].mean(0)[0] * np.sqrt(t[0] / t), "k:", lw=1, label=r"$t^{-1/2}$")
+            ls = "o--" if src in SURROGATES else "o-"
+            axes[1].loglog(t, g.mean(0), ls, ms=3, color=f"C{i}", label=f"nope, {src}")
+        ref = self.gap_nope[SURROGATES[-1]] if SURROGATES[-1] in self.gap_nope else self.gap_nope["text"]
+        axes[1].loglog(t, ref.mean(0)[0] * np.sqrt(t[0] / t), "k:", lw=1, label=r"$t^{-1/2}$")
         for ax in axes[:2]:
             ax.axvline(self.seq_len, color="gray", lw=0.8, ls="--")
         axes[0].set(xlabel="context length $t$", ylabel="TV(original, shuffled past)", title="Shuffle test")
         axes[1].set(xlabel="context length $t$", ylabel=r"TV$(p, K_{\hat\pi_t}(x_t,\cdot))$",
                     title="Markov gap (NoPE)")
-        axes[0].legend()
-        axes[1].legend()
+        axes[0].legend(fontsize="x-small")
+        axes[1].legend(fontsize="x-small")
         axes[0].figure.tight_layout()
+
+
+def _fit_slopes(positions: np.ndarray, rows: np.ndarray, seq_len: int, seed: int) -> dict[str, tuple[float, float]]:
+    """Log-log slope of the mean of ``rows`` (R, n_pos) with its bootstrap SE over rows: over all of
+    ``positions`` (``all``), over t ≤ ``seq_len`` (``within`` the training length) and t ≥ ``seq_len``
+    (``beyond``); the last two are (NaN, NaN) where they hold fewer than three positions."""
+    out = {"all": slope_with_se(positions, rows, seed=seed)}
+    for part, keep in (("within", positions <= seq_len), ("beyond", positions >= seq_len)):
+        out[part] = slope_with_se(positions[keep], rows[:, keep], seed=seed) if keep.sum() >= 3 else (
+            float("nan"), float("nan"))
+    return out
+
+
+def measure_rate(out: Result, cid: str, positions: np.ndarray, rows: np.ndarray, *, seq_len: int,
+                 seed: int, significance: bool = True) -> tuple[float, float]:
+    r"""Measure claim ``cid``: the log-log slope of the mean distance over independent stationary contexts,
+    claimed above the theorem's −1/2 (a distance that falls more slowly than :math:`t^{-1/2}`).
+
+    ``rows`` (R, n_pos) are distances (shuffle TV or Markov gap) along R independent contexts at
+    ``positions``; the slope of :math:`\log \overline{\mathrm{TV}}_t` on :math:`\log t` over all
+    positions, with its bootstrap SE over the contexts (:func:`covbook.stats.slope_with_se`), at
+    R − 1 degrees of freedom, is measured with :func:`measure_above` against the prediction −1/2
+    (the theorem's :math:`O_P(t^{-1/2})` on a stationary context): with ``significance`` the window
+    :math:`[-1/2 + k\,\mathrm{SE}, \infty)` excludes −1/2, else the direction only.  Returns (slope, SE).
+    """
+    rows = np.asarray(rows, dtype=float)
+    slope, se = _fit_slopes(np.asarray(positions), rows, seq_len, seed)["all"]
+    measure_above(out, cid, slope, prediction=-0.5, se=se, dof=rows.shape[0] - 1, significance=significance,
+                  n_surrogate=rows.shape[0], t_min=int(positions[0]), t_max=int(positions[-1]))
+    return slope, se
+
+
+def measure_equal_slopes(out: Result, cid: str, text: tuple[float, float], stationary: tuple[float, float], *,
+                         n_blocks: int, n_surrogate: int) -> None:
+    r"""Measure claim ``cid``: the text's slope minus the stationary context's, predicted 0.
+
+    ``text`` and ``stationary`` are (slope, SE) of two independent fits (blocks of text windows, and
+    ``n_surrogate`` surrogate contexts); the difference :math:`b_{\text{text}} - b_{\text{stat}}` has SE
+    :math:`\sqrt{\mathrm{SE}_{\text{text}}^2 + \mathrm{SE}_{\text{stat}}^2}` at
+    min(n_blocks, n_surrogate) − 1 degrees of freedom (a two-sided window 0 ± k·SE).  Glues
+    ``text_vs_bigram_se``, and the standard errors from 0 (``text_vs_bigram_z``) and from +1/2
+    (``text_vs_bigram_z_half``, the difference of a flat text slope beside a t^(-1/2) fall).
+    """
+    (b_text, se_text), (b_sur, se_sur) = text, stationary
+    se = float(np.hypot(se_text, se_sur))
+    diff = float(b_text - b_sur)
+    out.glue("text_vs_bigram_se", se)
+    out.glue("text_vs_bigram_z", diff / se if se > 0 else float("nan"))
+    out.glue("text_vs_bigram_z_half", (0.5 - diff) / se if se > 0 else float("nan"))
+    out.measure(cid, diff, prediction=0.0, se=se, dof=min(n_blocks, n_surrogate) - 1, n_blocks=n_blocks,
+                n_surrogate=n_surrogate)
 
 
 def order_dependence(models: dict[str, CausalTransformer], ctx: Contexts, *, seq_len: int,
                      streams: RandomStreams, device: str | torch.device = "cpu",
                      significance: bool = True) -> OrderDependence:
-    r"""The shuffle test and the NoPE Markov gap at 8 geometric context lengths up to t_eval.
+    r"""The shuffle test and the NoPE Markov gap at geometric context lengths up to t_eval.
 
-    On the validation windows and on samples at τ = 1 (stream ``samples``) from the prompts;
-    each shuffle test permutes twice (stream ``shuffle``).  Slopes are log-log with bootstrap SEs
-    over windows.  Measures ``order_contrast`` (rotary minus NoPE shuffle TV at t_eval, paired over
-    windows, above 0), ``shuffle_rate_text`` and ``gap_rate_text`` (NoPE on real text: slopes above
-    the −1/2 of a stationary context), each with :func:`_measure_above` (a significance with
-    ``significance``, else the direction), and ``shuffle_rotary_no_decay`` (predicted 0).
+    On the validation windows, on the stationary surrogates ``ctx.surrogates`` and on samples at
+    τ = 1 (stream ``samples``) from the prompts, all in one batch per model; each shuffle test
+    permutes twice (stream ``shuffle``, the same permutations for both models).  The positions are
+    8 geometric lengths from 8 to t_eval and the training length.  Slopes are log-log with
+    bootstrap SEs: over the :data:`LOSS_BLOCKS` blocks of text windows (:func:`block_means`:
+    neighbouring windows share a topic), over the (independent) surrogate contexts and prompts.
+
+    Measures, on real text: ``order_contrast`` (rotary minus NoPE shuffle TV at t_eval, paired over
+    blocks, above 0), ``shuffle_rate_text`` and ``gap_rate_text`` (NoPE slopes above the −1/2 of a
+    stationary context), each with :func:`_measure_above` (a significance with ``significance``,
+    else the direction), and ``shuffle_rotary_no_decay`` (predicted 0).  On each surrogate s:
+    ``shuffle_slower_{s}`` and ``gap_slower_{s}``, the NoPE slopes, above the theorem's −1/2
+    (:func:`measure_rate`); and ``shuffle_text_equals_bigram``, the text's shuffle slope minus the
+    bigram surrogate's, predicted 0 (two-sided, SE of the difference of independent slopes), against
+    the +1/2 of a flat text slope beside a t^(-1/2) fall on the stationary context.
     """
     check_positive_int(seq_len, "seq_len")
     if set(models) != set(POSITIONS):
         raise ValueError(f"models must be the trained models {sorted(POSITIONS)}, got {sorted(models)}")
     x_text, n_win = ctx.val_windows, ctx.n_win
-    positions = np.unique(np.geomspace(8, ctx.t_eval, 8).astype(int))  # (n_pos,)
+    geometric = np.geomspace(8, ctx.t_eval, 8).astype(int)
+    positions = np.unique(np.append(geometric, seq_len) if seq_len < ctx.t_eval else geometric)  # (n_pos,)
     samples = {name: generate(m, ctx.prompts, ctx.gen_len, temperature=1.0,
                               generator=streams.torch_generator("samples", device=device))
                for name, m in models.items()}  # (P, t_eval) each
-    shuffle = {}
+    shuffle, gap_nope = {}, {}
     for name, m in models.items():
-        for src, x in (("text", x_text), ("samples", samples[name])):
-            g = streams.torch_generator("shuffle")
-            # (n_win, n_pos) on text, (P, n_pos) on samples
-            shuffle[name, src] = shuffle_test(m, x, positions, n_perm=2, generator=g).numpy()
-    gap_nope = {src: markov_gap(models["nope"], x, positions).numpy()
-                for src, x in (("text", x_text), ("samples", samples["nope"]))}  # (n_win | P, n_pos)
-    shuffle = {k: np.maximum(v, TV_FLOOR) for k, v in shuffle.items()}
-    gap_nope = {k: np.maximum(v, TV_FLOOR) for k, v in gap_nope.items()}
+        parts = {"text": x_text, **ctx.surrogates, "samples": samples[name]}
+        x = torch.cat(list(parts.values()))  # (n_win + Σ n_surrogate + P, t_eval): one batch per model
+        tv = shuffle_test(m, x, positions, n_perm=2, generator=streams.torch_generator("shuffle")).numpy()
+        gap = markov_gap(m, x, positions).numpy() if name == "nope" else None  # (rows, n_pos)
+        i = 0
+        for src, part in parts.items():
+            rows = slice(i, i + part.shape[0])
+            shuffle[name, src] = np.maximum(tv[rows], TV_FLOOR)
+            if gap is not None:
+                gap_nope[src] = np.maximum(gap[rows], TV_FLOOR)
+            i += part.shape[0]
     slopes: dict[tuple[str, str, str], tuple[float, float]] = {}
     out = OrderDependence(positions, seq_len, samples, shuffle, gap_nope, slopes)
+    out.glue("t_eval_over_seq_len", ctx.t_eval / seq_len)  # the longest context, in training lengths
+    fits = {}
+    for kind, table in (("shuffle", shuffle), ("gap", {("nope", src): g for src, g in gap_nope.items()})):
+        for (name, src), tv in table.items():
+            rows = block_means(tv) if src == "text" else tv  # text: blocks of neighbouring windows
+            fits[kind, name, src] = _fit_slopes(positions, rows, seq_len,
+                                                seed=streams.seed_for(f"bootstrap-{kind}-{name}-{src}"))
+            slopes[kind, name, src] = fits[kind, name, src]["all"]
+            for part, (b, se) in fits[kind, name, src].items():
+                out.glue(f"{kind}_slope_{part}_{name}_{src}", float(b))
+                out.glue(f"{kind}_slope_{part}_se_{name}_{src}", float(se))
     for (name, src), tv in shuffle.items():
-        slopes["shuffle", name, src] = slope_with_se(
-            positions, tv, seed=streams.seed_for(f"bootstrap-shuffle-{name}-{src}"))
         out.glue(f"shuffle_last_{name}_{src}", float(tv[:, -1].mean()))
     for src, g in gap_nope.items():
-        slopes["gap", "nope", src] = slope_with_se(positions, g, seed=streams.seed_for(f"bootstrap-gap-{src}"))
         out.glue(f"gap_last_{src}", float(g[:, -1].mean()))
     last_nope, last_rotary = shuffle["nope", "text"][:, -1], shuffle["rotary", "text"][:, -1]  # (n_win,)
-    order_diff, order_se = mean_with_se(last_rotary - last_nope)
+    diff_blocks = block_means(last_rotary - last_nope)  # (n_blocks,)
+    n_blocks = len(diff_blocks)
+    order_diff, order_se = mean_with_se(diff_blocks)
     out.glue("order_ratio", float(last_nope.mean() / last_rotary.mean()))
     out.glue("order_z", order_diff / order_se if order_se > 0 else float("nan"))
-    k = quantile(n_win - 1)  # standard errors at the book's level for n_win replicates
+    k = quantile(n_blocks - 1)  # standard errors at the book's level for n_blocks replicates
     out.glue("t_quantile_text", k)
-    measure_above(out, "order_contrast", order_diff, prediction=0.0, se=order_se, dof=n_win - 1,
-                   significance=significance, n_win=n_win)
+    out.glue("n_blocks", n_blocks)
+    measure_above(out, "order_contrast", order_diff, prediction=0.0, se=order_se, dof=n_blocks - 1,
+                   significance=significance, n_win=n_win, n_blocks=n_blocks)
     for kind in ("shuffle", "gap"):
         slope, se = slopes[kind, "nope", "text"]
-        measure_above(out, f"{kind}_rate_text", slope, prediction=-0.5, se=se, dof=n_win - 1,
-                       significance=significance, n_win=n_win)
+        measure_above(out, f"{kind}_rate_text", slope, prediction=-0.5, se=se, dof=n_blocks - 1,
+                       significance=significance, n_win=n_win, n_blocks=n_blocks)
         out.glue(f"{kind}_rate_text_se", float(se))
         # standard errors from the stationary rate and from no decay (the claim tests the first)
         out.glue(f"{kind}_rate_text_z", (float(slope) + 0.5) / float(se))
         out.glue(f"{kind}_rate_text_z0", -float(slope) / float(se))
     slope, se = slopes["shuffle", "rotary", "text"]
-    out.measure("shuffle_rotary_no_decay", slope, prediction=0.0, se=se, dof=n_win - 1, n_win=n_win)
+    out.measure("shuffle_rotary_no_decay", slope, prediction=0.0, se=se, dof=n_blocks - 1, n_win=n_win,
+                n_blocks=n_blocks)
+    for src in ctx.surrogates:
+        for kind, tv in (("shuffle", shuffle["nope", src]), ("gap", gap_nope[src])):
+            slope, se = measure_rate(out, f"{kind}_slower_{src}", positions, tv, seq_len=seq_len,
+                                     seed=streams.seed_for(f"bootstrap-{kind}-nope-{src}"),
+                                     significance=significance)
+            out.glue(f"{kind}_slower_{src}_se", float(se))
+            # standard errors from the stationary rate (the claim tests it) and from no decay (untested)
+            out.glue(f"{kind}_slower_{src}_z", (float(slope) + 0.5) / float(se))
+            out.glue(f"{kind}_slower_{src}_z0", -float(slope) / float(se))
+    if "bigram" in ctx.surrogates:
+        measure_equal_slopes(out, "shuffle_text_equals_bigram", slopes["shuffle", "nope", "text"],
+                             slopes["shuffle", "nope", "bigram"], n_blocks=n_blocks,
+                             n_surrogate=ctx.surrogates["bigram"].shape[0])
     return out
 
 
@@ -602,7 +886,8 @@ def rep_excess(models: dict[str, CausalTransformer], ctx: Contexts, *, ell: int 
 
     rep/ℓ is the share of positions whose next character (the text's, or the model's argmax given
     the true context) is among the previous ℓ; measures ``rep_excess_{name}``, the mean over the
-    windows ``ctx.rep_windows`` of the model's minus the text's (predicted 0, SE over windows).
+    windows ``ctx.rep_windows`` of the model's minus the text's (predicted 0, SE over the
+    :data:`LOSS_BLOCKS` blocks of neighbouring windows, :func:`block_means`).
     """
     ell = check_positive_int(ell, "ell")
     target = ctx.rep_windows[:, 1:].cpu()  # (n_rep, t_eval - 1): the text's own next characters
@@ -616,8 +901,9 @@ def rep_excess(models: dict[str, CausalTransformer], ctx: Contexts, *, ell: int 
         probs = next_token_probs(m, ctx.rep_windows)[:, :-1].cpu()  # (n_rep, t_eval - 1, V)
         rep_rows[name] = np.array([rep_l(p, t, ell) for p, t in zip(probs, target)])  # (n_rep,)
         out.glue(f"rep_{name}", float(rep_rows[name].mean()))
-        d, se = mean_with_se(rep_rows[name] - text_rows)
+        blocks = block_means(rep_rows[name] - text_rows)  # (n_blocks,): neighbouring windows share a topic
+        d, se = mean_with_se(blocks)
         out.glue(f"rep_excess_z_{name}", d / se if se > 0 else float("nan"))
-        out.measure(f"rep_excess_{name}", d, prediction=0.0, se=se, dof=ctx.n_rep - 1, name=name, ell=ell,
-                    n_win=ctx.n_rep)
+        out.measure(f"rep_excess_{name}", d, prediction=0.0, se=se, dof=len(blocks) - 1, name=name, ell=ell,
+                    n_win=ctx.n_rep, n_blocks=len(blocks))
     return out

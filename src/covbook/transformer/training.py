@@ -19,6 +19,7 @@ import pickle
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -197,6 +198,7 @@ def train_language_model(
     checkpoint_every: int = 100,
     weight_decay: float = 0.01,
     grad_clip: float = 1.0,
+    on_eval: Callable[[int, float, CausalTransformer], bool | None] | None = None,
 ) -> TrainResult:
     r"""Train ``model`` as a next-token predictor on ``tokens`` with AdamW; returns the losses.
 
@@ -213,6 +215,12 @@ def train_language_model(
     one is just loaded.  A checkpoint made with different settings, or a damaged file, is an
     error.  A run whose loss or weights become non-finite stops with a ``ValueError`` that names
     the step (lower ``lr`` or ``grad_clip``).  ``progress`` shows a plain ``tqdm`` bar on stdout.
+    ``on_eval(step, val_loss, model)``, if given, is called after each validation (e.g. to keep the
+    weights at a chosen loss); it sees only the evaluations this call makes, not those of a resumed
+    or loaded checkpoint, and must not change the model.  When it returns ``True`` training stops
+    there (the checkpoint is saved at that step and the result holds the losses so far); calling
+    again with the same checkpoint resumes from that step, so a caller that stops early keeps its
+    own record that it has.
     """
     model = _check_lm(model, "train_language_model")
     tokens = _check_tokens(tokens, model.vocab_size)
@@ -293,13 +301,18 @@ def train_language_model(
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             res.val_steps.append(step + 1)
             res.val_loss.append(evaluate_loss(model, val, seq_len, max_windows=args["eval_windows"]))
+            stop = bool(on_eval(step + 1, res.val_loss[-1], model)) if on_eval is not None else False
+        else:
+            stop = False
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{float(loss):.3f}", refresh=False)
-        if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
+        if (step + 1) % checkpoint_every == 0 or step + 1 == steps or stop:
             res.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             save(step + 1)
+        if stop:
+            break
     if bar is not None:
         bar.close()
     model.eval()
