@@ -37,12 +37,12 @@ from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import (
     CycleRecord,
     attractor_contrast,
-    sample_markov_chain,
     cycle_records,
     markov_gap,
     next_token_probs,
     rep_l,
     repetition_metrics,
+    sample_markov_chain,
     shuffle_test,
 )
 from covbook.rules import LEVEL, quantile

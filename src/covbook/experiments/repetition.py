@@ -41,7 +41,6 @@ from covbook.markov import (
     entropy,
     entropy_rate,
     fixed_point_residual,
-    running_frequencies,
     greedy_decode,
     greedy_map,
     least_rotation,
@@ -51,10 +50,11 @@ from covbook.markov import (
     perturbed_returns,
     rep_l,
     repetition_metrics,
+    running_frequencies,
     sample,
     shuffle_test,
 )
-from covbook.rules import LEVEL, quantile
+from covbook.rules import quantile
 from covbook.stats import mean_with_se, slope_with_group_se
 from covbook.token_laws import flat_dirichlet
 from covbook.transformer import CausalTransformer, ModelBatch

@@ -91,7 +91,8 @@ class ModelBatch(nn.Module):
         if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"x must be an integer tensor of token ids with shape (R, T), got {type(x).__name__}")
         if x.shape[0] != self.n_rows or x.shape[1] == 0:
-            raise ValueError(f"x must have {self.n_rows} rows (one per entry of rows) and a token, got {tuple(x.shape)}")
+            raise ValueError(f"x must have {self.n_rows} rows (one per entry of rows) and at least one token, "
+                             f"got {tuple(x.shape)}")
         if int(x.min()) < 0 or int(x.max()) >= self.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
         r = torch.arange(self.n_rows, device=x.device)[:, None]  # (R, 1)
