@@ -309,13 +309,14 @@ def train_models(text: Corpus, *, d_model: int, n_layers: int, n_heads: int, seq
     evals = _Evals()
     res_nope = train_language_model(nope, text.tokens, **kw, progress=progress, checkpoint=file("nope", key),
                                     on_eval=evals)
-    kept = _load_kept(file("nope-evals", key)) or {}
-    kept.update(evals.states)  # a resumed run: the evaluations before the interruption are in the file
+    stored = _load_kept(file("nope-evals", key)) or {}
+    kept = {**stored, **evals.states}  # a resumed run: the evaluations before the interruption are in the file
     if set(kept) != set(res_nope.val_steps):  # a finished run loaded without them: the same run again
         again = _Evals()
         train_language_model(build(POSITIONS["nope"]), text.tokens, **kw, on_eval=again)
         kept = again.states
-    _keep(file("nope-evals", key), kept)
+    if set(kept) != set(stored) or evals.states:  # a finished run loaded with its evaluations: nothing to write
+        _keep(file("nope-evals", key), kept)
     nope.eval()
 
     rotary = build(POSITIONS["rotary"])

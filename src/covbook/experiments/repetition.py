@@ -614,7 +614,8 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     Measures ``mode_collapse`` and ``seq_rep_falls_with_tau`` (significances over models),
     ``entropy_rate_match`` (predicted 0), ``gap_slope_generated`` and ``t5_fixed_point_slope``
     (predicted −1/2, jackknife SE over models) and ``attractors_low_tau`` (a significance over models)
-    between the lowest and highest τ.  ``significance`` is kept for the notebook's parameters.
+    between the lowest and highest τ.  ``significance`` (false at smoke, whose few models give
+    ``attractors_low_tau`` no power) makes that claim's window its direction only (:func:`measure_above`).
 
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
     ``tau_prompts`` ≥ 3, ``t_sample`` ≥ 4 · ``prompt_len`` and ``taus`` holds at least two positive temperatures.
@@ -674,11 +675,13 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     for name, value in dict(tau_models=tau_models, tau_prompts=tau_prompts, t_sample=t_sample,
                             taus_text=f"{min(taus)} to {max(taus)}", rep_window=rep_window).items():
         out.glue(name, value)
-    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts)
+    _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts,
+                   significance=significance)
     return out
 
 
-def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int) -> None:
+def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, tau_prompts: int,
+                   significance: bool = True) -> None:
     """The sweep's claims and glued numbers, in the chapter's order."""
     summary, tau_ref, gen_pos = out.summary, out.tau_ref, out.gen_pos
     lo, hi = min(out.taus), max(out.taus)
@@ -708,8 +711,8 @@ def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, t
     lr_mean, lr_se = mean_with_se(contrast[lo] - contrast[hi])
     out.glue("attractors_z", lr_mean / lr_se if lr_se > 0 else float("nan"))
     out.glue("t_models", quantile(tau_models - 1))
-    out.measure("attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1, lo=lo, hi=hi,
-                tau_models=tau_models)
+    measure_above(out, "attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1,
+                  significance=significance, lo=lo, hi=hi, tau_models=tau_models)
     sr_mean, sr_se = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
     out.glue("seq_rep_z", sr_mean / sr_se if sr_se > 0 else float("nan"))
     out.measure("seq_rep_falls_with_tau", sr_mean, prediction=0.0, se=sr_se, dof=tau_models - 1, lo=lo, hi=hi,
