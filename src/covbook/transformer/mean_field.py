@@ -27,7 +27,7 @@ from covbook.transformer.model import CausalTransformer
 
 __all__ = ["mean_field", "mean_field_discrete", "mean_field_gaussian", "gaussian_tail_exponents",
            "mean_field_logit_variances", "mean_field_with_logit_variances", "tail_safe_logit_scale",
-           "mean_field_jacobian", "collapse_constant", "collapse_readout_sd"]
+           "mean_field_jacobian", "collapse_constant", "collapse_readout_sd", "gaussian_logit_variances"]
 
 
 def _check_model(model: object) -> CausalTransformer:
