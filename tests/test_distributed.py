@@ -15,7 +15,7 @@ import pytest
 
 from covbook.book.config import UsageError
 from covbook.book.distributed import parse_cluster
-from helpers import COVBOOK, covbook, make_notebook
+from helpers import COVBOOK, cmdline, covbook, descendants, make_notebook
 
 #: The sweep test's two notebooks: a tiny project's (the wiring is under test, not the science, which the
 #: fast suite and the smoke run of the real chapters test), each drawing from a generator keyed on (seed,
@@ -76,41 +76,13 @@ def test_run_help_documents_the_cluster():
 # ----------------------------------------------------------------------------- two notebooks × two seeds
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = _children(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _kill_a_worker_mid_job(covbook_pid: int, killed: dict, after_s: float = 4.0, timeout: float = 600) -> None:
     """SIGKILL the Dask worker process running a notebook of FAST[1] once it has run ``after_s`` seconds."""
     seen: dict[int, float] = {}
     end = time.monotonic() + timeout
     while time.monotonic() < end and not killed:
-        for pid in _descendants(covbook_pid):
-            cmd = _cmdline(pid)
+        for pid in descendants(covbook_pid):
+            cmd = cmdline(pid)
             if "covbook.book.runner" in cmd and FAST[1] in cmd:
                 seen.setdefault(pid, time.monotonic())
                 if time.monotonic() - seen[pid] > after_s:
@@ -217,10 +189,10 @@ def test_ctrl_c_or_sigterm_stops_the_cluster_and_its_kernels(project, signum):
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 300
-    while len([p for p in _descendants(proc.pid) if "ipykernel" in _cmdline(p)]) < 2:
+    while len([p for p in descendants(proc.pid) if "ipykernel" in cmdline(p)]) < 2:
         assert time.monotonic() < end and proc.poll() is None, "the kernels did not start"
         time.sleep(0.5)
-    family = _descendants(proc.pid)
+    family = descendants(proc.pid)
     t0 = time.monotonic()
     os.killpg(proc.pid, signum) if signum == signal.SIGINT else proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
@@ -231,8 +203,8 @@ def test_ctrl_c_or_sigterm_stops_the_cluster_and_its_kernels(project, signum):
     assert [line for line in err.splitlines() if how in line] == [
         f"covbook run: {how}; finished and kept: none; not finished: 01_alpha, 02_beta"], err
     end = time.monotonic() + 10
-    while [p for p in family if Path(f"/proc/{p}").exists() and _cmdline(p)]:
-        assert time.monotonic() < end, [_cmdline(p) for p in family if Path(f"/proc/{p}").exists()]
+    while [p for p in family if Path(f"/proc/{p}").exists() and cmdline(p)]:
+        assert time.monotonic() < end, [cmdline(p) for p in family if Path(f"/proc/{p}").exists()]
         time.sleep(0.2)
     assert not (project / "book" / "generated" / "runs").exists()
     assert not list((project / ".covbook" / "tmp").glob("*"))
