@@ -10,11 +10,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json
 from covbook.book.cache import content_hash, is_cached, notebook_science, resolve_device
 from covbook.book.config import (
     DEFAULT_PROFILE,
@@ -30,7 +29,7 @@ from covbook.book.config import (
     select,
 )
 
-__all__ = ["Job", "plan_jobs", "check_cells", "record_timings", "work_of", "estimate", "expected_seconds", "print_plan",
+__all__ = ["Job", "plan_jobs", "check_cells", "work_of", "estimate", "expected_seconds", "print_plan",
            "limit_for", "DEFAULT_LIMITS",
            "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
@@ -100,21 +99,6 @@ def check_cells(path: Path) -> None:
         except SyntaxError as err:
             raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
                              f"(found before any kernel started)") from None
-
-
-def record_timings(ran: list[tuple[Paths, Job, object]], profile_key: str) -> None:
-    """Keep the latest measured run time per notebook, device and profile (the plan's calibration) of each
-    successful ``(tree, job, runner.Result)`` in ``ran``, in its tree's ``.covbook/timings.json``."""
-    for paths in {paths for paths, _, r in ran if r.status == "ok"}:
-        try:
-            timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
-        except DamagedFile:
-            timings = {}
-        for job, r in [(job, r) for p, job, r in ran if p == paths and r.status == "ok"]:
-            timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
-                "parameters": {**job.defaults, **job.params}, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds,
-                "device_used": r.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        write_json_atomic(paths.timings, timings)
 
 
 def work_of(expr: str, params: dict) -> float:

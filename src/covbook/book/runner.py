@@ -1,15 +1,10 @@
 """Execute the book's notebooks (jupytext -> papermill -> ``book/generated/``).
 
-A job (:func:`run_job`) runs one notebook as papermill in a child process of its own process group
-(``python -m covbook.book.runner JOB``: the terminal's Ctrl-C reaches only the ``covbook`` command).  Its time
-limit is the child's timeout; a stop (Ctrl-C, SIGTERM, the time limit) kills the group.  Jobs go to a
-``concurrent.futures`` executor: threads here (:class:`LocalPool`), each waiting on one child, or a Dask cluster's
-(:mod:`covbook.book.distributed`, whose workers share the filesystem).  The child writes into a temporary folder
-in ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place (:func:`commit_outcome`:
-``os.replace``, the run record last; the record names its outputs' digests, so a half-written run is never
-current).  A cached notebook (:mod:`covbook.book.cache`) is served; a failing one does not stop the others; bad
-input is a :class:`UsageError` before any kernel starts; Ctrl-C or SIGTERM stops the jobs, keeps what finished
-and raises :class:`Interrupted`.
+A job (:func:`run_job`) runs one notebook as papermill in a child process of its own process group, on a
+``concurrent.futures`` executor: threads here (:class:`LocalPool`) or a Dask cluster's
+(:mod:`covbook.book.distributed`).  A stop (Ctrl-C, SIGTERM, the time limit) kills the group.  The child writes
+into ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place
+(:func:`commit_outcome`, the run record last), so a half-written run is never current.
 """
 
 from __future__ import annotations
@@ -37,10 +32,8 @@ from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
 from covbook.book.config import (
     DEFAULT_PROFILE,
-    DEVICES,
     Paths,
     Terminated,
-    UsageError,
     die_with_parent,
     oserror_text,
 )
@@ -48,12 +41,10 @@ from covbook.book.provenance import git_commit
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "LocalPool",
            "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
-           "prune_checkpoints", "CHECKPOINT_ENV"]
+           "prune_checkpoints", "record_timings", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
-#: glibc keeps freed memory for reuse instead of unmapping each large block, which page-faults it afresh on the
-#: next call (the quick book spent three times the system time without it); speed only, set where the
-#: environment does not
+#: glibc keeps freed memory instead of unmapping large blocks (measured: a third of the system time)
 KERNEL_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34), "MALLOC_TOP_PAD_": str(1 << 28)}
 STOP_GRACE_S = 3.0  # SIGTERM, then SIGKILL, for a notebook's process group
 POLL_S = 0.5  # how often a job looks at the run's stop signal
@@ -96,18 +87,12 @@ class Stopped(Exception):
 
 
 def _device_name(device: str) -> str:
-    """The device a notebook ran on, in words (``cpu`` or the GPU's name); imports torch only for a GPU."""
+    """The device a notebook ran on, in words: ``cpu``, or ``cuda (the GPU's name)`` (imports torch only then)."""
     if device == "cpu":
         return "cpu"
     import torch
 
-    from covbook._validate import resolve_device as torch_device
-
-    try:
-        dev = torch_device(device)
-    except ValueError:
-        return f"{device} (unavailable)"
-    return f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "cpu"
+    return f"cuda ({torch.cuda.get_device_name(torch.device(device))})"
 
 
 def _running_cell(nb_path: Path) -> str:
@@ -276,7 +261,8 @@ def run_job(job: dict, stop) -> dict:
                             f"{_running_cell(folder / f'{name}.ipynb')}")
     meta = {"notebook": name, "parameters": job["params"], "hash": job["digest"], "seconds": time.monotonic() - start,
             "cpu_seconds": outcome.get("cpu_seconds"), "device_used": outcome.get("device_used", job["device"]),
-            "rehearsal": bool(job.get("rehearse")), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "rehearsal": bool(job.get("rehearse")), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "commit": job.get("commit")}
     return {"name": name, "dir": str(folder), "meta": meta, "error": outcome["error"]}
 
 
@@ -301,7 +287,7 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
     SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs.  The record is
     written in the job's own folder first (no one else reads it there), so every move is one rename."""
     name, error, folder = outcome["name"], outcome["error"], Path(outcome["dir"])
-    meta = {**outcome["meta"], "commit": git_commit(paths.root)}  # the commit that made the run (the page's banner)
+    meta = outcome["meta"]
     nb, claims, record = (folder / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
     if error is None:
         try:
@@ -416,19 +402,18 @@ class LocalPool:
 def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *, profile: str, device: str,
               force: bool = False, progress: bool = True, rehearse: bool = False,
               timeout: float | None = None) -> list[list[Result]]:
-    """Run ``names`` in every (tree, seed) of ``trees`` on ``engine``, all jobs at once; Results per tree, in the
-    notebooks' order.
+    """Run ``names`` in every (tree, seed) of ``trees`` on ``engine`` (a :class:`LocalPool` or a
+    :class:`covbook.book.distributed.Cluster`), all jobs at once, holding every tree's lock; Results per tree, in
+    the notebooks' order.
 
-    ``engine``: a :class:`LocalPool` or a :class:`covbook.book.distributed.Cluster`; call it holding every tree's
-    lock.  The jobs (:func:`covbook.book.plan.plan_jobs`) are submitted longest first (the plan's estimate;
-    unknown ones first), so that the longest do not start last.  A notebook's time limit is ``timeout`` seconds,
-    else :func:`covbook.book.plan.limit_for` of that estimate.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM;
-    any other error stops the jobs before it goes on.
+    The jobs (:func:`covbook.book.plan.plan_jobs`) are submitted longest first by the plan's estimate (unknown ones
+    first).  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error stops the jobs before it goes on.
     """
     from tqdm import tqdm
 
-    from covbook.book.plan import plan_jobs, record_timings
+    from covbook.book.plan import plan_jobs
 
+    commits = [git_commit(paths.root) for paths, _ in trees]  # the commit that made the runs (the page's banner)
     dev = engine.resolve_device(device)
     plans = [plan_jobs(p, names, profile=profile, device=device, seed=seed, rehearse=rehearse, resolved_device=dev,
                        force=force, timeout=timeout) for p, seed in trees]
@@ -467,11 +452,10 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                 d.mkdir(parents=True, exist_ok=True)
             stop, executor = engine.stop_signal(run_id), engine.executor(len(todo))
         for i, job in todo:
-            paths = trees[i][0]
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
-                       "threads": engine.threads, "rehearse": rehearse, "force": force,
-                       "timeout": job.limit,
-                       "root": str(paths.root), "rundir": str(rundirs[i]), "key": f"seed{trees[i][1]}-{run_id}"}
+                       "threads": engine.threads, "rehearse": rehearse, "force": force, "timeout": job.limit,
+                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(rundirs[i]),
+                       "key": f"seed{trees[i][1]}-{run_id}"}
             pending[engine.submit(executor, payload, stop)] = (i, job)
         while pending:
             for fut in cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)[0]:
@@ -510,18 +494,26 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
                        profile + ("+rehearse" if rehearse else ""))
 
 
+def record_timings(ran: list[tuple[Paths, object, Result]], profile_key: str) -> None:
+    """Keep the latest run time per notebook, device and profile of each successful ``(tree, plan.Job, Result)``
+    in its tree's ``.covbook/timings.json`` (what ``covbook run --plan`` estimates from)."""
+    for paths in {paths for paths, _, r in ran if r.status == "ok"}:
+        try:
+            timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
+        except DamagedFile:
+            timings = {}
+        for job, r in [(job, r) for p, job, r in ran if p == paths and r.status == "ok"]:
+            timings.setdefault(job.name, {}).setdefault(job.device, {})[profile_key] = {
+                "parameters": {**job.defaults, **job.params}, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds,
+                "device_used": r.device_used, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        write_json_atomic(paths.timings, timings)
+
+
 def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str = DEFAULT_PROFILE,
                   device: str = "auto", seed: int = 0, jobs: int = 1, force: bool = False, progress: bool = True,
                   rehearse: bool = False, cluster: object | None = None, timeout: float | None = None) -> list[Result]:
     """Execute (or serve from cache) the selected notebooks of one tree, ``jobs`` at a time here (:class:`LocalPool`)
-    or on ``cluster``'s workers: :func:`run_trees`.  :class:`UsageError` before anything."""
-    if device not in DEVICES:
-        raise UsageError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise UsageError(f"--jobs must be a positive integer, got {jobs}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not timeout > 0):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}")
+    or on ``cluster``'s workers (:func:`run_trees`); the arguments are checked by the command line."""
     engine = cluster if cluster is not None else LocalPool(jobs)
     return run_trees(engine, [(paths, seed)], names, profile=profile, device=device, force=force,
                      progress=progress, rehearse=rehearse, timeout=timeout)[0]
