@@ -241,8 +241,8 @@ def test_unpublished_setup_cell_runs_without_covbook_and_calls_no_pip() -> None:
 
 def test_publish_keeps_the_run_records_true(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from covbook.book.cache import damaged_outputs
+    from covbook.book.cli import main
     from covbook.book.config import Paths
-    from covbook.book.repository import main
     from helpers import fake_run
 
     fake_run(project, "01_alpha", digest="k")

@@ -99,7 +99,7 @@ def _publishable(project: Path) -> Path:
 
 
 def _publish(project: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "covbook.book.repository", "publish"], cwd=project,
+    return subprocess.run([sys.executable, "-m", "covbook.book.cli", "publish"], cwd=project,
                           env={**os.environ, "COVBOOK_REPOSITORY": "octo/covbook"}, capture_output=True, text=True)
 
 
@@ -113,14 +113,14 @@ def test_publish_checks_every_notebook_before_rewriting_any(project):
     assert (gen / "01_alpha.ipynb").read_bytes() == first  # nothing rewritten partway
 
 
-def test_publish_on_a_locked_tree_exits_1_without_a_wait_it_lacks(project):
+def test_publish_on_a_locked_tree_exits_1(project):
     from covbook.book.config import Paths
     from covbook.book.lock import tree_lock
 
     _publishable(project)
     with tree_lock(Paths(project).lock, "covbook run"):
         proc = _publish(project)
-    assert proc.returncode == 1 and "--wait" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "locked by" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_a_wrongly_shaped_stored_run_record_is_damaged(project):

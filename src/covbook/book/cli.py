@@ -146,6 +146,8 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("profile", choices=PROFILES, help=f"{sizes} (the paper scale: full)")
     e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
     e.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
+    sub.add_parser("publish", parents=[wait], formatter_class=_Help, help="rewrite book/generated/*.ipynb as "
+                   "published: their setup cell installs covbook from the repository's executed-notebooks branch")
     sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
                    formatter_class=_Help)
     return p
@@ -460,8 +462,32 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
+    from covbook._jsonio import read_json
+    from covbook.book.cache import verify_outputs
+    from covbook.book.repository import ENV, publish_notebook, resolve_repository
+    from covbook.book.standalone import book_context
+
+    try:
+        repo = resolve_repository(paths.root)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if repo is None:
+        raise UsageError(f"the repository is not known; set {ENV}=owner/name")
+    notebooks = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb"))
+    with _writer(args, paths):
+        for nb in notebooks:  # every input checked before the first is rewritten
+            verify_outputs(paths, nb.stem)
+            read_json(nb, dict)
+        context = book_context(paths.root)
+        filled = [nb.name for nb in notebooks if publish_notebook(paths, nb, repo, context)]
+    print(f"covbook publish: {repo.slug}; setup cells point to {repo.install_source} in "
+          f"{len(filled)} of {len(notebooks)} notebooks")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd_clean, "sweep": cmd_sweep,
-            "edition": cmd_edition}
+            "edition": cmd_edition, "publish": cmd_publish}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,17 +4,13 @@
 empty or ``none``: no repository), else ``repository.url`` in ``_config.yml``, else ``git remote get-url
 origin`` when the project root is the top of a checkout whose origin is on GitHub, else none (the book then
 shows no repository, issue or launch buttons).  The book workflow publishes the executed notebooks on the
-branch :data:`NOTEBOOKS_BRANCH`, their setup cell filled to install covbook from there (:func:`publish_notebook`).
-
-    python -m covbook.book.repository            # print the resolved repository, or "none"
-    python -m covbook.book.repository publish    # book/generated/*.ipynb rewritten as published, in place
+branch :data:`NOTEBOOKS_BRANCH`, their setup cell filled to install covbook from there (``covbook publish``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +20,6 @@ from covbook.book.standalone import (
     INSTALL_CELL,
     SETUP_CELL,
     SETUP_PLACEHOLDER,
-    book_context,
     fill_setup_source,
     standalone_file,
 )
@@ -119,56 +114,3 @@ def publish_notebook(paths, nb_path: Path, repo: Repository, context: tuple[dict
         filled = standalone_file(nb_path, new_nb, paths.root, repo.pages_url, repo.install_source, context)
         commit_rewritten(paths, nb_path.stem, new_nb)
     return filled
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m covbook.book.repository [publish]``; an unknown repository exits 2."""
-    import argparse
-
-    from covbook._jsonio import DamagedFile, read_json
-
-    try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
-        from covbook.book.cache import verify_outputs
-        from covbook.book.config import Paths, project_root
-    except ValueError as err:
-        print(f"covbook repository: error: {err}", file=sys.stderr)
-        return 2
-    from covbook.book.lock import Busy, tree_lock
-
-    p = argparse.ArgumentParser(prog="python -m covbook.book.repository",
-                                description="print the book's repository, or publish the executed notebooks")
-    p.add_argument("command", nargs="?", choices=["publish"], help="rewrite book/generated/*.ipynb as published")
-    publish = p.parse_args(argv).command == "publish"
-    paths = Paths(project_root())
-    notebooks = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb"))
-    try:
-        repo = resolve_repository(paths.root)
-        if publish and repo is None:
-            raise ValueError(f"the repository is not known; set {ENV}=owner/name")
-    except ValueError as err:
-        print(f"covbook repository: error: {err}", file=sys.stderr)
-        return 2
-    if not publish:
-        print(repo.slug if repo else "none")
-        return 0
-    try:
-        with tree_lock(paths.lock, "python -m covbook.book.repository publish"):
-            for p in notebooks:  # every input checked before the first is rewritten
-                verify_outputs(paths, p.stem)
-                read_json(p, dict)
-            context = book_context(paths.root)
-            filled = [p.name for p in notebooks if publish_notebook(paths, p, repo, context)]
-    except Busy as err:
-        print(f"covbook repository: error: {str(err).removesuffix(', or pass --wait')}", file=sys.stderr)
-        return 1
-    except DamagedFile as err:
-        print(f"covbook repository: error: {err.path.relative_to(paths.root)} is damaged ({err.reason}); rerun "
-              f"`covbook run {err.path.stem[:2]}` before publishing", file=sys.stderr)
-        return 1
-    print(f"covbook repository: {repo.slug}; setup cells point to {repo.install_source} in "
-          f"{len(filled)} of {len(notebooks)} notebooks")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
