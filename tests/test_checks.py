@@ -26,7 +26,6 @@ def proj(tmp_path):
 def test_clean_run_verifies(proj):
     v = check(Paths(proj))
     assert v.ok, v.problems
-    assert v.counts() == {"evidence": (1, 1), "identity": (1, 1), "sanity": (1, 1)}
 
 
 def test_failed_claim_and_evidence_without_basis_fail(proj):

@@ -25,9 +25,9 @@ from covbook.book.provenance import versions
 from covbook.book.records import read_run
 from covbook.rules import utf8_text
 
-__all__ = ["PACKAGE", "portable", "science_hash", "science_modules", "science_files", "notebook_science", "environment",
-           "resolve_device", "content_hash", "is_cached", "damaged_outputs", "verify_outputs", "file_digest",
-           "failed_runs", "last_failure"]
+__all__ = ["PACKAGE", "portable", "source_text", "science_hash", "science_modules", "science_files",
+           "notebook_science", "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs",
+           "verify_outputs", "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 PIPELINE = PACKAGE / "book"
@@ -60,10 +60,11 @@ def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> l
                   and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
-def _text(f: Path) -> str:
-    """The text of source ``f``; a :class:`UsageError` naming the file, byte and line when it is not UTF-8."""
+def source_text(f: Path, root: Path | None = None) -> str:
+    """The text of source ``f`` (named relative to ``root``); a :class:`UsageError` naming the file, byte and line
+    when it is not UTF-8."""
     try:
-        return utf8_text(f)
+        return utf8_text(f, f.relative_to(root) if root is not None and f.is_relative_to(root) else f)
     except ValueError as err:
         raise UsageError(str(err)) from None
 
@@ -73,7 +74,7 @@ def science_hash(package: Path = PACKAGE, modules: list[Path] | None = None) -> 
     h = hashlib.sha256()
     for f in science_files(package, modules):
         h.update(f.relative_to(package).as_posix().encode() + b"\0")
-        h.update(portable(_text(f)).encode() + b"\0")
+        h.update(portable(source_text(f)).encode() + b"\0")
     return h.hexdigest()
 
 
@@ -141,7 +142,7 @@ def notebook_science(nb_path: Path, package: Path = PACKAGE) -> str:
     """Hash of the science code notebook ``nb_path`` runs: :func:`science_hash` of the :func:`science_modules` of
     its code cells (IPython's magics and shell lines left out), of all when those cannot be followed statically."""
     sources = ["\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
-               for _, src in myst_code_cells(_text(nb_path))]
+               for _, src in myst_code_cells(source_text(nb_path))]
     return science_hash(package, science_modules(sources, package))
 
 

@@ -13,12 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
+from covbook.book.cache import source_text
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
-from covbook.rules import Rule, load_rules, utf8_text
+from covbook.rules import Rule, load_rules
 
-__all__ = ["Verdict", "check", "read_rules", "claim_problems", "id_problems", "source_text",
+__all__ = ["Verdict", "check", "read_rules", "claim_problems", "id_problems",
            "split_target", "CITATION", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
@@ -51,19 +52,6 @@ class Verdict:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
         return [asdict(c) for c in self.claims]
 
-    def counts(self) -> dict[str, tuple[int, int]]:
-        """``kind -> (passed, total)`` for the kinds present, evidence first."""
-        kinds = ("evidence", "compatible", "identity", "sanity")
-        cl = {k: [c.passed for c in self.claims if c.kind == k] for k in kinds}
-        return {k: (sum(v), len(v)) for k, v in cl.items() if v}
-
-
-def source_text(paths: Paths, src: Path) -> str:
-    """A notebook's MyST source; a :class:`UsageError` naming the file, byte and line when it is not UTF-8."""
-    try:
-        return utf8_text(src, src.relative_to(paths.root) if src.is_relative_to(paths.root) else src)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
 
 
 def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
@@ -152,7 +140,7 @@ def _citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]
     chapters = discover(paths)
     for name, src in chapters.items():
         try:
-            lines = source_text(paths, src).splitlines()
+            lines = source_text(src, paths.root).splitlines()
         except UsageError as err:
             out.append(str(err))
             continue

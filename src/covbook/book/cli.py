@@ -9,6 +9,7 @@ Only ``run`` (without ``--plan``) imports the execution machinery; the other com
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -84,26 +85,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Help that shows an option's default where it has one (not a flag's False, not None)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or "(default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
 def parser() -> argparse.ArgumentParser:
     from covbook.book.provenance import versions
 
-    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.", formatter_class=_Help)
+    p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.")
     version = versions(("covbook",), missing="unknown (not installed)")["covbook"]  # a source tree on sys.path
     p.add_argument("--version", action="version", version=f"covbook {version}")
     sub = p.add_subparsers(dest="command", required=True)
     wait = _Parser(add_help=False)
     wait.add_argument("--wait", action="store_true", help="wait for another covbook command on this tree to finish")
     runs = _Parser(add_help=False)  # the options of every command that runs notebooks
-    runs.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    runs.add_argument("--device", choices=DEVICES, default="auto",
+                      help="auto: CUDA when available (default: %(default)s)")
     runs.add_argument("--jobs", type=_number(int, "a positive integer", lambda n: n >= 1), default=None,
                       help="notebooks run at the same time in local processes (default 1)")
     runs.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -112,44 +105,41 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=(
         "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
         "cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or PATH.json (its "
-        "--scheduler-file); workers need this covbook checkout installed, not this filesystem; needs the "
-        "cluster extra: pip install -e '.[cluster]'"))
+        "--scheduler-file); workers share this filesystem and run this checkout; needs the cluster extra: "
+        "pip install -e '.[cluster]'"))
     sizes = "sizes from notebooks/profiles.yml"
     seconds = _number(float, "a positive number of seconds", lambda x: 0 < x < math.inf)
-    r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated",
-                       formatter_class=_Help)
+    r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated")
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
-    r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes)
-    r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator")
+    r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes + " (default: %(default)s)")
+    r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator (default: %(default)s)")
     r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
                         "without an estimate 20 min smoke, 2 h quick, 12 h full)")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at short lengths (the parameters under `lengths:` in profiles.yml)")
-    c = sub.add_parser("check", help="verify the claims of the last run", formatter_class=_Help)
+    c = sub.add_parser("check", help="verify the claims of the last run")
     c.add_argument("--json", action="store_true", help="print every judged claim as JSON (with kind, basis, reason)")
-    s = sub.add_parser("sweep", parents=[wait, runs, cluster], formatter_class=_Help,
+    s = sub.add_parser("sweep", parents=[wait, runs, cluster],
                        help="run notebooks at several seeds; write the calibration table")
     s.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 (default: all)")
     s.add_argument("--seeds", required=True,
                    help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, each at most 2**63 - 1)")
-    s.add_argument("--profile", choices=PROFILES, default="smoke", help=sizes)
+    s.add_argument("--profile", choices=PROFILES, default="smoke", help=sizes + " (default: %(default)s)")
     s.add_argument("--rejudge", action="store_true",
                    help="run nothing: judge the sweep's stored measurements against the current rules")
     s.add_argument("--replace", action="store_true", help="replace a notebook's calibration in "
                    "book/calibration.json made with more seeds or another profile")
-    sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book",
-                   formatter_class=_Help)
-    e = sub.add_parser("edition", parents=[wait, runs], formatter_class=_Help,
+    sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
+    e = sub.add_parser("edition", parents=[wait, runs],
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
     e.add_argument("profile", choices=PROFILES, help=f"{sizes} (the paper scale: full)")
     e.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 08 (default: all)")
     e.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS", help="each notebook's time limit")
-    sub.add_parser("publish", parents=[wait], formatter_class=_Help, help="rewrite book/generated/*.ipynb as "
-                   "published: their setup cell installs covbook from the repository's executed-notebooks branch")
-    sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book",
-                   formatter_class=_Help)
+    sub.add_parser("publish", parents=[wait], help="rewrite book/generated/*.ipynb as published: their setup "
+                   "cell installs covbook from the repository's executed-notebooks branch")
+    sub.add_parser("clean", parents=[wait], help="remove generated notebooks, claims, temporaries and the built book")
     return p
 
 
@@ -162,11 +152,12 @@ def _say(lines: Iterable[str], prefix: str = "  ") -> None:
 def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
     """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
     the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
-    from covbook.book.checks import read_rules, source_text
+    from covbook.book.cache import source_text
+    from covbook.book.checks import read_rules
 
     chosen = select(paths, names)
     for name, src in chosen.items():
-        source_text(paths, src)
+        source_text(src, paths.root)
         read_rules(paths, name)
     return list(chosen)
 
@@ -315,16 +306,15 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
 
 def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
     """Run the book build as a child that dies with covbook; returns its status and the chapters it warned about.
+    On Ctrl-C or SIGTERM its process group is stopped before the exception goes on."""
+    from covbook.book.runner import kill_group
 
-    On Ctrl-C or SIGTERM the child's process group is stopped and waited for before the exception goes on.
-    """
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1, start_new_session=True,
                             preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     warned: set[str] = set()
     try:
-        assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
             if "WARNING" in line or "ERROR" in line:
@@ -333,14 +323,7 @@ def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
     except BaseException:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            proc.wait()
+        kill_group(proc)
         raise
 
 
@@ -359,13 +342,12 @@ def _copy_mathjax(paths: Paths) -> None:
 
 
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.cache import damaged_outputs, failed_runs
-    from covbook.book.checks import source_text
+    from covbook.book.cache import damaged_outputs, failed_runs, source_text
     from covbook.book.report import write_report
     from covbook.book.runner import clean_stale
 
     for src in discover(paths).values():
-        source_text(paths, src)  # each chapter UTF-8 text (a usage error naming the file otherwise)
+        source_text(src, paths.root)  # each chapter UTF-8 text (a usage error naming the file otherwise)
     with _writer(args, paths):
         damaged = _broken(paths, "build", damaged_outputs)
         failed = [] if damaged else _broken(paths, "build", failed_runs)
@@ -491,17 +473,6 @@ COMMANDS = {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except BrokenPipeError:  # `covbook check --json | head`: the reader left; say nothing more
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
-        return 141  # 128 + SIGPIPE, as a tool killed by the pipe would exit
-
-
-def _main(argv: list[str] | None) -> int:
     from covbook.book.lock import Busy
 
     args = parser().parse_args(argv)
@@ -525,8 +496,10 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"covbook {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        raise
+    except BrokenPipeError:  # `covbook check --json | head`: the reader left; say nothing more
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a tool killed by the pipe would exit
     except OSError as err:  # the environment failed (a full disk, a read-only folder): one line, no traceback
         print(f"covbook {args.command}: error: {oserror_text(err)}", file=sys.stderr)
         return 1

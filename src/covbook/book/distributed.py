@@ -1,11 +1,10 @@
-"""Run notebooks on a Dask distributed cluster: ``covbook run|sweep --cluster SPEC``.
+"""Run notebooks on a Dask cluster: ``covbook run|sweep --cluster SPEC``.
 
-``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread worker processes, started here and closed at the end),
-``tcp://HOST:PORT`` or ``tls://...`` (a running ``dask scheduler``), or ``PATH.json`` (its scheduler file).  The
-jobs are the local pool's (:func:`covbook.book.runner.run_trees`): the client plans them, submits each to
-``client.get_executor()`` and alone moves the outputs into place.  Workers share the client's filesystem (as on
-SLURM) and run the same covbook checkout (checked).  A job whose worker dies runs again on another
-(:data:`ALLOWED_FAILURES`); Ctrl-C or SIGTERM sets a Dask ``Event`` that every running job polls.
+``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread workers, closed at the end), ``tcp://HOST:PORT`` (a
+running ``dask scheduler``) or ``PATH.json`` (its scheduler file).  The client plans the jobs, submits each to
+``client.get_executor()`` and alone moves the outputs into place (:func:`covbook.book.runner.run_trees`).  Workers
+share the client's filesystem (as on SLURM) and must run the same covbook code (checked per job).  A job whose
+worker dies runs again on another (:data:`ALLOWED_FAILURES`); a stop sets a Dask ``Event`` the jobs poll.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ LOCAL_WORKERS_PER_CPU = 4  # ``local:N`` starts N worker processes on this machi
 
 
 def parse_cluster(spec: str) -> tuple[str, object]:
-    """``("local", N)``, ``("address", "tcp://...")`` or ``("file", Path)``; a :class:`UsageError` otherwise.
-
-    ``local:N`` takes 1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` x this machine's CPUs; an address a port in 1-65535.
+    """``("local", N)`` (1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` per CPU), ``("address", "tcp://...")`` or
+    ``("file", Path)``; a :class:`UsageError` otherwise.
 
     Examples
     --------
@@ -80,8 +78,8 @@ def parse_cluster(spec: str) -> tuple[str, object]:
 
 @contextmanager
 def open_cluster(spec: str) -> Iterator[Cluster]:
-    """Start (``local:N``) or connect to a Dask cluster for the block; every problem visible before a job is
-    submitted (a bad spec, no Dask, no scheduler, a worker running other code) is a :class:`UsageError`."""
+    """Start (``local:N``) or connect to a Dask cluster for the block; a bad spec, no Dask or no scheduler is a
+    :class:`UsageError`."""
     kind, value = parse_cluster(spec)
     try:
         import dask
@@ -107,7 +105,6 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 client = stack.enter_context(Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S))
         except (OSError, TimeoutError) as err:
             raise UsageError(f"--cluster {spec}: cannot reach the scheduler ({type(err).__name__}: {err})") from err
-        _check_workers(client, spec)
         n = value if kind == "local" else 0
         yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
 
@@ -143,17 +140,6 @@ def _identity() -> dict:
     return {"science": science_hash(), "environment": environment()}
 
 
-def _check_workers(client, spec: str) -> None:
-    """Refuse workers whose covbook code or versions differ from the client's (their results would be cached under
-    the wrong key)."""
-    mine = _identity()
-    other = {addr: got for addr, got in client.run(_identity).items() if got != mine}
-    if other:
-        addr, got = next(iter(other.items()))
-        raise UsageError(f"--cluster {spec}: {len(other)} worker(s) run other covbook code or versions than this "
-                         f"checkout (e.g. {addr}: {got['environment']}); install the same covbook checkout there")
-
-
 @dataclass(frozen=True)
 class DaskStop:
     """A cluster run's stop signal, read on a worker: the run's Dask ``Event`` is set, or the scheduler no longer
@@ -176,8 +162,8 @@ class DaskStop:
 
 
 def run_on_worker(job: dict, expect: dict, stop: DaskStop) -> dict:
-    """:func:`covbook.book.runner.run_job` on this worker, once it has checked that it runs the client's covbook
-    code and versions (``expect``) and resolves the job's device alike."""
+    """:func:`covbook.book.runner.run_job` on this worker, if it runs the client's code and versions (``expect``)
+    and resolves the job's device alike."""
     from distributed import get_worker
 
     from covbook.book.cache import resolve_device

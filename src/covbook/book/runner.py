@@ -39,7 +39,7 @@ from covbook.book.config import (
 )
 from covbook.book.provenance import git_commit
 
-__all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "LocalPool",
+__all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
            "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
            "prune_checkpoints", "record_timings", "CHECKPOINT_ENV"]
 
@@ -208,8 +208,8 @@ def _child(job_file: str) -> int:
 # ----------------------------------------------------------------------------- in the covbook process, or a Dask worker
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the notebook's process group (its handler kills the kernel), SIGKILL after :data:`STOP_GRACE_S`."""
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM ``proc``'s process group (a notebook's handler kills its kernel), SIGKILL after :data:`STOP_GRACE_S`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.poll() is not None:
             return
@@ -250,7 +250,7 @@ def run_job(job: dict, stop) -> dict:
                 raise Stopped(name)
             overdue = bool(limit) and time.monotonic() - start > limit
     finally:
-        _kill_group(proc)
+        kill_group(proc)
     try:
         outcome = {"error": None} if overdue else read_json(folder / "outcome.json", dict)
     except (OSError, DamagedFile):
