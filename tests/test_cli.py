@@ -33,7 +33,8 @@ from helpers import ROOT, covbook, make_notebook
         (["run", "--frobnicate"], "unrecognized arguments"),
         (["run", "--device", "tpu"], "invalid choice"),
         (["run", "--rehearse", "--profile", "quick"], "--rehearse needs"),
-        (["publish"], "invalid choice"),
+        (["bogus"], "invalid choice"),
+        (["publish"], "repository is not known"),
     ],
 )
 def test_usage_errors_exit_2(project, args, match):
