@@ -34,7 +34,6 @@ from helpers import ROOT, covbook, make_notebook
         (["run", "--device", "tpu"], "invalid choice"),
         (["run", "--rehearse", "--profile", "quick"], "--rehearse needs"),
         (["bogus"], "invalid choice"),
-        (["publish"], "repository is not known"),
     ],
 )
 def test_usage_errors_exit_2(project, args, match):
