@@ -1,4 +1,4 @@
-"""The run-costs table of the reproduction page (covbook.book.costs): rendered from run records only."""
+"""The run-costs table of the reproduction page (covbook.book.records): rendered from run records only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from claims_fixtures import claim, fake_project
 from covbook.book.config import Paths
-from covbook.book.costs import CostRow, run_costs, run_costs_markdown
+from covbook.book.records import CostRow, run_costs, run_costs_markdown
 
 
 def _record(folder: Path, name: str, profile: str, seconds: float, cpu: float | None = None, *,

@@ -223,7 +223,7 @@ def test_clean_says_when_there_was_nothing_to_remove(project):
 
 
 def test_the_report_names_only_this_repository_s_commit(project):
-    from covbook.book.provenance import git_commit
+    from covbook.book.records import git_commit
 
     def git(*args, cwd):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,

@@ -21,8 +21,7 @@ from pathlib import Path
 from covbook._devices import device_name
 from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths, UsageError, myst_code_cells
-from covbook.book.provenance import versions
-from covbook.book.records import read_run
+from covbook.book.records import read_run, versions
 from covbook.rules import utf8_text
 
 __all__ = ["PACKAGE", "portable", "source_text", "science_hash", "science_modules", "science_files",

@@ -86,7 +86,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    from covbook.book.provenance import versions
+    from covbook.book.records import versions
 
     p = _Parser(prog="covbook", description="Run, check and build the covbook companion book.")
     version = versions(("covbook",), missing="unknown (not installed)")["covbook"]  # a source tree on sys.path

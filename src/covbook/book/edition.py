@@ -250,7 +250,7 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     from covbook.book.cache import environment, resolve_device
     from covbook.book.lock import tree_lock
     from covbook.book.plan import plan_jobs
-    from covbook.book.provenance import git_commit
+    from covbook.book.records import git_commit
     from covbook.book.runner import Interrupted, run_notebooks
 
     names = names or list(discover(paths))

@@ -1,20 +1,25 @@
 """Run records (``book/generated/runs/NAME.json``, ``book/edition/runs/NAME.json``): the one reader of what a
-notebook run wrote.
+notebook run wrote, the provenance a record names (commit, versions), and the run-costs table rendered from them.
 
 A record (written by :mod:`covbook.book.runner`) holds the notebook, its parameters, the cache key (``hash``),
-the seconds, the device, whether it was a rehearsal, its status, the commit and the SHA-256 of the outputs it
-committed; a stored larger run's (:mod:`covbook.book.edition`) also the key's device and environment.
+the seconds, the device, whether it was a rehearsal, its status, the commit and the SHA-256 of its outputs.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import statistics
+import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json
+from covbook.book.config import Paths
 
-__all__ = ["RunRecord", "read_run", "run_ok"]
+__all__ = ["RunRecord", "read_run", "run_ok", "versions", "git", "git_commit", "CostRow", "run_costs",
+           "run_costs_markdown"]
 
 
 def _typed(key: str, kind: type | tuple[type, ...], cast=lambda x: x, default=None) -> property:
@@ -63,3 +68,89 @@ def run_ok(path: str | os.PathLike) -> bool:
     except (OSError, DamagedFile):
         return False
     return rec is not None and rec.ok
+
+
+def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",
+                                          "papermill", "jupytext", "jupyter-book"),
+             missing: str = "not installed") -> dict[str, str]:
+    """Versions of Python and of ``packages`` (read without importing them; ``missing`` when absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in packages:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = missing
+    return out
+
+
+def git(root: Path, *args: str) -> str | None:
+    """The output of ``git ARGS`` in ``root`` when ``root`` is the top of its own git checkout (a project copied
+    inside another checkout is not that checkout's), else None."""
+    def run(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout
+
+    try:
+        top = run("rev-parse", "--show-toplevel").strip()
+        return run(*args).strip() if top and Path(top).resolve() == Path(root).resolve() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit(root: Path) -> str:
+    """This project's commit (short hash, and whether it has uncommitted changes)."""
+    sha = git(root, "rev-parse", "--short", "HEAD")
+    if sha is None:
+        return "unknown (not a git checkout of its own, or no git or no commit)"
+    return sha + (" (with uncommitted changes)" if git(root, "status", "--porcelain", "--untracked-files=no") else "")
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """The measured cost of one notebook at one profile on one device, over ``runs`` runs."""
+
+    notebook: str
+    profile: str
+    device: str
+    runs: int
+    wall_median: float
+    wall_min: float
+    wall_max: float
+    cpu_median: float | None
+
+
+def _records(paths: Paths) -> list[RunRecord]:
+    """The successful, timed run records (no rehearsal) of the book's run, then of each stored sweep seed."""
+    folders = [paths.runs] + [Paths(s).runs for s in sorted((paths.generated / "sweep").glob("*/seed-*"))]
+    out = []
+    for f in (f for folder in folders for f in sorted(folder.glob("[0-9][0-9]_*.json"))):
+        try:
+            rec = read_run(f)
+        except (OSError, DamagedFile):
+            continue  # `covbook check` names a damaged record; a cost table does not stop the build
+        if rec is not None and rec.ok and not rec.rehearsal and rec.seconds is not None and rec.profile:
+            out.append(rec)
+    return out
+
+
+def run_costs(paths: Paths) -> list[CostRow]:
+    """One :class:`CostRow` per (notebook, profile, device) of the records, sorted by those three."""
+    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for rec in _records(paths):
+        device = rec.device_used or str(rec.parameters.get("device") or "?")  # the resolved device, else the asked one
+        groups.setdefault((str(rec.get("notebook", "")), rec.profile, device), []).append(rec)
+    rows = []
+    for key, recs in sorted(groups.items()):
+        wall = [r.seconds for r in recs]  # (n,)
+        cpu = [float(r["cpu_seconds"]) for r in recs if isinstance(r.get("cpu_seconds"), int | float)]
+        rows.append(CostRow(*key, len(recs), statistics.median(wall), min(wall), max(wall),
+                            statistics.median(cpu) if cpu else None))
+    return rows
+
+
+def run_costs_markdown(paths: Paths) -> str:
+    """The run-costs table of the reproduction page (Markdown), or one line saying there is no record yet."""
+    from covbook.book.render import render
+
+    return render("costs.md.j2", rows=run_costs(paths))

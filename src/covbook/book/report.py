@@ -17,10 +17,8 @@ from pathlib import Path
 from covbook._jsonio import write_json_atomic
 from covbook.book.checks import Verdict, check
 from covbook.book.config import Paths
-from covbook.book.costs import run_costs_markdown
 from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
-from covbook.book.provenance import git_commit, versions
-from covbook.book.records import read_run
+from covbook.book.records import git_commit, read_run, run_costs_markdown, versions
 from covbook.book.render import cell, render, write_page
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from covbook.book.provenance import git
+from covbook.book.records import git
 from covbook.book.standalone import (
     INSTALL_CELL,
     SETUP_CELL,

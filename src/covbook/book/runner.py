@@ -37,7 +37,7 @@ from covbook.book.config import (
     die_with_parent,
     oserror_text,
 )
-from covbook.book.provenance import git_commit
+from covbook.book.records import git_commit
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
            "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",

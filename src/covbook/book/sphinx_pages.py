@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from covbook.book.provenance import git_commit, versions
+from covbook.book.records import git_commit, versions
 from covbook.book.render import render
 from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 

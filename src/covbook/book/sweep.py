@@ -23,8 +23,7 @@ from covbook._jsonio import DamagedFile
 from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
-from covbook.book.provenance import git_commit
-from covbook.book.records import run_ok
+from covbook.book.records import git_commit, run_ok
 from covbook.book.render import render, seed_text, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
