@@ -15,7 +15,7 @@ import pytest
 
 from covbook._jsonio import write_json_atomic
 from covbook.book.config import Paths, load_profiles, notebook_parameters
-from covbook.book.plan import SHIPPED, estimate, expected_seconds, measured_runs, plan_jobs, wall_time, work_of
+from covbook.book.plan import SHIPPED, estimate, measured_runs, plan_jobs, wall_time, work_of
 from covbook.book.runner import run_trees
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_a_fresh_clone_orders_its_quick_cpu_jobs_longest_first(tmp_path):
     (fresh / "notebooks").symlink_to(ROOT / "notebooks")
     paths = Paths(fresh)
     jobs = plan_jobs(paths, None, profile="quick", device="cpu", seed=0)
-    expected = {job.name[:2]: expected_seconds(paths, job) for job in jobs}
+    expected = {job.name[:2]: job.expected for job in jobs}
     assert all(s is not None and s > 0 for s in expected.values()), expected
     order = sorted(expected, key=lambda name: -expected[name])
     assert set(order[:3]) == {"07", "08", "10"} and order[-1] == "02", order

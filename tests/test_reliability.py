@@ -176,23 +176,22 @@ def test_stderr_in_a_visible_cell_is_what_the_build_refuses():
 
 
 def test_time_limit_from_the_estimate_or_the_profile(project):
-    from covbook.book.plan import DEFAULT_LIMITS, LIMIT_FACTOR, LIMIT_FLOOR, expected_seconds, limit_for, plan_jobs
+    from covbook.book.plan import DEFAULT_LIMITS, LIMIT_FACTOR, LIMIT_FLOOR, plan_jobs
 
     paths = Paths(project)
-    job = plan_jobs(paths, ["01"], profile="smoke", device="cpu", seed=0)[0]
 
-    def time_limit(paths, job, profile):
-        return limit_for(expected_seconds(paths, job), profile)
+    def time_limit(profile):
+        return plan_jobs(paths, ["01"], profile=profile, device="cpu", seed=0)[0].limit
 
-    assert time_limit(paths, job, "smoke") == DEFAULT_LIMITS["smoke"]  # no work: key, nothing measured
+    assert time_limit("smoke") == DEFAULT_LIMITS["smoke"]  # no work: key, nothing measured
     (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 3}\n  work: {expr: 'x'}\n")
     (project / ".covbook").mkdir()
     (project / ".covbook" / "timings.json").write_text(json.dumps(
         {"01_alpha": {"cpu": {"smoke": {"parameters": {"x": 3}, "seconds": 500.0}}}}))
-    assert time_limit(paths, job, "smoke") == LIMIT_FACTOR * 500.0
+    assert time_limit("smoke") == LIMIT_FACTOR * 500.0
     (project / ".covbook" / "timings.json").write_text(json.dumps(
         {"01_alpha": {"cpu": {"smoke": {"parameters": {"x": 3}, "seconds": 1.0}}}}))
-    assert time_limit(paths, job, "smoke") == LIMIT_FLOOR
+    assert time_limit("smoke") == LIMIT_FLOOR
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "soon"])

@@ -29,9 +29,8 @@ from covbook.book.config import (
     select,
 )
 
-__all__ = ["Job", "plan_jobs", "check_cells", "work_of", "estimate", "expected_seconds", "print_plan",
-           "limit_for", "DEFAULT_LIMITS",
-           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
+__all__ = ["Job", "plan_jobs", "check_cells", "work_of", "estimate", "print_plan", "limit_for", "DEFAULT_LIMITS",
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time", "planned_device"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
@@ -45,8 +44,8 @@ UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
 
 @dataclass
 class Job:
-    """One notebook to run: name, source, parameters, cache key, resolved device (cpu | cuda), parameters cell,
-    whether its outputs are current, its estimated seconds and its time limit."""
+    """One notebook to run: its source, parameters (and the notebook's defaults), cache key, resolved device (cpu |
+    cuda), whether its outputs are current, its work, the estimate of its seconds and how it was made, its limit."""
 
     name: str
     path: Path
@@ -55,7 +54,10 @@ class Job:
     device: str
     defaults: dict = field(default_factory=dict)
     cached: bool = False
+    work: float | None = None
+    unit: str = ""
     expected: float | None = None
+    how: str = ""
     limit: float | None = None
 
 
@@ -79,10 +81,23 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
         job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
         job.cached = not force and is_cached(paths, name, job.digest)
-        job.expected = None if job.cached else expected_seconds(paths, job)
+        _estimate(paths, job, profiles.get(name, {}).get("work"))
         job.limit = float(timeout) if timeout else limit_for(job.expected, profile)
         jobs.append(job)
     return jobs
+
+
+def _estimate(paths: Paths, job: Job, spec: dict | None) -> None:
+    """Fill ``job``'s work (its ``work:`` ``spec`` on its parameters), estimated seconds and how (:func:`estimate`)."""
+    if not spec:
+        job.how = "cannot estimate without a work expression"
+        return
+    try:
+        job.work, job.unit = work_of(spec["expr"], {**job.defaults, **job.params}), spec.get("unit", "")
+        job.expected, job.how = estimate(job.work, measured_runs(paths, job.name, job.device, spec["expr"],
+                                                                 job.defaults))
+    except (UsageError, OSError, TypeError, ValueError) as err:
+        job.how = f"cannot estimate: {err}"
 
 
 def check_cells(path: Path) -> None:
@@ -158,24 +173,6 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     return max(loads)
 
 
-def _job_estimate(paths: Paths, job, device: str, profiles: dict) -> tuple[float | None, str, float | None, str]:
-    """``(work, unit, seconds, how)`` of a planned job on ``device``."""
-    spec = profiles.get(job.name, {}).get("work")
-    if not spec:
-        return None, "", None, "cannot estimate without a work expression"
-    work = work_of(spec["expr"], {**job.defaults, **job.params})
-    seconds, how = estimate(work, measured_runs(paths, job.name, device, spec["expr"], job.defaults))
-    return work, spec.get("unit", ""), seconds, how
-
-
-def expected_seconds(paths: Paths, job) -> float | None:
-    """The estimate of a planned job on its device; ``None`` when there is none."""
-    try:
-        return _job_estimate(paths, job, job.device, load_profiles(paths.profiles))[2]
-    except (UsageError, OSError, TypeError, ValueError):
-        return None
-
-
 def limit_for(high: float | None, profile: str) -> float:
     """The time limit of a job whose estimate is ``high`` seconds (``None``: no estimate)."""
     if high is None:
@@ -196,25 +193,21 @@ def planned_device(device: str) -> str:
     return "cuda" if device == "cuda" else resolve_device(device)
 
 
-def print_plan(paths: Paths, jobs: list, *, profile: str, device: str, rehearse: bool = False,
+def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
     """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
     from covbook.book.power import plan_lines
     from covbook.book.render import render
 
-    dev = planned_device(device)
-    profiles = load_profiles(paths.profiles)
-    rows, unknown, known = [], [], []
-    for job in jobs:
-        work, unit, seconds, how = _job_estimate(paths, job, dev, profiles)
-        (unknown.append(job.name) if seconds is None else known.append(seconds))
-        text = "(no work: key in profiles.yml)" if work is None else f"{work:.3g} {unit}".strip()
-        rows.append((job.name, text, _fmt_seconds(seconds), how))
+    dev = jobs[0].device if jobs else planned_device(device)
+    known = [job.expected for job in jobs if job.expected is not None]
+    rows = [(job.name, "(no work: key in profiles.yml)" if job.work is None else f"{job.work:.3g} {job.unit}".strip(),
+             _fmt_seconds(job.expected), job.how) for job in jobs]
     print(render("plan.txt.j2", profile=profile, rehearse=rehearse, dev=dev, auto=device == "auto", rows=rows,
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
-                 total=_fmt_seconds(sum(known)), unknown=unknown, workers=workers,
-                 wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
+                 total=_fmt_seconds(sum(known)), unknown=[job.name for job in jobs if job.expected is None],
+                 workers=workers, wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
     lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
     if lines:
         print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
