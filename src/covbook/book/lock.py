@@ -1,6 +1,5 @@
-"""One writer per tree: the commands that write it hold ``.covbook/lock`` (``filelock``); ``.covbook/lock.json``
-names the holder.  The lock is released when its process exits (``kill -9`` too); no child inherits it, and the
-children that run notebooks or the book build die with their covbook process.
+"""One writer per tree: the commands that write it hold ``.covbook/lock`` (``filelock``, released when its
+process exits, ``kill -9`` too); ``.covbook/lock.json`` names the holder.
 """
 
 from __future__ import annotations
@@ -16,19 +15,11 @@ from filelock import FileLock, Timeout
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 
-__all__ = ["Busy", "Unwritable", "tree_lock"]
+__all__ = ["Busy", "tree_lock"]
 
 
 class Busy(RuntimeError):
-    """Another covbook command holds the tree's lock (exit status 1)."""
-
-
-class Unwritable(Busy):
-    """``.covbook/`` cannot be written, so the tree cannot be locked (exit status 1)."""
-
-    def __init__(self, path: Path, err: OSError) -> None:
-        super().__init__(f"cannot lock the tree: {path} cannot be written ({err.strerror}); covbook keeps its lock, "
-                         f"temporaries and timings in {path.parent}, which must be writable")
+    """Another covbook command holds the tree's lock, or ``.covbook/`` cannot be written (exit status 1)."""
 
 
 def _holder(info: Path) -> str:
@@ -45,7 +36,7 @@ def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[
     """Hold the tree's lock for the block, recording ``command`` as its holder's (with pid and start time).
 
     Raises :class:`Busy`, naming the holder, when another process holds it; with ``wait`` it blocks instead,
-    saying so once.  Raises :class:`Unwritable`.
+    saying so once.
     """
     info, lock = lock_path.with_name(lock_path.name + ".json"), FileLock(lock_path)
     try:
@@ -60,7 +51,8 @@ def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[
         write_json_atomic(info, {"pid": os.getpid(), "command": command, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     except OSError as err:
         lock.release()
-        raise Unwritable(lock_path, err) from None
+        raise Busy(f"cannot lock the tree: {lock_path} cannot be written ({err.strerror}); covbook keeps its lock, "
+                   f"temporaries and timings in {lock_path.parent}, which must be writable") from None
     try:
         yield lock
     finally:
