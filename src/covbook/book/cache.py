@@ -12,6 +12,7 @@ names its SHA-256 (:func:`verify_outputs`); a failed run keeps the last good out
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import warnings
@@ -226,16 +227,13 @@ def is_cached(paths: Paths, name: str, digest: str) -> bool:
 
 
 def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:
-    profile = None
-    folder = paths.generated if folder is None else folder
+    """The command that makes ``name``'s outputs in ``folder`` again, at the profile of its last record."""
+    folder, profile = folder or paths.generated, None
     for path in (folder / "failed" / f"{name}.json", folder / "runs" / f"{name}.json"):
-        try:
-            rec = read_run(path)
-        except (OSError, DamagedFile):
-            continue
-        if rec is not None:
-            profile = rec.profile
-            break
+        with contextlib.suppress(OSError, DamagedFile):
+            if (rec := read_run(path)) is not None:
+                profile = rec.profile
+                break
     if folder != paths.generated:
         return f"covbook edition {profile or 'PROFILE'} {name.split('_', 1)[0]}"
     return f"covbook run {name.split('_', 1)[0]}" + (f" --profile {profile}" if profile else "")

@@ -445,10 +445,15 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
+    """Rewrite each executed notebook as published (:func:`covbook.book.standalone.standalone_file`), its setup cell
+    installing from the repository; its run record follows it (:func:`covbook.book.runner.commit_rewritten`)."""
+    import tempfile
+
     from covbook._jsonio import read_json
     from covbook.book.cache import verify_outputs
-    from covbook.book.repository import ENV, publish_notebook, resolve_repository
-    from covbook.book.standalone import book_context
+    from covbook.book.repository import ENV, resolve_repository
+    from covbook.book.runner import commit_rewritten
+    from covbook.book.standalone import book_context, standalone_file
 
     try:
         repo = resolve_repository(paths.root)
@@ -456,13 +461,18 @@ def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
         raise UsageError(str(err)) from None
     if repo is None:
         raise UsageError(f"the repository is not known; set {ENV}=owner/name")
-    notebooks = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb"))
+    notebooks, filled = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb")), []
     with _writer(args, paths):
         for nb in notebooks:  # every input checked before the first is rewritten
             verify_outputs(paths, nb.stem)
             read_json(nb, dict)
         context = book_context(paths.root)
-        filled = [nb.name for nb in notebooks if publish_notebook(paths, nb, repo, context)]
+        paths.tmp.mkdir(parents=True, exist_ok=True)
+        for nb in notebooks:
+            with tempfile.TemporaryDirectory(prefix="publish-", dir=paths.tmp) as d:
+                if standalone_file(nb, Path(d) / nb.name, paths.root, repo.pages_url, repo.install_source, context):
+                    filled.append(nb.name)
+                commit_rewritten(paths, nb.stem, Path(d) / nb.name)
     print(f"covbook publish: {repo.slug}; setup cells point to {repo.install_source} in "
           f"{len(filled)} of {len(notebooks)} notebooks")
     return 0

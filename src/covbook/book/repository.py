@@ -1,4 +1,4 @@
-"""Where the book lives online: its GitHub repository, from one place, and publishing the executed notebooks.
+"""Where the book lives online: its GitHub repository, from one place.
 
 :func:`resolve_repository` decides the repository: ``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL;
 empty or ``none``: no repository), else ``repository.url`` in ``_config.yml``, else ``git remote get-url
@@ -21,11 +21,10 @@ from covbook.book.standalone import (
     SETUP_CELL,
     SETUP_PLACEHOLDER,
     fill_setup_source,
-    standalone_file,
 )
 
 __all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "Repository", "parse_github",
-           "resolve_repository", "fill_setup_source", "publish_notebook"]
+           "resolve_repository", "fill_setup_source"]
 
 ENV = "COVBOOK_REPOSITORY"
 NOTEBOOKS_BRANCH = "executed-notebooks"
@@ -97,20 +96,3 @@ def resolve_repository(
                              "URL (the launch buttons need GitHub)")
         return repo
     return parse_github(git(Path(root), "remote", "get-url", "origin") or "")
-
-
-def publish_notebook(paths, nb_path: Path, repo: Repository, context: tuple[dict, dict] | None = None) -> bool:
-    """Rewrite the executed notebook ``nb_path`` in place as its published edition (:mod:`covbook.book.standalone`),
-    its setup cell installing from ``repo`` (``context``: :func:`~covbook.book.standalone.book_context`, read when
-    not given); True when it had a setup placeholder.  Call it holding the tree's
-    lock; its run record follows it (:func:`covbook.book.runner.commit_rewritten`), so ``covbook check`` holds."""
-    import tempfile
-
-    from covbook.book.runner import commit_rewritten
-
-    paths.tmp.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="publish-", dir=paths.tmp) as d:
-        new_nb = Path(d) / nb_path.name
-        filled = standalone_file(nb_path, new_nb, paths.root, repo.pages_url, repo.install_source, context)
-        commit_rewritten(paths, nb_path.stem, new_nb)
-    return filled
