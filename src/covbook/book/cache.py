@@ -1,12 +1,9 @@
 """The notebook cache: what a result depends on, and whether a stored result is whole.
 
-A notebook is served from ``book/generated`` (a stored larger run from ``book/edition``, :mod:`covbook.book.edition`)
-when its key is unchanged: its source and injected parameters,
-the science code it runs (:func:`notebook_science`: every ``covbook`` module outside ``book/`` its code cells
-import, directly or through other modules, as syntax without comments or docstrings), the Python, torch and
-numpy versions, and the resolved device.  A stored result is served only when it parses and its run record
-names its SHA-256 (:func:`verify_outputs`); a failed run keeps the last good outputs and writes
-``book/generated/failed/NAME.json``.
+A notebook's key (:func:`content_hash`) is its source, its parameters, the science code it imports
+(:func:`notebook_science`: the static closure of its cells' covbook imports outside ``book/``, as syntax without
+comments or docstrings), the Python, torch and numpy versions and the resolved device.  Stored outputs are served
+only when their run record names their SHA-256 (:func:`verify_outputs`).
 """
 
 from __future__ import annotations

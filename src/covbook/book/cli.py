@@ -1,9 +1,7 @@
 """The ``covbook`` command: run the notebooks, check the claims, build the book (``covbook --help``).
 
-Exit status (the full table is in CONTRIBUTING.md): 0 success; 1 a failed notebook, claim, seed or build, a
-damaged or missing output, a locked tree, an error of the environment (one line); 2 bad usage, found before any
-kernel starts; 130 Ctrl-C; 141 the output's reader went away; 143 SIGTERM (what finished is kept and named).
-Only ``run`` (without ``--plan``) imports the execution machinery; the other commands import no torch.
+Exit statuses are CONTRIBUTING.md's table (usage errors exit 2, before any kernel starts).  Only ``run`` (without
+``--plan``) imports the execution machinery; the other commands import no torch.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""``covbook run --plan``: the work each notebook will do and how long it should take; runs nothing.
+"""``covbook run --plan`` and each run's order and time limits: the work each notebook will do, and its time.
 
-A notebook's work is its ``work:`` expression in ``notebooks/profiles.yml``; its time is the last measured run on
-the device (``notebooks/timings/*.json``, shipped from named machines, overlaid with this machine's
-``.covbook/timings.json`` and run records) of the same work, else the nearest one scaled in proportion to the work
-(:func:`estimate`): no more than that, since start-up and streams run in parallel grow more slowly than the work.
+The work is its ``work:`` expression in ``notebooks/profiles.yml``; the time the last measured run of that work on
+the device (``notebooks/timings/*.json``, shipped, overlaid with ``.covbook/timings.json``), else the nearest one
+scaled by the work ratio (:func:`estimate`), an upper end.
 """
 from __future__ import annotations
 
