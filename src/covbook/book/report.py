@@ -21,10 +21,9 @@ from covbook.book.costs import run_costs_markdown
 from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
 from covbook.book.provenance import git_commit, versions
 from covbook.book.records import read_run
-from covbook.book.render import cell, render, write_page
+from covbook.book.render import cell, render, theorem_labels, write_page
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
-from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import KINDS, LEVEL, Claim, Z, familywise
 
 __all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
@@ -93,7 +92,7 @@ def write_report(paths: Paths) -> Path:
                   notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines),
                   notebooks={name: cl for name, cl in by_notebook.items() if cl}, runs=v.runs,
                   costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
-                  platform=platform.platform(), versions=versions(), labels=labels, link_theorems=link_theorems)
+                  platform=platform.platform(), versions=versions(), labels=labels)
     out = write_page(paths.generated / "reproduction.md", text)
     write_calibration_page(paths)
     refresh_verdicts(paths, book_claims)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import yaml
 
-from covbook.book.power import claim_forecasts
-from covbook.book.render import write_page
-from covbook.book.theorems import theorem_labels
+from covbook.book.power import claim_forecasts, decision_text, fmt_count
+from covbook.book.render import render as render_page
+from covbook.book.render import theorem_labels, write_page
 from covbook.claims import Claim
 
 __all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
-           "shows", "supports", "status_detail", "decide_text", "render", "write_results"]
+           "shows", "supports", "status_detail", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
 #: The state of one part of a statement, in the order the row lists them.
@@ -207,27 +207,16 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
-                decisions: dict[tuple[str, str], str]) -> str:
-    """What would decide each key claim of ``statement`` that passes without showing or supporting its part, one
-    clause per claim; ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
+def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, list]]:
+    """``(part name, [(reference, key, claim), ...])`` of each part that is only compatible: the key claims that
+    pass without showing or supporting it (the template says what would decide each)."""
     out = []
     for (name, keys), (_, state) in zip(statement.part_keys(), part_states(statement, by_key)):
         exact = name in statement.exact
-        if state != "compatible only":
-            continue
-        weak = [(nb, cid, c) for nb, cid in keys if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]
-        out += [_decide_one(statement, nb, cid, c, decisions) for nb, cid, c in weak] or \
-            [f"{('*' + name + '*: ') if name else ''}only sanity checks or identities support it, which show no "
-             "part that is not exact: no claim of the run tests it"]
-    return "; ".join(out)
-
-
-def _decide_one(statement: Statement, nb: str, cid: str, claim: Claim, decisions: dict) -> str:
-    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-    if (claim.rule_kind or claim.kind) != "evidence":
-        return f"`{ref}`: its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
-    return f"`{ref}`: {decisions.get((nb, cid)) or 'no larger profile to predict'}"
+        if state == "compatible only":
+            out.append((name, [(cid if nb == statement.chapter else f"{nb}:{cid}", (nb, cid), c) for nb, cid in keys
+                               if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]))
+    return out
 
 
 def _supporting(claim: Claim | None, exact: bool) -> bool:
@@ -240,24 +229,19 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
     """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
     :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
-    from covbook.book.power import decision_text, fmt_count
-    from covbook.book.render import render as render_page
-
     forecasts = forecasts or {}
     windows = {(c.notebook, c.id): c.window for c in reversed(claims)}  # a key's first claim
-    decisions = {k: decision_text(v, windows.get(k)) for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
     sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
         rows = []
         for s in (s for s in results.statements if s.kind == kind):
             st = status(s, by_key)
-            undecided = st in ("holds in part", "compatible only")
             parts = [(name, name in s.exact,
                       [k for k in keys if not _supporting(by_key.get(k), name in s.exact)],
                       [k for k in keys if _supporting(by_key.get(k), name in s.exact)]) for name, keys in s.part_keys()]
             rows.append({"s": s, "status": st, "detail": status_detail(s, by_key), "parts": parts,
-                         "decide": decide_text(s, by_key, decisions) if undecided else ""})
+                         "undecided": _undecided(s, by_key) if st in ("holds in part", "compatible only") else []})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
             for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
@@ -269,6 +253,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
                        statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
+                       decisions={k: decision_text(v, windows.get(k)) for k, v in forecasts.items()},
                        larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
                        at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
 
