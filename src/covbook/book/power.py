@@ -90,30 +90,28 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{at} must be a mapping {{default: expression, <claim id>: expression | "
                          f"{{not_predicted: reason}}}}, got {raw!r}")
-    default, claims = None, {}
-    for key, value in raw.items():
+    for key in raw:
         if not isinstance(key, str) or not key.replace("_", "").isalnum():
             raise ValueError(f"{at}: key {key!r} must be `default` or a claim id")
-        if isinstance(value, str) and value.strip():
-            parsed: str | Scale | NotPredicted = value.strip()
-        elif isinstance(value, dict) and "n" in value and set(value) <= {"n", "length", "also"} \
-                and all(isinstance(v, str) and v.strip() for v in value.values()):
-            parsed = Scale(value["n"].strip(), value["length"].strip() if "length" in value else None,
-                           " ".join(value["also"].split()) if "also" in value else None)
-        elif isinstance(value, dict) and set(value) == {"not_predicted"} and isinstance(value["not_predicted"], str) \
-                and value["not_predicted"].strip():
-            parsed = NotPredicted(" ".join(value["not_predicted"].split()))
-        else:
-            raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text), "
-                             f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got "
-                             f"{value!r}")
-        if key == "default":
-            if isinstance(parsed, NotPredicted):
-                raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
-            default = parsed
-        else:
-            claims[key] = parsed
+    claims = {key: _spec(value, f"{at}.{key}") for key, value in raw.items()}
+    default = claims.pop("default", None)
+    if isinstance(default, NotPredicted):
+        raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
     return Replicates(notebook, default, claims)
+
+
+def _spec(value: object, at: str) -> str | Scale | NotPredicted:
+    """One spec of a ``replicates:`` entry (:func:`parse_replicates`)."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if isinstance(value, dict) and all(isinstance(v, str) and v.strip() for v in value.values()):
+        if "n" in value and set(value) <= {"n", "length", "also"}:
+            return Scale(value["n"].strip(), value.get("length", "").strip() or None,
+                         " ".join(value.get("also", "").split()) or None)
+        if set(value) == {"not_predicted"}:
+            return NotPredicted(" ".join(value["not_predicted"].split()))
+    raise ValueError(f"{at} must be an expression of the notebook's parameters (text), "
+                     f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got {value!r}")
 
 
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
