@@ -1,18 +1,12 @@
 """The "Results at a glance" page: which of the theory's statements hold, from the run.
 
-``book/results.yml`` declares the statements the book tests (the results T1–T5 and their parts, each the
-abstract's claim or the book's reconstruction by its ``source``, and the book's own findings) and the key
-claims that decide each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``).
-Only evidence shows a part (:func:`shows`): a passing claim of an ``evidence`` rule whose window excludes
-every alternative it names at this profile, or an ``identity`` in a part the entry marks exact (``exact:
-[part, ...]``, or ``exact: true`` for every part: an algebraic equality, not a limit).  A ``sanity`` claim,
-and an identity in a part that is not exact, only *supports* (:func:`supports`): it must pass, and never
-shows.  A part is *shown* when every claim passes, at least one shows it and every other one shows or
-supports it; *compatible only* when every claim passes but that is not so.  The status is computed: *not
-tested* (a key claim is not in the run), *fails* (one failed), *holds with a correction* (every part
-shown, a ``correction`` declared), *holds* (every part shown), *holds in part* (some parts shown, the
-others compatible only) or *compatible only* (none shown).  A key claim that passes without power gets
-the verdict predicted at each larger profile (:mod:`covbook.book.power`).
+``book/results.yml`` declares the statements the book tests (the results T1–T5, each the abstract's claim or
+the book's reconstruction by its ``source``, and the book's own findings) and the key claims that decide
+each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``), some marked ``exact``.
+Only evidence shows a part (:func:`shows`); a sanity check, or an identity of a part that is not exact, only
+supports it (:func:`supports`); :func:`part_states` and :func:`status` follow, as the page's introduction
+(``templates/results.md.j2``) tells the reader.  A key claim that passes without power gets the verdict
+predicted at each larger profile (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -83,8 +77,7 @@ class Results:
 def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a mapping with keys {sorted(_FIELDS)}, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _FIELDS):
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_FIELDS))}")
     for key in ("id", "statement", "chapter"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
@@ -94,33 +87,36 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     claims, parts = raw.get("claims"), ()
     if isinstance(claims, dict) and claims:  # named parts: {part name: [claim ids]}
         for name, ids in claims.items():
-            if not isinstance(name, str) or not name.strip() or not isinstance(ids, list) or not ids \
-                    or not all(isinstance(c, str) and c for c in ids):
+            if not isinstance(name, str) or not name.strip() or not _ids(ids):
                 raise ValueError(f"{where}: 'claims' part {name!r} must name a non-empty list of claim ids")
         parts = tuple((name.strip(), tuple(ids)) for name, ids in claims.items())
         claims = [c for _, ids in parts for c in ids]
         if len(set(claims)) != len(claims):
             raise ValueError(f"{where}: 'claims' names a claim in more than one part")
-    if not isinstance(claims, list) or not claims or not all(isinstance(c, str) and c for c in claims):
+    if not _ids(claims):
         raise ValueError(f"{where}: 'claims' must be a non-empty list of claim ids, or a mapping from part names "
                          "to such lists")
     for key in ("theorem", "correction"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ValueError(f"{where}: '{key}' must be a string")
-    if raw.get("source") is not None and raw["source"] not in SOURCES:
-        raise ValueError(f"{where}: 'source' must be one of {', '.join(SOURCES)}, got {raw['source']!r}")
-    abstract = raw.get("abstract")
-    if raw.get("source") == "abstract" and (not isinstance(abstract, str) or not abstract.strip()):
+    source, abstract = raw.get("source"), raw.get("abstract")
+    if source is not None and source not in SOURCES:
+        raise ValueError(f"{where}: 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
+    if source == "abstract" and (not isinstance(abstract, str) or not abstract.strip()):
         raise ValueError(f"{where}: a statement with source 'abstract' needs 'abstract': what the abstract says, "
                          "apart from the book's precise statement")
-    if abstract is not None and raw.get("source") != "abstract":
+    if abstract is not None and source != "abstract":
         raise ValueError(f"{where}: 'abstract' is only for a statement with source 'abstract'")
-    exact = _exact(raw.get("exact"), [name for name, _ in parts] or [""], where)
     return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
                      claims=tuple(claims), parts=parts, theorem=raw.get("theorem") or None,
                      correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind,
-                     source=raw.get("source"), abstract=" ".join(abstract.split()) if abstract else None,
-                     exact=exact)
+                     source=source, abstract=" ".join(abstract.split()) if abstract else None,
+                     exact=_exact(raw.get("exact"), [name for name, _ in parts] or [""], where))
+
+
+def _ids(ids: object) -> bool:
+    """Whether ``ids`` is a non-empty list of claim ids."""
+    return isinstance(ids, list) and bool(ids) and all(isinstance(c, str) and c for c in ids)
 
 
 def _exact(raw: object, names: list[str], where: str) -> tuple[str, ...]:
@@ -140,8 +136,7 @@ def load_statements(path: str | os.PathLike) -> Results:
         raw = yaml.safe_load(fh) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping with 'statements' and 'findings'")
-    unknown = sorted(set(raw) - {"statements", "findings", "claim_role"})
-    if unknown:
+    if unknown := sorted(set(raw) - {"statements", "findings", "claim_role"}):
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; valid: claim_role, statements, findings")
     out = Results(claim_role=bool(raw.get("claim_role", False)))
     for kind, key in (("statement", "statements"), ("finding", "findings")):
@@ -149,8 +144,7 @@ def load_statements(path: str | os.PathLike) -> Results:
         if not isinstance(entries, list):
             raise ValueError(f"{path}: '{key}' must be a list")
         out.statements += [_parse_entry(e, kind, f"{path}: {key}[{i}]") for i, e in enumerate(entries)]
-    dup = [k for k, n in Counter(s.id for s in out.statements).items() if n > 1]
-    if dup:
+    if dup := [k for k, n in Counter(s.id for s in out.statements).items() if n > 1]:
         raise ValueError(f"{path}: duplicate id(s) {', '.join(dup)}")
     return out
 
