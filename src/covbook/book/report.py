@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from covbook._jsonio import write_json_atomic
-from covbook.book.checks import Verdict, check
+from covbook.book.checks import check
 from covbook.book.config import Paths
 from covbook.book.costs import run_costs_markdown
 from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
@@ -26,14 +26,7 @@ from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
 from covbook.claims import KINDS, LEVEL, Claim, Z, familywise
 
-__all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
-
-
-def error_rate_text(n_evidence: int) -> str:
-    """The statement of the book's error rate for a run with ``n_evidence`` evidence claims."""
-    return render("error_rate.md.j2", level=LEVEL, z=Z, n_evidence=n_evidence,
-                  familywise=familywise(n_evidence)).rstrip("\n")
-
+__all__ = ["write_report", "refresh_verdicts"]
 
 _ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
 
