@@ -352,6 +352,7 @@ def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
     """One line per notebook of ``names`` whose last run was at a profile smaller than ``profile``: how many of
     its evidence claims are predicted evidence there, and the count the others need (``covbook run --plan``)."""
     from covbook.book.records import read_run
+    from covbook.book.render import render
     from covbook.claims import load_claims
 
     gen = Path(root) / "book" / "generated"
@@ -363,10 +364,6 @@ def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
         claims = load_claims(path, rules_root=root, profile=rec.profile)
         found = claim_forecasts(root, claims, {name: dict(rec)})
         at = [f for fs in found.values() for f in fs if f.profile == profile]
-        weak = [f.claim + (f" (needs {f.replicates} ≥ {fmt_count(f.n_needed)})" if f.n_needed else "")
-                for f in at if f.kind == "compatible"]
-        unknown = sum(f.kind is None for f in at)
-        out.append(f"- {name}: {sum(f.kind == 'evidence' for f in at)} of {len(at)} evidence claims predicted evidence "
-                   f"at {profile} (from its {rec.profile} run)" + ("; compatible: " + ", ".join(weak) if weak else "")
-                   + (f"; {unknown} not predicted" if unknown else ""))
+        text = render("plan_power.txt.j2", name=name, at=at, profile=profile, run_profile=rec.profile, count=fmt_count)
+        out.append(" ".join(text.split()))
     return out
