@@ -10,8 +10,9 @@ import pytest
 from claims_fixtures import claim, fake_project, fake_run, write_rules
 from covbook.book.checks import check
 from covbook.book.config import Paths
-from covbook.book.report import error_rate_text, write_report
-from covbook.claims import LEVEL, familywise
+from covbook.book.render import render
+from covbook.book.report import write_report
+from covbook.claims import LEVEL, Z, familywise
 from helpers import covbook
 
 
@@ -125,7 +126,7 @@ def test_error_rate_statement():
     assert familywise(100) == pytest.approx(1 - (1 - LEVEL) ** 100)
     with pytest.raises(ValueError, match="non-negative integer"):
         familywise(-1)
-    text = error_rate_text(100)
+    text = render("error_rate.md.j2", level=LEVEL, z=Z, n_evidence=100, familywise=familywise(100))
     assert "N = 100" in text and "4.9 %" in text and "3.48" in text
 
 

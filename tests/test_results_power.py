@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from covbook.book.power import Forecast, plan_lines
-from covbook.book.results import Results, Statement, decide_text, load_statements, render, write_results
+from covbook.book.results import Results, Statement, load_statements, render, write_results
 from covbook.claims import Claim, load_claims
 from covbook.rules import Z
 from helpers import ROOT, make_notebook
@@ -86,11 +86,11 @@ def test_replicates_naming_an_unknown_claim_is_an_error_naming_it(tmp_path: Path
         _page(root)
 
 
-def test_decide_text_of_a_rule_that_claims_no_power() -> None:
+def test_what_would_decide_a_rule_that_claims_no_power() -> None:
     s = Statement("T", "x", "01_a", ("c",))
     c = Claim("c", "01_a", "x", 1.0, 1.0, 0.1, 0.9, 1.1, True, kind="compatible", rule_kind="compatible")
-    assert decide_text(s, {("01_a", "c"): c}, {}) == \
-        "`c`: its rule is of kind `compatible`: it claims no power at any size"
+    assert "what would decide it:* `c`: its rule is of kind `compatible`: it claims no power at any size |" in \
+        render(Results([s]), [c], set())
 
 
 def test_render_without_forecasts_has_no_decision_lines() -> None:

@@ -13,7 +13,7 @@ import operator
 import os
 import shutil
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from covbook._devices import DEVICES
@@ -167,7 +167,8 @@ _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "gene
 
 @dataclass(frozen=True)
 class Paths:
-    """Where the pipeline reads and writes under the project ``root``.
+    """Where the pipeline reads and writes under the project ``root`` (``_LAYOUT``: ``paths.runs`` is
+    ``root/book/generated/runs``).
 
     ``generated``: the executed notebooks, their ``claims``, run records (``runs``), ``failed`` runs and training
     ``checkpoints`` (one folder per notebook and cache key).  ``state`` (``.covbook/``, never read by the book
@@ -175,21 +176,11 @@ class Paths:
     """
 
     root: Path
-    notebooks: Path = field(init=False, repr=False)
-    profiles: Path = field(init=False, repr=False)
-    generated: Path = field(init=False, repr=False)
-    claims: Path = field(init=False, repr=False)
-    runs: Path = field(init=False, repr=False)
-    failed: Path = field(init=False, repr=False)
-    checkpoints: Path = field(init=False, repr=False)
-    state: Path = field(init=False, repr=False)
-    tmp: Path = field(init=False, repr=False)
-    lock: Path = field(init=False, repr=False)
-    timings: Path = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        for name, relative in _LAYOUT.items():
-            object.__setattr__(self, name, self.root / relative)
+    def __getattr__(self, name: str) -> Path:
+        if name in _LAYOUT:
+            return self.root / _LAYOUT[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def project_root(start: str | os.PathLike | None = None) -> Path:

@@ -2,14 +2,11 @@
 decisive larger CPU run) that the book shows while it is current.
 
 ``covbook edition full --device cuda`` runs the chapters in a scratch tree (``.covbook/edition/<profile>/``,
-figures as SVG) and copies each chapter that succeeded in this invocation into ``book/edition/``, laid out as
-``book/generated``: ``NAME.ipynb``, ``claims/NAME.json`` and the run record ``runs/NAME.json`` (written last;
-it names its files' SHA-256 and the cache key taken when the run started); a chapter that failed leaves
-``failed/NAME.json``.  A stored run is *current* when its key is the key the chapter has now: the book's one
-cache key (:func:`covbook.book.cache.content_hash`: the notebook, prose included, its parameters at the stored
-profile, the science it imports), with the device and environment its record names.  ``covbook check`` and
-``build`` verify every stored file against its record (:func:`covbook.book.cache.verify_outputs`) and re-judge
-a current run's measurements by the current rules.  Nothing here imports torch unless a chapter is run.
+figures as SVG) and copies each that succeeded into ``book/edition/``, laid out as ``book/generated`` (the run
+record last; a failure leaves ``failed/NAME.json``).  A stored run is *current* when its key is the one cache
+key (:func:`covbook.book.cache.content_hash`) the chapter has now with the device and environment its record
+names.  ``covbook check`` and ``build`` verify every stored file against its record and re-judge a current
+run's measurements by the current rules.  Nothing here imports torch unless a chapter is run.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def _dir(paths: Paths) -> Path:
 @dataclass(frozen=True)
 class Status:
     """Where chapter ``name``'s stored run stands: ``current``, ``pending`` (the chapter's key changed since),
-    ``failed`` (its last edition run failed: ``error``), ``damaged`` (a file is not what its record says:
-    ``error``) or ``absent``."""
+    ``failed`` or ``damaged`` (``error`` says how) or ``absent``."""
 
     name: str
     state: str
@@ -89,12 +85,9 @@ def status(paths: Paths) -> dict[str, Status]:
             else:
                 out[name] = Status(name, "current" if stored_key(paths, name, rec) == rec.key else "pending", rec)
         except DamagedFile as err:
-            out[name] = Status(name, "damaged", error=f"{_rel(paths, err.path)} is damaged ({err.reason})")
+            where = os.path.relpath(err.path, paths.root)
+            out[name] = Status(name, "damaged", error=f"{where} is damaged ({err.reason})")
     return out
-
-
-def _rel(paths: Paths, path: Path) -> Path:
-    return path.relative_to(paths.root) if path.is_relative_to(paths.root) else path
 
 
 def edition_claims(paths: Paths, name: str, profile: str | None) -> list:

@@ -36,20 +36,17 @@ def find_chromium() -> str | None:
 
 
 def toc_pages(toc_file: Path) -> list[str]:
-    """The book's pages in reading order, as docnames (``intro``, ``generated/01_...``), from ``_toc.yml``."""
-    import yaml
+    """The book's pages in reading order, as docnames (``intro``, ``generated/01_...``), from ``_toc.yml`` as
+    jupyter-book reads it (sphinx-external-toc)."""
+    from sphinx_external_toc.parsing import parse_toc_yaml
 
-    def walk(items: list) -> list[str]:
-        pages = []
-        for item in items or []:
-            if "file" in item:
-                pages.append(str(item["file"]).removesuffix(".md").removesuffix(".ipynb"))
-            pages += walk(item.get("sections", []))
-        return pages
+    site = parse_toc_yaml(toc_file)
 
-    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
-    return [toc["root"], *walk([c for part in toc.get("parts", []) for c in part.get("chapters", [])]),
-            *walk(toc.get("chapters", []))]
+    def walk(doc: str) -> list[str]:
+        below = [item for tree in site[doc].subtrees for item in tree.items if isinstance(item, str)]
+        return [doc.removesuffix(".md").removesuffix(".ipynb"), *(page for item in below for page in walk(item))]
+
+    return walk(site.root.docname)
 
 
 class _Quiet(SimpleHTTPRequestHandler):

@@ -4,14 +4,11 @@ An SE over ``n`` independent replicates (streams, pairs, tasks, models) scales a
 :math:`\mathrm{SE}_Q = \mathrm{SE}_P \sqrt{n_P / n_Q}` (and as :math:`(n\ell)^{-1/2}` for a quantity read
 at the end of a stream of length :math:`\ell`, whose variance is :math:`C/\ell`), with Student-t degrees
 of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt about the same prediction
-with that SE (:func:`covbook.rules.window`; a ``run_interval``'s ends scaled about the prediction like the
-SE) gives the claim's predicted kind at profile ``Q`` (:func:`covbook.rules.judged_kind`): the measured
+with that SE (:func:`covbook.rules.window`) gives the claim's predicted kind at profile ``Q``: the measured
 value never enters the kind.  Its predicted *verdict* (:func:`predicted_verdict`) compares that window with
-the measured value ± its SE scaled to ``Q``: pass, fail, or undecided when the two overlap.  ``fixed`` and
-``tolerance`` windows are the same at every size.  What counts the replicates is each notebook's
-``replicates:`` entry in ``notebooks/profiles.yml`` (:func:`parse_replicates`).
-``studies/power_scaling_h200.py`` checks the model against a paper-scale run (``tests/test_power.py``).
-The pipeline imports no science: no numpy, no torch.
+the measured value ± its SE scaled to ``Q``.  What counts the replicates is each notebook's ``replicates:``
+entry in ``notebooks/profiles.yml``.  ``studies/power_scaling_h200.py`` checks the model against a
+paper-scale run.  No numpy, no torch.
 """
 
 from __future__ import annotations
@@ -25,10 +22,9 @@ from pathlib import Path
 from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
-__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled",
-           "predict", "needed", "measurement_of", "replicate_count", "forecast", "SHRINKING", "N_CAP", "SAME_WINDOW",
-           "fmt_count", "profile_parameters", "load_replicates", "larger_profiles", "claim_forecasts", "decision_text",
-           "plan_lines", "predicted_verdict"]
+__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled", "predict", "needed",
+           "measurement_of", "replicate_count", "forecast", "fmt_count", "profile_parameters", "load_replicates",
+           "claim_forecasts", "decision_text", "plan_lines", "predicted_verdict"]
 
 #: Windows whose width shrinks as the SE does, so that power grows with the replicates.
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
@@ -90,30 +86,28 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{at} must be a mapping {{default: expression, <claim id>: expression | "
                          f"{{not_predicted: reason}}}}, got {raw!r}")
-    default, claims = None, {}
-    for key, value in raw.items():
+    for key in raw:
         if not isinstance(key, str) or not key.replace("_", "").isalnum():
             raise ValueError(f"{at}: key {key!r} must be `default` or a claim id")
-        if isinstance(value, str) and value.strip():
-            parsed: str | Scale | NotPredicted = value.strip()
-        elif isinstance(value, dict) and "n" in value and set(value) <= {"n", "length", "also"} \
-                and all(isinstance(v, str) and v.strip() for v in value.values()):
-            parsed = Scale(value["n"].strip(), value["length"].strip() if "length" in value else None,
-                           " ".join(value["also"].split()) if "also" in value else None)
-        elif isinstance(value, dict) and set(value) == {"not_predicted"} and isinstance(value["not_predicted"], str) \
-                and value["not_predicted"].strip():
-            parsed = NotPredicted(" ".join(value["not_predicted"].split()))
-        else:
-            raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text), "
-                             f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got "
-                             f"{value!r}")
-        if key == "default":
-            if isinstance(parsed, NotPredicted):
-                raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
-            default = parsed
-        else:
-            claims[key] = parsed
+    claims = {key: _spec(value, f"{at}.{key}") for key, value in raw.items()}
+    default = claims.pop("default", None)
+    if isinstance(default, NotPredicted):
+        raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
     return Replicates(notebook, default, claims)
+
+
+def _spec(value: object, at: str) -> str | Scale | NotPredicted:
+    """One spec of a ``replicates:`` entry (:func:`parse_replicates`)."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if isinstance(value, dict) and all(isinstance(v, str) and v.strip() for v in value.values()):
+        if "n" in value and set(value) <= {"n", "length", "also"}:
+            return Scale(value["n"].strip(), value.get("length", "").strip() or None,
+                         " ".join(value.get("also", "").split()) or None)
+        if set(value) == {"not_predicted"}:
+            return NotPredicted(" ".join(value["not_predicted"].split()))
+    raise ValueError(f"{at} must be an expression of the notebook's parameters (text), "
+                     f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got {value!r}")
 
 
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
@@ -160,10 +154,7 @@ def _scalable(rule: Rule, m: Measurement) -> str | None:
 
 def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, length: float = 1.0,
             profile: str | None = None):
-    """The claim a run over ``n_to`` replicates would be judged: ``judge(rule, scaled(m, n_from, n_to, length))``.
-
-    Its window, ``powered`` and ``kind`` are the prediction; its measured value and verdict mean nothing there.
-    """
+    """``judge(rule, scaled(m, n_from, n_to, length))``: its window, ``powered`` and ``kind`` are the prediction."""
     why = _scalable(rule, m)
     if why:
         raise ValueError(f"claim {m.id}: cannot predict its window: {why}")
@@ -305,18 +296,15 @@ def load_replicates(root: str | Path) -> dict[str, Replicates]:
             if "replicates" in entry}
 
 
-def larger_profiles(profile: str | None) -> list[str]:
-    """The profiles after ``profile`` in the profiles table (smallest first); every one for an unknown profile."""
+def _larger(profile: str | None) -> list[str]:
+    """The profiles after ``profile`` (smallest first); every one for an unknown profile."""
     return list(PROFILES[PROFILES.index(profile) + 1:]) if profile in PROFILES else list(PROFILES)
 
 
 def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
                     keys: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[Forecast]]:
-    """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``).
-
-    ``root`` is the project (its ``notebooks/``), ``claims`` the judged claims, ``runs`` the run records by
-    notebook (their ``parameters`` are the measured run's).
-    """
+    """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``);
+    ``runs`` are the run records by notebook (their ``parameters`` are the measured run's)."""
     from covbook.rules import load_rules, rules_path
 
     root = Path(root)
@@ -335,7 +323,7 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
         rules_file = rules_path(root, c.notebook)
         if built not in PROFILES or not rules_file.is_file() or c.id not in (rules := load_rules(rules_file)):
             continue  # a run of no known profile has no parameters to scale from
-        targets = {name: params(c.notebook, name) for name in larger_profiles(built)}
+        targets = {name: params(c.notebook, name) for name in _larger(built)}
         run_params = {**params(c.notebook, built),
                       **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
         entry = replicates.get(c.notebook) or Replicates(c.notebook)
@@ -364,21 +352,18 @@ def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
     """One line per notebook of ``names`` whose last run was at a profile smaller than ``profile``: how many of
     its evidence claims are predicted evidence there, and the count the others need (``covbook run --plan``)."""
     from covbook.book.records import read_run
+    from covbook.book.render import render
     from covbook.claims import load_claims
 
     gen = Path(root) / "book" / "generated"
     out = []
     for name in names:
         rec, path = read_run(gen / "runs" / f"{name}.json"), gen / "claims" / f"{name}.json"
-        if rec is None or not rec.ok or not path.is_file() or profile not in larger_profiles(rec.profile):
+        if rec is None or not rec.ok or not path.is_file() or profile not in _larger(rec.profile):
             continue
         claims = load_claims(path, rules_root=root, profile=rec.profile)
         found = claim_forecasts(root, claims, {name: dict(rec)})
         at = [f for fs in found.values() for f in fs if f.profile == profile]
-        weak = [f.claim + (f" (needs {f.replicates} ≥ {fmt_count(f.n_needed)})" if f.n_needed else "")
-                for f in at if f.kind == "compatible"]
-        unknown = sum(f.kind is None for f in at)
-        out.append(f"- {name}: {sum(f.kind == 'evidence' for f in at)} of {len(at)} evidence claims predicted evidence "
-                   f"at {profile} (from its {rec.profile} run)" + ("; compatible: " + ", ".join(weak) if weak else "")
-                   + (f"; {unknown} not predicted" if unknown else ""))
+        text = render("plan_power.txt.j2", name=name, at=at, profile=profile, run_profile=rec.profile, count=fmt_count)
+        out.append(" ".join(text.split()))
     return out

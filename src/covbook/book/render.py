@@ -2,17 +2,23 @@
 
 Filters: ``g`` (``format`` spec, ``.2g`` by default), ``num`` (:func:`covbook.claims.fmt`, ``—`` for
 none), ``seeds`` (:func:`seed_text`), ``noun`` and ``count`` (``1 seed``, ``2 seeds``), ``cell`` (text
-for a Markdown table cell) and ``oneline`` (a wrapped paragraph on one line).
+for a Markdown table cell), ``oneline`` (a wrapped paragraph on one line) and ``theorems(labels)``
+(:func:`link_theorems`: the chapters' sphinx-proof boxes, found by :func:`theorem_labels`).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from functools import cache
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "cell"]
+__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "cell", "theorem_labels", "link_theorems"]
 
 TEMPLATES = Path(__file__).with_name("templates")
+_LABEL = re.compile(r":label:\s*([A-Za-z0-9][A-Za-z0-9_.-]*)")
+_MENTION = re.compile(r"\b(?:(?:Theorem|Proposition|Lemma|Corollary|Remark|Definition)s?\s+)?"
+                      r"([A-Za-z]+-[0-9]{2}-[A-Za-z0-9-]+)\b")
 
 
 def noun(n: int, word: str) -> str:
@@ -40,6 +46,24 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def theorem_labels(folder: str | os.PathLike) -> set[str]:
+    """Labels (``:label: ...``) in the chapters of ``folder``: ``NN_*.md`` sources or executed ``NN_*.ipynb``."""
+    labels: set[str] = set()
+    for path in sorted(Path(folder).glob("[0-9][0-9]_*")):
+        if path.suffix in (".md", ".ipynb"):
+            labels.update(_LABEL.findall(path.read_text(encoding="utf-8")))
+    return labels
+
+
+def link_theorems(text: str, labels: set[str]) -> str:
+    """Replace each mention of a known label (with its "Theorem"/"Proposition" word) by ``{prf:ref}``.
+
+    >>> link_theorems("slope −1 (Theorem thm-01-a); see thm-09-gone", {"thm-01-a"})
+    'slope −1 ({prf:ref}`thm-01-a`); see thm-09-gone'
+    """
+    return _MENTION.sub(lambda m: f"{{prf:ref}}`{m[1]}`" if m[1] in labels else m[0], text)
+
+
 def _num(x: float | None) -> str:
     from covbook.claims import fmt
 
@@ -53,7 +77,8 @@ def _environment():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,  # noqa: S701
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(g=lambda x, spec=".2g": format(x, spec), num=_num, seeds=seed_text, noun=noun, cell=cell,
-                       count=lambda n, word: f"{n} {noun(n, word)}", oneline=lambda text: " ".join(text.split()))
+                       count=lambda n, word: f"{n} {noun(n, word)}", oneline=lambda text: " ".join(text.split()),
+                       theorems=link_theorems)
     return env
 
 

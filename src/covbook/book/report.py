@@ -15,24 +15,16 @@ import tempfile
 from pathlib import Path
 
 from covbook._jsonio import write_json_atomic
-from covbook.book.checks import Verdict, check
+from covbook.book.checks import check
 from covbook.book.config import Paths
 from covbook.book.edition import edition_problems, refresh_verdict_lines, shown_claims
 from covbook.book.records import git_commit, read_run, run_costs_markdown, versions
-from covbook.book.render import cell, render, write_page
+from covbook.book.render import cell, render, theorem_labels, write_page
 from covbook.book.results import write_results
 from covbook.book.sweep import write_calibration_page
-from covbook.book.theorems import link_theorems, theorem_labels
 from covbook.claims import KINDS, LEVEL, Claim, Z, familywise
 
-__all__ = ["Verdict", "check", "write_report", "versions", "error_rate_text", "refresh_verdicts"]
-
-
-def error_rate_text(n_evidence: int) -> str:
-    """The statement of the book's error rate for a run with ``n_evidence`` evidence claims."""
-    return render("error_rate.md.j2", level=LEVEL, z=Z, n_evidence=n_evidence,
-                  familywise=familywise(n_evidence)).rstrip("\n")
-
+__all__ = ["write_report", "refresh_verdicts"]
 
 _ROLE = re.compile(r"\{([A-Za-z][\w:-]*)\}`")
 
@@ -91,7 +83,7 @@ def write_report(paths: Paths) -> Path:
                   notes=[_quoted(p) for p in v.notes], edition="\n".join(edition_lines),
                   notebooks={name: cl for name, cl in by_notebook.items() if cl}, runs=v.runs,
                   costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
-                  platform=platform.platform(), versions=versions(), labels=labels, link_theorems=link_theorems)
+                  platform=platform.platform(), versions=versions(), labels=labels)
     out = write_page(paths.generated / "reproduction.md", text)
     write_calibration_page(paths)
     refresh_verdicts(paths, book_claims)

@@ -1,18 +1,12 @@
 """The "Results at a glance" page: which of the theory's statements hold, from the run.
 
-``book/results.yml`` declares the statements the book tests (the results T1–T5 and their parts, each the
-abstract's claim or the book's reconstruction by its ``source``, and the book's own findings) and the key
-claims that decide each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``).
-Only evidence shows a part (:func:`shows`): a passing claim of an ``evidence`` rule whose window excludes
-every alternative it names at this profile, or an ``identity`` in a part the entry marks exact (``exact:
-[part, ...]``, or ``exact: true`` for every part: an algebraic equality, not a limit).  A ``sanity`` claim,
-and an identity in a part that is not exact, only *supports* (:func:`supports`): it must pass, and never
-shows.  A part is *shown* when every claim passes, at least one shows it and every other one shows or
-supports it; *compatible only* when every claim passes but that is not so.  The status is computed: *not
-tested* (a key claim is not in the run), *fails* (one failed), *holds with a correction* (every part
-shown, a ``correction`` declared), *holds* (every part shown), *holds in part* (some parts shown, the
-others compatible only) or *compatible only* (none shown).  A key claim that passes without power gets
-the verdict predicted at each larger profile (:mod:`covbook.book.power`).
+``book/results.yml`` declares the statements the book tests (the results T1–T5, each the abstract's claim or
+the book's reconstruction by its ``source``, and the book's own findings) and the key claims that decide
+each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``), some marked ``exact``.
+Only evidence shows a part (:func:`shows`); a sanity check, or an identity of a part that is not exact, only
+supports it (:func:`supports`); :func:`part_states` and :func:`status` follow, as the page's introduction
+(``templates/results.md.j2``) tells the reader.  A key claim that passes without power gets the verdict
+predicted at each larger profile (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -25,13 +19,13 @@ from pathlib import Path
 
 import yaml
 
-from covbook.book.power import claim_forecasts
-from covbook.book.render import write_page
-from covbook.book.theorems import theorem_labels
+from covbook.book.power import claim_forecasts, decision_text, fmt_count
+from covbook.book.render import render as render_page
+from covbook.book.render import theorem_labels, write_page
 from covbook.claims import Claim
 
 __all__ = ["STATUSES", "SOURCES", "Statement", "load_statements", "status", "PART_STATES", "part_states",
-           "shows", "supports", "status_detail", "decide_text", "render", "write_results"]
+           "shows", "supports", "status_detail", "render", "write_results"]
 
 STATUSES = ("holds", "holds with a correction", "holds in part", "compatible only", "fails", "not tested")
 #: The state of one part of a statement, in the order the row lists them.
@@ -83,8 +77,7 @@ class Results:
 def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a mapping with keys {sorted(_FIELDS)}, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _FIELDS):
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_FIELDS))}")
     for key in ("id", "statement", "chapter"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
@@ -94,33 +87,36 @@ def _parse_entry(raw: object, kind: str, where: str) -> Statement:
     claims, parts = raw.get("claims"), ()
     if isinstance(claims, dict) and claims:  # named parts: {part name: [claim ids]}
         for name, ids in claims.items():
-            if not isinstance(name, str) or not name.strip() or not isinstance(ids, list) or not ids \
-                    or not all(isinstance(c, str) and c for c in ids):
+            if not isinstance(name, str) or not name.strip() or not _ids(ids):
                 raise ValueError(f"{where}: 'claims' part {name!r} must name a non-empty list of claim ids")
         parts = tuple((name.strip(), tuple(ids)) for name, ids in claims.items())
         claims = [c for _, ids in parts for c in ids]
         if len(set(claims)) != len(claims):
             raise ValueError(f"{where}: 'claims' names a claim in more than one part")
-    if not isinstance(claims, list) or not claims or not all(isinstance(c, str) and c for c in claims):
+    if not _ids(claims):
         raise ValueError(f"{where}: 'claims' must be a non-empty list of claim ids, or a mapping from part names "
                          "to such lists")
     for key in ("theorem", "correction"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ValueError(f"{where}: '{key}' must be a string")
-    if raw.get("source") is not None and raw["source"] not in SOURCES:
-        raise ValueError(f"{where}: 'source' must be one of {', '.join(SOURCES)}, got {raw['source']!r}")
-    abstract = raw.get("abstract")
-    if raw.get("source") == "abstract" and (not isinstance(abstract, str) or not abstract.strip()):
+    source, abstract = raw.get("source"), raw.get("abstract")
+    if source is not None and source not in SOURCES:
+        raise ValueError(f"{where}: 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
+    if source == "abstract" and (not isinstance(abstract, str) or not abstract.strip()):
         raise ValueError(f"{where}: a statement with source 'abstract' needs 'abstract': what the abstract says, "
                          "apart from the book's precise statement")
-    if abstract is not None and raw.get("source") != "abstract":
+    if abstract is not None and source != "abstract":
         raise ValueError(f"{where}: 'abstract' is only for a statement with source 'abstract'")
-    exact = _exact(raw.get("exact"), [name for name, _ in parts] or [""], where)
     return Statement(id=raw["id"].strip(), statement=" ".join(raw["statement"].split()), chapter=raw["chapter"],
                      claims=tuple(claims), parts=parts, theorem=raw.get("theorem") or None,
                      correction=" ".join(raw["correction"].split()) if raw.get("correction") else None, kind=kind,
-                     source=raw.get("source"), abstract=" ".join(abstract.split()) if abstract else None,
-                     exact=exact)
+                     source=source, abstract=" ".join(abstract.split()) if abstract else None,
+                     exact=_exact(raw.get("exact"), [name for name, _ in parts] or [""], where))
+
+
+def _ids(ids: object) -> bool:
+    """Whether ``ids`` is a non-empty list of claim ids."""
+    return isinstance(ids, list) and bool(ids) and all(isinstance(c, str) and c for c in ids)
 
 
 def _exact(raw: object, names: list[str], where: str) -> tuple[str, ...]:
@@ -140,8 +136,7 @@ def load_statements(path: str | os.PathLike) -> Results:
         raw = yaml.safe_load(fh) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping with 'statements' and 'findings'")
-    unknown = sorted(set(raw) - {"statements", "findings", "claim_role"})
-    if unknown:
+    if unknown := sorted(set(raw) - {"statements", "findings", "claim_role"}):
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; valid: claim_role, statements, findings")
     out = Results(claim_role=bool(raw.get("claim_role", False)))
     for kind, key in (("statement", "statements"), ("finding", "findings")):
@@ -149,8 +144,7 @@ def load_statements(path: str | os.PathLike) -> Results:
         if not isinstance(entries, list):
             raise ValueError(f"{path}: '{key}' must be a list")
         out.statements += [_parse_entry(e, kind, f"{path}: {key}[{i}]") for i, e in enumerate(entries)]
-    dup = [k for k, n in Counter(s.id for s in out.statements).items() if n > 1]
-    if dup:
+    if dup := [k for k, n in Counter(s.id for s in out.statements).items() if n > 1]:
         raise ValueError(f"{path}: duplicate id(s) {', '.join(dup)}")
     return out
 
@@ -207,27 +201,16 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def decide_text(statement: Statement, by_key: dict[tuple[str, str], Claim],
-                decisions: dict[tuple[str, str], str]) -> str:
-    """What would decide each key claim of ``statement`` that passes without showing or supporting its part, one
-    clause per claim; ``decisions`` holds :func:`covbook.book.power.decision_text` by ``(notebook, claim id)``."""
+def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, list]]:
+    """``(part name, [(reference, key, claim), ...])`` of each part that is only compatible: the key claims that
+    pass without showing or supporting it (the template says what would decide each)."""
     out = []
     for (name, keys), (_, state) in zip(statement.part_keys(), part_states(statement, by_key)):
         exact = name in statement.exact
-        if state != "compatible only":
-            continue
-        weak = [(nb, cid, c) for nb, cid in keys if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]
-        out += [_decide_one(statement, nb, cid, c, decisions) for nb, cid, c in weak] or \
-            [f"{('*' + name + '*: ') if name else ''}only sanity checks or identities support it, which show no "
-             "part that is not exact: no claim of the run tests it"]
-    return "; ".join(out)
-
-
-def _decide_one(statement: Statement, nb: str, cid: str, claim: Claim, decisions: dict) -> str:
-    ref = cid if nb == statement.chapter else f"{nb}:{cid}"
-    if (claim.rule_kind or claim.kind) != "evidence":
-        return f"`{ref}`: its rule is of kind `{claim.rule_kind or claim.kind}`: it claims no power at any size"
-    return f"`{ref}`: {decisions.get((nb, cid)) or 'no larger profile to predict'}"
+        if state == "compatible only":
+            out.append((name, [(cid if nb == statement.chapter else f"{nb}:{cid}", (nb, cid), c) for nb, cid in keys
+                               if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]))
+    return out
 
 
 def _supporting(claim: Claim | None, exact: bool) -> bool:
@@ -240,24 +223,19 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
     """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
     :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
-    from covbook.book.power import decision_text, fmt_count
-    from covbook.book.render import render as render_page
-
     forecasts = forecasts or {}
     windows = {(c.notebook, c.id): c.window for c in reversed(claims)}  # a key's first claim
-    decisions = {k: decision_text(v, windows.get(k)) for k, v in forecasts.items()}
     by_key = {(c.notebook, c.id): c for c in claims}
     sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
         rows = []
         for s in (s for s in results.statements if s.kind == kind):
             st = status(s, by_key)
-            undecided = st in ("holds in part", "compatible only")
             parts = [(name, name in s.exact,
                       [k for k in keys if not _supporting(by_key.get(k), name in s.exact)],
                       [k for k in keys if _supporting(by_key.get(k), name in s.exact)]) for name, keys in s.part_keys()]
             rows.append({"s": s, "status": st, "detail": status_detail(s, by_key), "parts": parts,
-                         "decide": decide_text(s, by_key, decisions) if undecided else ""})
+                         "undecided": _undecided(s, by_key) if st in ("holds in part", "compatible only") else []})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
             for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
@@ -269,6 +247,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
                        statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
+                       decisions={k: decision_text(v, windows.get(k)) for k, v in forecasts.items()},
                        larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
                        at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from docutils import nodes
@@ -213,11 +212,8 @@ def _resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
         node.replace_self(new)
 
 
-def _write_css(app: Sphinx, exc: Exception | None) -> None:
-    if exc is None and app.builder.format == "html":
-        static = Path(app.outdir) / "_static"
-        static.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(STATIC / CSS_FILE, static / CSS_FILE)
+def _static(app: Sphinx, config) -> None:
+    config.html_static_path = [*config.html_static_path, str(STATIC / CSS_FILE)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
@@ -231,6 +227,6 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.connect("env-get-outdated", _outdated)
     app.connect("source-read", _source)
     app.connect("doctree-resolved", _resolve)
-    app.connect("build-finished", _write_css)
+    app.connect("config-inited", _static)
     app.add_css_file(CSS_FILE)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

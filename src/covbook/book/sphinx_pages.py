@@ -19,7 +19,7 @@ from covbook.book.records import git_commit, versions
 from covbook.book.render import render
 from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 
-__all__ = ["theme_options", "unique_scripts", "footer_text", "setup"]
+__all__ = ["theme_options", "unique_scripts", "setup"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 COLAB_URL = "https://colab.research.google.com"
@@ -45,25 +45,10 @@ def theme_options(options: dict[str, Any], repo: Repository | None, path_to_book
 
 def unique_scripts(scripts: list) -> list:
     """``scripts`` with later duplicates (same file, inline body and attributes) removed, order kept."""
-    def key(js: object) -> tuple:  # a plain string (old Sphinx) is its file name; '' and None both mean inline
-        attributes = getattr(js, "attributes", None)
-        if attributes is None:
-            return (str(js),)
-        return (getattr(js, "filename", None) or "", tuple(sorted((k, str(v)) for k, v in attributes.items())))
-
     first: dict[tuple, object] = {}
-    for js in scripts:
-        first.setdefault(key(js), js)
+    for js in scripts:  # a file name of '' and None both mean inline
+        first.setdefault((js.filename or "", tuple(sorted((k, str(v)) for k, v in js.attributes.items()))), js)
     return list(first.values())
-
-
-def footer_text(version: str, commit: str) -> str:
-    """The line every page's footer carries.
-
-    >>> footer_text("0.1.0", "abc1234")
-    'Built by covbook 0.1.0 from commit abc1234.'
-    """
-    return f"Built by covbook {version} from commit {commit}."
 
 
 def _root(app) -> Path:
@@ -76,7 +61,8 @@ def _configure(app, config) -> None:
     app.covbook_repository = resolve_repository(root, None if configured == _JB_DEFAULT_URL else configured)
     options = theme_options(options, app.covbook_repository, Path(app.srcdir).resolve().relative_to(root).as_posix())
     options["navbar_persistent"] = []  # pydata-sphinx-theme's second search box (the book theme has one)
-    line = html.escape(footer_text(versions(("covbook",), missing="unknown")["covbook"], git_commit(root)))
+    version = versions(("covbook",), missing="unknown")["covbook"]
+    line = html.escape(f"Built by covbook {version} from commit {git_commit(root)}.")
     options["extra_footer"] = f'{options.get("extra_footer") or ""}<p class="covbook-build">{line}</p>'
     config.html_theme_options = options
     config.html_static_path = [*config.html_static_path, str(STATIC)]

@@ -26,26 +26,9 @@ SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
 SETUP_CELL = f"""\
 # Setup: a published notebook opened outside a checkout installs covbook here.
 {SETUP_PLACEHOLDER}  # set when the executed notebooks are published"""
-#: The setup cell of a published notebook: outside a checkout it installs covbook's runtime from
-#: ``COVBOOK_SOURCE`` (:func:`fill_setup_source`) and shows pip's output when that fails.
-INSTALL_CELL = f"""\
-# Setup: outside a covbook checkout (e.g. in Colab), install the book's library from
-# its repository.
-import importlib.util
-import subprocess
-import sys
-
-{SETUP_PLACEHOLDER}
-if importlib.util.find_spec("covbook") is None:
-    # the runtime only (numpy, scipy, matplotlib, pandas; torch if missing)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
-    done = subprocess.run(
-        [*pip, f"covbook @ {{COVBOOK_SOURCE}}"], capture_output=True, text=True
-    )
-    if done.returncode:
-        print(done.stdout, done.stderr, sep="\\n", file=sys.stderr)
-        raise RuntimeError("pip could not install covbook: its output is above")
-    importlib.invalidate_caches()"""
+#: The setup cell of a published notebook (``templates/install_cell.py``): outside a checkout it installs covbook's
+#: runtime from ``COVBOOK_SOURCE`` (:func:`fill_setup_source`) and shows pip's output when that fails.
+INSTALL_CELL = (Path(__file__).with_name("templates") / "install_cell.py").read_text(encoding="utf-8").rstrip("\n")
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
 _BIB_ENTRY = re.compile(r"@\w+\s*\{\s*(?P<key>[^,\s]+)\s*,(?P<body>.*?)\n\}", re.DOTALL)

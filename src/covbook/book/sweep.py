@@ -23,7 +23,7 @@ from covbook._jsonio import DamagedFile
 from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
-from covbook.book.records import git_commit, run_ok
+from covbook.book.records import git, git_commit, run_ok
 from covbook.book.render import render, seed_text, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
@@ -304,14 +304,7 @@ def _profiles(data: dict) -> dict[str, dict]:
 
 def rules_commit(root: Path) -> str:
     """The last commit that changed ``notebooks/rules`` (the rules a calibration judges), or ``"unknown"``."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h", "--", "notebooks/rules"],
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+    return git(root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"
 
 
 def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bool:
