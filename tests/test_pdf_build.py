@@ -36,7 +36,7 @@ def _book(tmp_path: Path) -> tuple[Path, Path]:
     for page, title in (("intro", "A book"), ("generated/01_x", "One"), ("generated/02_y", "Two")):
         (html / f"{page}.html").write_text(f"<html><body><h1>{title}</h1></body></html>")
     toc = tmp_path / "_toc.yml"
-    toc.write_text("root: intro\nchapters:\n- file: generated/01_x\n- file: generated/02_y.ipynb\n")
+    toc.write_text("format: jb-book\nroot: intro\nchapters:\n- file: generated/01_x\n- file: generated/02_y.ipynb\n")
     return html, toc
 
 
