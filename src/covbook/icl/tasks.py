@@ -42,10 +42,11 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
         u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
         return u @ root.to(dev).T + mean.to(dev)  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
-    x = z @ factor.to(dev).T  # (..., d)
+    # L = I (Σ_x = I, the default) and μ = 0 leave z as it is, bit for bit: skip the product and the sum
+    x = z if torch.equal(factor, torch.eye(d, dtype=factor.dtype)) else z @ factor.to(dev).T  # (..., d)
     if x_law != "gaussian":
         x = mixing_law(x_law).sample(shape, gen).sqrt()[..., None] * x  # (..., d)
-    return x + mean.to(dev)
+    return x if not bool(mean.any()) else x + mean.to(dev)
 
 
 def elliptical_gain(s: object, x_law: str) -> torch.Tensor:
@@ -206,8 +207,9 @@ def make_regression_tasks(
             raise ValueError(f"w must have shape ({d},), got {tuple(wf.shape)}")
         ww = wf.expand(b, d).clone()
     x = _draw_x((b, n + 1), psd_sqrt_factor(cov), mu, law, gen)  # (B, N+1, d)
-    eps = torch.randn(b, n + 1, generator=gen, dtype=torch.float64, device=dev)  # (B, N+1)
-    y = (x * ww[:, None]).sum(-1) + sigma * eps  # (B, N+1)
+    y = (x * ww[:, None]).sum(-1)  # (B, N+1)
+    if sigma != 0:  # noiseless tasks draw no ε: the last draw, so the rest is the same either way
+        y = y + sigma * torch.randn(b, n + 1, generator=gen, dtype=torch.float64, device=dev)  # (B, N+1)
     tokens = torch.cat([x[:, :n], y[:, :n, None]], dim=-1)  # (B, N, d+1)
     query = torch.cat([x[:, n], torch.zeros(b, 1, dtype=torch.float64, device=dev)], dim=-1)  # (B, d+1)
     return RegressionTasks(tokens.to(dtype), query.to(dtype), y[:, n].to(dtype), ww.to(dtype))
