@@ -55,6 +55,17 @@ def _draw_shape(streams: int, n: object, dim: int) -> int:
     return n
 
 
+def _scale_by_factor(z: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """z Lᵀ for draws z (..., d) and a factor L (d, d); z itself when L = I (z·1 + 0 = z bit for bit).
+
+    Every Gaussian-based law here draws z ~ N(0, I) and maps it by L Lᵀ = Σ; with Σ = I, the common
+    case, the product changes nothing but costs as much as a fifth of the draw.
+    """
+    if torch.equal(factor, torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)):
+        return z
+    return z @ factor.to(z.device).T  # (..., d)
+
+
 class Process(ABC):
     """A law for a sequence of tokens in R^d.
 
@@ -187,7 +198,8 @@ class GaussianIID(IIDProcess):
     def draw(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         dev = generator.device
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
-        return z @ self._factor.to(dev).T + self._mean.to(dev)  # (R, n, d)
+        x = _scale_by_factor(z, self._factor)  # (R, n, d)
+        return x + self._mean.to(dev) if bool(self._mean.any()) else x  # x + 0 = x: no sum for μ = 0
 
 
 class Replay(Process):
@@ -585,7 +597,7 @@ class ScaleMixture(_ZeroMeanWithCovariance, _Symmetric, IIDProcess):
         dev = generator.device
         w = self.scale.sample(shape, generator)  # (R, n)
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
-        return torch.sqrt(w)[..., None] * (z @ self._factor.to(dev).T)  # (R, n, d)
+        return torch.sqrt(w)[..., None] * _scale_by_factor(z, self._factor)  # (R, n, d)
 
 
 class MultivariateLaplace(ScaleMixture):
@@ -636,7 +648,7 @@ class StudentT(IIDProcess):
         z = torch.randn(*shape, self.dim, generator=generator, device=dev, dtype=torch.float64)
         g = torch.randn(*shape, self.nu, generator=generator, device=dev, dtype=torch.float64)
         v = (g**2).sum(-1)  # (R, n), chi-square with nu degrees of freedom
-        return (z @ self._factor.to(dev).T) / torch.sqrt(v / self.nu)[..., None]  # (R, n, d)
+        return _scale_by_factor(z, self._factor) / torch.sqrt(v / self.nu)[..., None]  # (R, n, d)
 
 
 def _linear_recurrence(xi: torch.Tensor, a: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
 from covbook.icl._common import _check_dtype, _check_noise, _cov_x, _mean_x
-from covbook.processes import INPUT_LAWS, IIDProcess, input_law, mixing_law
+from covbook.processes import INPUT_LAWS, IIDProcess, input_law, mixing_law, _scale_by_factor
 from covbook.theory import elliptical_gain as _theory_gain
 
 __all__ = ["X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
@@ -42,11 +42,10 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
         u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
         return u @ root.to(dev).T + mean.to(dev)  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
-    # L = I (Σ_x = I, the default) and μ = 0 leave z as it is, bit for bit: skip the product and the sum
-    x = z if torch.equal(factor, torch.eye(d, dtype=factor.dtype)) else z @ factor.to(dev).T  # (..., d)
+    x = _scale_by_factor(z, factor)  # (..., d)
     if x_law != "gaussian":
         x = mixing_law(x_law).sample(shape, gen).sqrt()[..., None] * x  # (..., d)
-    return x if not bool(mean.any()) else x + mean.to(dev)
+    return x + mean.to(dev) if bool(mean.any()) else x  # x + 0 = x: no sum for μ = 0
 
 
 def elliptical_gain(s: object, x_law: str) -> torch.Tensor:
