@@ -39,8 +39,9 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
     if not input_law(x_law).elliptical:  # uniform: x = μ + Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
         lam, vec = torch.linalg.eigh(factor @ factor.T)
         root = (vec * lam.clamp_min(0).sqrt()) @ vec.T  # symmetric: a diagonal Σ_x keeps coordinates iid
-        u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
-        return u @ root.to(dev).T + mean.to(dev)  # (..., d)
+        u = torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev)
+        u = _scale_by_factor(u.mul_(2).sub_(1).mul_(math.sqrt(3)), root)  # (2u − 1)√3, in place; then Σ^{1/2}
+        return u + mean.to(dev) if bool(mean.any()) else u  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
     x = _scale_by_factor(z, factor)  # (..., d)
     if x_law != "gaussian":
