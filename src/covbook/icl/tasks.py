@@ -16,7 +16,7 @@ import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
 from covbook.icl._common import _check_dtype, _check_noise, _cov_x, _mean_x
-from covbook.processes import INPUT_LAWS, IIDProcess, input_law, mixing_law, _scale_by_factor
+from covbook.processes import INPUT_LAWS, IIDProcess, _scale_by_factor, input_law, mixing_law
 from covbook.theory import elliptical_gain as _theory_gain
 
 __all__ = ["X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
