@@ -14,10 +14,11 @@ stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
 setup: $(STAMP)
 
-# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and
-# dev extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or
-# fails). The venv's own pip installs uv as it comes: upgrading it first would take as long as installing
-# uv. uv does not read pip's configuration, so torch's install is handed the wheel folders of PIP_FIND_LINKS, where a machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
+# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and dev
+# extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or fails).
+# The venv's own pip installs uv as it comes: upgrading it first would take as long as installing uv. uv does
+# not read pip's configuration, so torch's install is handed the wheel folders of PIP_FIND_LINKS, where a
+# machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
 # every kernel would otherwise compile what it imports; then the package's own modules, and the Jupyter kernel
 # `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
 # build (several GB); for the CPU build pass PyTorch's CPU index,
