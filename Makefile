@@ -14,10 +14,11 @@ stage   = @$(STAGE) $(1) -- $(2) || { $(STAGE) --summary; exit 1; }
 
 setup: $(STAMP)
 
-# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and
-# dev extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or
-# fails). uv does not read pip's configuration, so torch's install is handed the wheel folders of
-# PIP_FIND_LINKS, where a machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
+# torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and dev
+# extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or fails).
+# The venv's own pip installs uv as it comes: upgrading it first would take as long as installing uv. uv does
+# not read pip's configuration, so torch's install is handed the wheel folders of PIP_FIND_LINKS, where a
+# machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
 # every kernel would otherwise compile what it imports; then the package's own modules, and the Jupyter kernel
 # `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
 # build (several GB); for the CPU build pass PyTorch's CPU index,
@@ -29,7 +30,6 @@ TORCH_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 UV_INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet uv || true
 	$(UV_INSTALL) "torch==2.13.0" $(TORCH_INDEX) $(TORCH_LINKS) || $(BIN)/python -m pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
 	$(UV_INSTALL) -e ".[book,dev]" || $(BIN)/python -m pip install --quiet -e ".[book,dev]"

@@ -113,6 +113,28 @@ def _check_scale(e: object, name: str) -> float:
     return v
 
 
+def _query_logits(tasks: RegressionTasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """x_qᵀx_i and y_i over the causal layout (the N context tokens, then the query with its empty
+    label slot 0), shape (B, N+1) each: the construction's logits at η_a = 1 and its values."""
+    seq = tasks.sequence()  # (B, N+1, d+1)
+    g = (seq[..., : tasks.d] @ tasks.x_query[..., None])[..., 0]  # (B, N+1)
+    return g, seq[..., tasks.d]
+
+
+def _label_average(g: torch.Tensor, y: torch.Tensor, eta_a: float, tasks: RegressionTasks) -> torch.Tensor:
+    r"""S = Σ_i softmax_i(η_a x_qᵀx_i) y_i over the causal layout, shape (B,), from :func:`_query_logits`.
+
+    The head of :func:`construction_predict` at c = 1 (Θ_KᵀΘ_Q = η_a diag(I, 0), Θ_V = e eᵀ), computed
+    from the logits at η_a = 1, which a grid of scales shares.  Overflowing logits (a non-finite S) go to
+    :func:`head_predict`, whose reference attention handles or reports them.
+    """
+    s = (torch.softmax(eta_a * g, dim=-1) * y).sum(-1)  # (B,)
+    if bool(torch.isfinite(s).all()):
+        return s
+    tq, tk, tv = construct_gd_head(tasks.d, abs(eta_a))
+    return head_predict(tasks, math.copysign(1.0, eta_a) * tq, tk, tv, include_query=True)
+
+
 def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -> torch.Tensor:
     r"""Prediction c·S of the one-layer GD head with logit scale η_a (either sign) and value scale c, shape (B,).
 
@@ -129,8 +151,7 @@ def construction_predict(tasks: RegressionTasks, eta_a: float, c: float = 1.0) -
         raise ValueError(f"c must be a finite number, got {c!r}") from err
     if not math.isfinite(cc):
         raise ValueError(f"c must be a finite number, got {c!r}")
-    tq, tk, tv = construct_gd_head(tasks.d, abs(e))
-    out = cc * head_predict(tasks, math.copysign(1.0, e) * tq, tk, tv, include_query=True)  # (B,)
+    out = cc * _label_average(*_query_logits(tasks), e, tasks)  # (B,)
     if not bool(torch.isfinite(out).all()):
         raise ValueError(f"c = {c!r} is too large: c times the softmax average of the labels overflows")
     return out
@@ -157,8 +178,9 @@ def construction_risk_curve(tasks: RegressionTasks, eta_grid: Sequence[float]) -
         raise ValueError("eta_grid must hold at least one logit scale")
     risks, scales = [], []
     t = tasks.clean_target.double()  # (B,)
+    g, y = _query_logits(tasks)  # (B, N+1) each: shared by every η_a of the grid
     for e in grid:
-        s = construction_predict(tasks, e, 1.0).double()  # (B,)
+        s = _label_average(g, y, e, tasks).double()  # (B,)
         c = float((s * t).sum() / (s * s).sum())
         risks.append(float(((c * s - t) ** 2).mean()) / tasks.d)
         scales.append(c)

@@ -130,8 +130,12 @@ def power_identity_predictions(tasks: RegressionTasks, eta: float, layers: int,
     seq = tasks.sequence()  # (B, T, d+1)
     a = causal_attention_matrix(seq, tq, tk)  # (B, T, T)
     y = seq[..., tasks.d]  # (B, T)
+    # A y as the row-vector product yᵀAᵀ: with Aᵀ contiguous the batched product runs about twice as fast and
+    # gives the same sums (one task alone goes through torch's matrix-vector path, which adds in another order)
+    at = a.mT.contiguous() if y.shape[0] > 1 else None  # (B, T, T)
     preds = [-y[:, -1]]
     for _ in range(layers):
-        y = y - (a @ y[..., None])[..., 0]  # (B, T)
+        ay = (a @ y[..., None])[..., 0] if at is None else (y[:, None, :] @ at)[:, 0]  # (B, T)
+        y = y - ay
         preds.append(-y[:, -1])
     return torch.stack(preds)

@@ -16,7 +16,7 @@ import torch
 
 from covbook._validate import as_covariance, as_tensor, check_positive_int, check_seed, psd_sqrt_factor, resolve_device
 from covbook.icl._common import _check_dtype, _check_noise, _cov_x, _mean_x
-from covbook.processes import INPUT_LAWS, IIDProcess, input_law, mixing_law
+from covbook.processes import INPUT_LAWS, IIDProcess, _scale_by_factor, input_law, mixing_law
 from covbook.theory import elliptical_gain as _theory_gain
 
 __all__ = ["X_LAWS", "RegressionTasks", "RegressionTokens", "make_regression_tasks", "token_covariance",
@@ -39,13 +39,14 @@ def _draw_x(shape: tuple[int, ...], factor: torch.Tensor, mean: torch.Tensor, x_
     if not input_law(x_law).elliptical:  # uniform: x = μ + Σ^{1/2} u, u with iid unit-variance coordinates on (−√3, √3)
         lam, vec = torch.linalg.eigh(factor @ factor.T)
         root = (vec * lam.clamp_min(0).sqrt()) @ vec.T  # symmetric: a diagonal Σ_x keeps coordinates iid
-        u = (2 * torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev) - 1) * math.sqrt(3)
-        return u @ root.to(dev).T + mean.to(dev)  # (..., d)
+        u = torch.rand(*shape, d, generator=gen, dtype=torch.float64, device=dev)
+        u = _scale_by_factor(u.mul_(2).sub_(1).mul_(math.sqrt(3)), root)  # (2u − 1)√3, in place; then Σ^{1/2}
+        return u + mean.to(dev) if bool(mean.any()) else u  # (..., d)
     z = torch.randn(*shape, d, generator=gen, dtype=torch.float64, device=dev)  # (..., d)
-    x = z @ factor.to(dev).T  # (..., d)
+    x = _scale_by_factor(z, factor)  # (..., d)
     if x_law != "gaussian":
         x = mixing_law(x_law).sample(shape, gen).sqrt()[..., None] * x  # (..., d)
-    return x + mean.to(dev)
+    return x + mean.to(dev) if bool(mean.any()) else x  # x + 0 = x: no sum for μ = 0
 
 
 def elliptical_gain(s: object, x_law: str) -> torch.Tensor:
@@ -206,8 +207,9 @@ def make_regression_tasks(
             raise ValueError(f"w must have shape ({d},), got {tuple(wf.shape)}")
         ww = wf.expand(b, d).clone()
     x = _draw_x((b, n + 1), psd_sqrt_factor(cov), mu, law, gen)  # (B, N+1, d)
-    eps = torch.randn(b, n + 1, generator=gen, dtype=torch.float64, device=dev)  # (B, N+1)
-    y = (x * ww[:, None]).sum(-1) + sigma * eps  # (B, N+1)
+    y = (x * ww[:, None]).sum(-1)  # (B, N+1)
+    if sigma != 0:  # noiseless tasks draw no ε: the last draw, so the rest is the same either way
+        y = y + sigma * torch.randn(b, n + 1, generator=gen, dtype=torch.float64, device=dev)  # (B, N+1)
     tokens = torch.cat([x[:, :n], y[:, :n, None]], dim=-1)  # (B, N, d+1)
     query = torch.cat([x[:, n], torch.zeros(b, 1, dtype=torch.float64, device=dev)], dim=-1)  # (B, d+1)
     return RegressionTasks(tokens.to(dtype), query.to(dtype), y[:, n].to(dtype), ww.to(dtype))
