@@ -107,7 +107,9 @@ _F = TypeVar("_F", bound=Callable)
 
 def _one_thread(fn: _F) -> _F:
     """Run ``fn`` on one intra-op thread: the chapter's tensors are small (a chunk of 64 queries of a few
-    contexts), and a second thread only adds synchronisation, which a loaded machine makes expensive."""
+    contexts, a block of streams), and a second thread only adds synchronisation, which a loaded machine
+    makes expensive (the streaming readout of Experiment 2 took 2.3 times the CPU on two threads); on one
+    thread the numbers do not depend on the runner's thread count either."""
     @functools.wraps(fn)
     def run(*args: object, **kwargs: object) -> object:
         threads = torch.get_num_threads()
@@ -516,6 +518,7 @@ class Tail(Result):
         ax.legend()
 
 
+@_one_thread
 def tail(s: ContextLaws, *, t_tail: int, n_tail: int) -> Tail:
     """Experiment 2: the streaming one-layer readout for a moderate (κ₀ = 5/2) and a large (κ₀ = 2/5) scale.
 
