@@ -272,10 +272,14 @@ def states_at(model: CausalTransformer, x: torch.Tensor, checkpoints: np.ndarray
     ``hidden``, their states on ``x`` where the caller has them: a model's squared gaps and its
     early-attention ratio share one forward).
     """
-    if hidden is None:
-        parts = [states_at(model, x[i:i + batch], checkpoints, hidden=states_before_last_block(model, x[i:i + batch]))
-                 for i in range(0, x.shape[0], batch)]
-        return torch.cat(parts, dim=1)
+    if hidden is not None:
+        return _states_at(model, hidden, checkpoints)
+    return torch.cat([_states_at(model, states_before_last_block(model, x[i:i + batch]), checkpoints)
+                      for i in range(0, x.shape[0], batch)], dim=1)
+
+
+def _states_at(model: CausalTransformer, hidden: list[torch.Tensor], checkpoints: np.ndarray) -> torch.Tensor:
+    """:func:`states_at` from the states [h^(0), ..., h^(L−1)] (each (R, T, d)): shape (L+1, R, n_t, d)."""
     idx = torch.as_tensor(np.asarray(checkpoints) - 1, device=hidden[0].device)  # (n_t,)
     b, h = model.blocks[-1], hidden[-1]  # h^(L−1): (R, T, d)
     with torch.no_grad():
