@@ -91,6 +91,12 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
     ("head_matrices layer str", lambda: _lm().head_matrices("0"), "layer"),
     ("logits_from_hidden continuous", lambda: _cont().logits_from_hidden(torch.zeros(2, 4)), "vocab_size"),
     ("logits_from_hidden wrong width", lambda: _lm().logits_from_hidden(torch.zeros(2, 3)), "h"),
+    # ---- states_before_last_block
+    ("states model", lambda: tr.states_before_last_block(None, torch.zeros(1, 4, dtype=torch.long)), "model"),
+    ("states x list", lambda: tr.states_before_last_block(_lm(), [[0, 1]]), "x"),
+    ("states x float ids", lambda: tr.states_before_last_block(_lm(), torch.zeros(1, 4)), "x"),
+    ("states x id", lambda: tr.states_before_last_block(_lm(), torch.full((1, 4), 9)), "token ids"),
+    ("states x width", lambda: tr.states_before_last_block(_cont(), torch.zeros(1, 4, 3)), "x"),
     # ---- hidden_states_at
     ("hidden positions 0", lambda: tr.hidden_states_at(_lm(), torch.zeros(1, 4, dtype=torch.long), [0]),
      "positions"),
@@ -149,6 +155,10 @@ BAD: list[tuple[str, Callable[[], object], str]] = [
      "contexts"),
     ("sinks contexts float", lambda: tr.early_attention_ratio(_lm(), torch.zeros(1, 16)), "contexts"),
     ("sinks contexts id", lambda: tr.early_attention_ratio(_lm(), torch.full((1, 16), 9)), "contexts"),
+    ("sinks hidden shape", lambda: tr.early_attention_ratio(_lm(), torch.zeros(1, 16, dtype=torch.long),
+                                                            hidden=[torch.zeros(1, 15, 8)]), "hidden"),
+    ("sinks hidden too few", lambda: tr.early_attention_ratio(_lm(n_layers=2), torch.zeros(1, 16, dtype=torch.long),
+                                                              hidden=[torch.zeros(1, 16, 8)]), "hidden"),
     ("sink_free logit_scale", lambda: tr.sink_free_logit_scale([0.1], torch.zeros(1, 16, dtype=torch.long),
                                                                logit_scale=1.0, vocab_size=5, d_model=8,
                                                                n_layers=1), "logit_scale"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterator
 
@@ -17,14 +18,37 @@ import matplotlib.pyplot as plt  # noqa: E402
 from covbook.experiments import depth  # noqa: E402
 from covbook.streams import Streams  # noqa: E402
 from covbook.token_laws import flat_dirichlet  # noqa: E402
+from covbook.transformer import hidden_states_at  # noqa: E402
 from helpers import ROOT  # noqa: E402
 
 SIZES = dict(d_in=2, d_model=4, n_layers=4, vocab=5, t_max=64, n_streams=16, quad_nodes=8, n_boot=20)
 RULES = ROOT / "notebooks" / "rules" / "08_depth_collapse.yml"
 
 
+class RecordingStreams:
+    """:class:`Streams` that records each stream's use: ``"draws"`` (a generator) or ``"seed"`` (a seed)."""
+
+    def __init__(self, seed: int) -> None:
+        self.inner, self.uses = Streams(seed, "08"), {}
+
+    def _use(self, kind: str, experiment: str, replicate: object) -> None:
+        self.uses.setdefault((experiment, self.inner.key(experiment, replicate)), set()).add(kind)
+
+    def seed_for(self, experiment: str, replicate: object = ()) -> int:
+        self._use("seed", experiment, replicate)
+        return self.inner.seed_for(experiment, replicate)
+
+    def generator(self, experiment: str, replicate: object = ()) -> np.random.Generator:
+        self._use("draws", experiment, replicate)
+        return self.inner.generator(experiment, replicate)
+
+    def torch_generator(self, experiment: str, replicate: object = (), device: str = "cpu") -> torch.Generator:
+        self._use("draws", experiment, replicate)
+        return self.inner.torch_generator(experiment, replicate, device)
+
+
 def _laws(seed: int) -> depth.ContextLaws:
-    return depth.context_laws(**SIZES, streams=Streams(seed, "08"), device="cpu")
+    return depth.context_laws(**SIZES, streams=RecordingStreams(seed), device="cpu")
 
 
 #: Each experiment as the chapter calls it, on fresh context laws.
@@ -85,6 +109,24 @@ def test_a_pair_draws_its_law_and_contexts_from_its_own_stream(run) -> None:
     assert not torch.equal(cov, other_cov)  # every model its own law
     assert not torch.equal(freqs, s.discrete_group("dattn", 2)[0])
     assert not torch.equal(freqs, s.discrete_group("dmlp", 1)[0])  # every family its own stream
+
+
+def test_no_stream_gives_both_draws_and_a_seed(run) -> None:
+    # a model's weights from the seed of the stream its law and contexts are drawn from repeat its draws: the
+    # torch generator of (name, k) is seeded with seed_for(name, k), so the contexts held the weights' values
+    uses = run["laws"].streams.uses
+    assert {"gauss", "gauss-model", "dmlp", "dmlp-model", "markov-constant"} <= {name for name, _ in uses}
+    assert {key: kinds for key, kinds in uses.items() if len(kinds) > 1} == {}
+
+
+def test_a_gaussian_models_contexts_do_not_repeat_its_weights(run) -> None:
+    s = run["laws"]
+    _, x = s.gaussian_group("gauss", 0)  # (m, T, d_in)
+    model = depth.CausalTransformer(**s.shape, seed=s.streams.seed_for("gauss-model", 0))
+    z = torch.linalg.solve_triangular(torch.linalg.cholesky(s.gaussian_group("gauss", 0)[0]),
+                                      x.reshape(-1, s.d_in).T, upper=False).reshape(-1)  # the standard normals
+    w = torch.cat([p.detach().reshape(-1) * math.sqrt(p.shape[-1]) for p in model.parameters()])
+    assert not torch.isclose(z[None, :], w[:, None], rtol=0, atol=1e-12).any()
 
 
 def test_flat_dirichlet_is_normalised_exponentials_with_the_dirichlet_moments() -> None:
@@ -220,7 +262,7 @@ def test_group_means_and_rate_slope_closed_forms() -> None:
 def test_attention_only_families_draw_a_law_and_a_model_per_pair(run) -> None:
     s, g, d = run["laws"], run["gauss"], run["models"].dattn
     want = [depth.tail_safe_logit_scale(s.gaussian_group("gauss", k)[0], list(depth.SCALES),
-                                        kappa_min=depth.KAPPA_MIN, **s.shape, seed=s.streams.seed_for("gauss", k))
+                                        kappa_min=depth.KAPPA_MIN, **s.shape, seed=s.streams.seed_for("gauss-model", k))
             for k in range(s.n_models)]
     assert g.scales == want and len(d.scales) == s.n_models
     assert g.chi is not None and g.chi >= 1.0 - 1e-9 and g.numbers["chi_gauss"] == g.chi
@@ -299,3 +341,31 @@ def test_models_plot_needs_a_grid(run) -> None:
     with pytest.raises(ValueError, match="2 x 2"):
         run["models"].plot(axes)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("kw", [dict(n_layers=3), dict(n_layers=1), dict(n_layers=2, pos="rotary", n_heads=2),
+                                dict(n_layers=2, pos="learned", mlp=True, layer_norm=True, max_len=40)])
+def test_states_at_are_the_forwards_states_at_the_checkpoints(kw) -> None:
+    # the last block runs for the checkpoints' queries only: the states of the full forward, to rounding
+    m = depth.CausalTransformer(vocab_size=5, d_model=4, attn_chunk=8, seed=3, **kw)
+    x = torch.randint(0, 5, (11, 40), generator=torch.Generator().manual_seed(0))
+    cp = np.array([1, 2, 9, 16, 17, 33, 40])
+    want = hidden_states_at(m, x, cp)  # (L+1, R, n_t, d)
+    got = depth.states_at(m, x, cp, batch=4)
+    assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-12, atol=1e-13)
+    before = depth.states_before_last_block(m, x)  # L of (R, T, d): the forward's, bit for bit
+    _, full = m(x, return_hidden=True)
+    assert len(before) == m.n_layers and all(torch.equal(a, b) for a, b in zip(before, full, strict=False))
+    assert torch.equal(depth.states_at(m, x, cp, hidden=before)[:-1], want[:-1])
+    assert torch.equal(depth.early_attention_ratio(m, x, hidden=full), depth.early_attention_ratio(m, x))
+
+
+def test_mean_field_attention_in_blocks_is_one_softmax_to_rounding(monkeypatch) -> None:
+    mf = importlib.import_module("covbook.transformer.mean_field")  # the module: the package re-exports a function
+    m = depth.CausalTransformer(d_in=2, d_model=4, n_layers=3, mlp=True, layer_norm=True, seed=1)
+    pts, w = depth.gaussian_polar_rule(torch.eye(2, dtype=torch.float64), 12, 10)  # (120, 2), (120,)
+    q = torch.randn(7, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    whole = depth.mean_field_with_logit_variances(m, pts, w, q)
+    monkeypatch.setattr(mf, "_BLOCK_LOGITS", 5 * 120)  # blocks of 5 queries
+    blocks = depth.mean_field_with_logit_variances(m, pts, w, q)
+    assert all(torch.allclose(a, b, rtol=1e-13, atol=1e-14) for a, b in zip(whole, blocks, strict=True))

@@ -59,7 +59,7 @@ def context_drift(model: depth.CausalTransformer, x: torch.Tensor, positions: np
 @pytest.fixture
 def mutant(monkeypatch):
     """Install the mutant terminal state h + c t^γ D_t in the chapter's forward passes."""
-    real = depth.hidden_states_at
+    real = depth.states_at
 
     def install(gamma: float, c: float = 3.0) -> None:
         def mutated(model, x, positions, **kw):
@@ -67,7 +67,7 @@ def mutant(monkeypatch):
             t = torch.as_tensor(np.asarray(positions), dtype=hs.dtype, device=hs.device)
             hs[-1] += c * t[None, :, None] ** gamma * context_drift(model, x, positions)
             return hs
-        monkeypatch.setattr(depth, "hidden_states_at", mutated)
+        monkeypatch.setattr(depth, "states_at", mutated)
     return install
 
 

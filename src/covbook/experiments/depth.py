@@ -32,7 +32,7 @@ import torch
 from matplotlib.ticker import NullFormatter
 
 from covbook._validate import check_nonnegative_float, check_positive_int, resolve_device
-from covbook.attention import readout_paths
+from covbook.attention import block_attention, readout_paths
 from covbook.experiments._common import log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
@@ -57,7 +57,6 @@ from covbook.transformer import (
     gaussian_logit_variances,
     gaussian_polar_rule,
     gaussian_tail_exponents,
-    hidden_states_at,
     mean_field,
     mean_field_discrete,
     mean_field_gaussian,
@@ -65,13 +64,15 @@ from covbook.transformer import (
     mean_field_logit_variances,
     mean_field_with_logit_variances,
     sink_free_logit_scale,
+    states_before_last_block,
     tail_safe_logit_scale,
 )
+from covbook.transformer.model import _rotary
 
 __all__ = [
     "CHAPTER", "SCALES", "ContextLaws", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
     "context_laws", "recursion", "recursion_error", "gaussian", "tail", "models", "positions", "markov",
-    "markov_kernel", "paired", "group_means", "rate_slope", "squared_gaps", "reach_of", "context_variance",
+    "markov_kernel", "paired", "group_means", "rate_slope", "squared_gaps", "states_at", "reach_of", "context_variance",
 ]
 
 CHAPTER = "08"
@@ -106,7 +107,9 @@ _F = TypeVar("_F", bound=Callable)
 
 def _one_thread(fn: _F) -> _F:
     """Run ``fn`` on one intra-op thread: the chapter's tensors are small (a chunk of 64 queries of a few
-    contexts), and a second thread only adds synchronisation, which a loaded machine makes expensive."""
+    contexts, a block of streams), and a second thread only adds synchronisation, which a loaded machine
+    makes expensive (the streaming readout of Experiment 2 took 2.3 times the CPU on two threads); on one
+    thread the numbers do not depend on the runner's thread count either."""
     @functools.wraps(fn)
     def run(*args: object, **kwargs: object) -> object:
         threads = torch.get_num_threads()
@@ -247,14 +250,47 @@ def paired(x: torch.Tensor, checkpoints: np.ndarray) -> torch.Tensor:
     return x
 
 
-def squared_gaps(model: CausalTransformer, x: torch.Tensor, F: torch.Tensor,
-                 checkpoints: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+def squared_gaps(model: CausalTransformer, x: torch.Tensor, F: torch.Tensor, checkpoints: np.ndarray, *,
+                 hidden: list[torch.Tensor] | None = None) -> tuple[np.ndarray, torch.Tensor]:
     """|h^(l)_t − F_l(x_t)|² at the checkpoints, shape (L+1, R, n_t), and the states h (L+1, R, n_t, d).
 
-    ``F`` holds F_l(x_t) at the checkpoints, shape (L+1, R, n_t, d).
+    ``F`` holds F_l(x_t) at the checkpoints, shape (L+1, R, n_t, d); the states are :func:`states_at`'s
+    (``hidden`` as there).
     """
-    hs = hidden_states_at(model, x, checkpoints)  # (L+1, R, n_t, d)
+    hs = states_at(model, x, checkpoints, hidden=hidden)  # (L+1, R, n_t, d)
     return ((hs - F) ** 2).sum(-1).cpu().numpy(), hs
+
+
+def states_at(model: CausalTransformer, x: torch.Tensor, checkpoints: np.ndarray, *,
+              hidden: list[torch.Tensor] | None = None, batch: int = CONTEXTS_PER_MODEL) -> torch.Tensor:
+    """The states h^(0)_t, ..., h^(L)_t at the 1-based ``checkpoints``: shape (L+1, R, n_t, d).
+
+    Those of :func:`covbook.transformer.hidden_states_at`, to rounding: the last block runs for the
+    checkpoints' queries only (the query at t attends to the keys s ≤ t), since no layer reads the other
+    positions' last states; the earlier blocks run for every position (:func:`states_before_last_block`,
+    in batches of ``batch`` contexts as :func:`covbook.transformer.hidden_states_at` runs them, or
+    ``hidden``, their states on ``x`` where the caller has them: a model's squared gaps and its
+    early-attention ratio share one forward).
+    """
+    if hidden is not None:
+        return _states_at(model, hidden, checkpoints)
+    return torch.cat([_states_at(model, states_before_last_block(model, x[i:i + batch]), checkpoints)
+                      for i in range(0, x.shape[0], batch)], dim=1)
+
+
+def _states_at(model: CausalTransformer, hidden: list[torch.Tensor], checkpoints: np.ndarray) -> torch.Tensor:
+    """:func:`states_at` from the states [h^(0), ..., h^(L−1)] (each (R, T, d)): shape (L+1, R, n_t, d)."""
+    idx = torch.as_tensor(np.asarray(checkpoints) - 1, device=hidden[0].device)  # (n_t,)
+    b, h = model.blocks[-1], hidden[-1]  # h^(L−1): (R, T, d)
+    with torch.no_grad():
+        q, k, v = b.heads(b.ln_attn(h))  # (R, H, T, dh)
+        if b.rotary:
+            positions = torch.arange(h.shape[1], device=h.device)  # (T,)
+            q, k = _rotary(q, positions), _rotary(k, positions)
+        out = torch.cat([block_attention(q[..., t - 1:t, :], k[..., :t, :], v[..., :t, :])
+                         for t in np.asarray(checkpoints)], dim=-2)  # (R, H, n_t, dh): query t, keys s ≤ t
+        last = b.token_mlp(h[:, idx] + b.merge(out))  # (R, n_t, d)
+    return torch.stack([s[:, idx] for s in hidden] + [last])  # (L+1, R, n_t, d)
 
 
 def _logit_variances(model: CausalTransformer, support: torch.Tensor, weights: torch.Tensor,
@@ -425,7 +461,7 @@ def gaussian(s: ContextLaws) -> Depths:
     """Experiment 1: Gaussian contexts through attention-only models, F_L(x) = M_L x, a law and a model each.
 
     Model k draws its Σ and its :data:`CONTEXTS_PER_MODEL` contexts from the stream ``("gauss", k)``
-    (:meth:`ContextLaws.gaussian_group`) and has the ``("gauss", k)`` weights at the largest logit scale of
+    (:meth:`ContextLaws.gaussian_group`) and has the ``("gauss-model", k)`` weights at the largest logit scale of
     :data:`SCALES` with every tail exponent κ_l ≥ 2 under its Σ, so the models are independent replicates
     of law, weights and contexts and the SE over them includes the spread between them.  The logit
     variances of the reach are the closed form xᵀB_l x (:func:`gaussian_logit_variances`).  Measures
@@ -437,18 +473,19 @@ def gaussian(s: ContextLaws) -> Depths:
     sqs, hss, svs, scales, kappas, chis = [], [], [], [], [], []
     for k in range(s.n_models):
         cov, x = s.gaussian_group("gauss", k)  # (d_in, d_in), (m, T, d_in)
-        seed = streams.seed_for("gauss", k)
+        seed = streams.seed_for("gauss-model", k)
         scale = tail_safe_logit_scale(cov, list(SCALES), kappa_min=KAPPA_MIN, **s.shape, seed=seed)
         model = CausalTransformer(**s.shape, logit_scale=scale, seed=seed, attn_chunk=ATTN_CHUNK).to(dev)
         xt = x[:, cp - 1]  # (m, n_t, d_in)
         F = torch.stack([xt @ M.T for M in mean_field_gaussian(model, cov)])  # (L+1, m, n_t, d)
-        sq, hs = squared_gaps(model, x, F, cp)
+        hidden = states_before_last_block(model, x)  # L of (m, T, d)
+        sq, hs = squared_gaps(model, x, F, cp, hidden=hidden)
         sqs.append(sq)
         hss.append(hs)
         svs.append(gaussian_logit_variances(model, cov, xt.reshape(-1, s.d_in)))  # (L, m n_t)
         scales.append(scale)
         kappas.append(float(min(gaussian_tail_exponents(model, cov))))
-        chis.append(float(early_attention_ratio(model, x).max()))
+        chis.append(float(early_attention_ratio(model, x, hidden=hidden).max()))
     d = _depths(s, "gauss", "Gaussian, attention only",
                 "Gaussian context, attention only, F_L(x) = M_L x, a context law and a model per group of "
                 f"{CONTEXTS_PER_MODEL} contexts.",
@@ -485,6 +522,7 @@ class Tail(Result):
         ax.legend()
 
 
+@_one_thread
 def tail(s: ContextLaws, *, t_tail: int, n_tail: int) -> Tail:
     """Experiment 2: the streaming one-layer readout for a moderate (κ₀ = 5/2) and a large (κ₀ = 2/5) scale.
 
@@ -618,16 +656,17 @@ def _discrete_mlp(s: ContextLaws, name: str, k: object = (), **kw: object) -> Ca
                              **kw).to(s.device)
 
 
-def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor,
-              x: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor]:
+def _discrete(s: ContextLaws, model: CausalTransformer, freqs: torch.Tensor, x: torch.Tensor,
+              hidden: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor]:
     """The exact discrete mean field F (L+1, V, d) of token law ``freqs``, the gaps (L+1, R, n_t), states, variances.
 
-    The last are the mean-field logit variances (L, R n_t) of the contexts' tokens at the checkpoints.
+    The last are the mean-field logit variances (L, R n_t) of the contexts' tokens at the checkpoints;
+    ``hidden`` the states of :func:`states_before_last_block` on ``x``, where the caller has them.
     """
     dev, cp = s.device, s.checkpoints
     tokens = torch.arange(s.vocab, device=dev)  # (V,)
     F = mean_field(model, tokens, freqs, tokens)  # (L+1, V, d)
-    sq, hs = squared_gaps(model, x, F[:, x[:, cp - 1]], cp)
+    sq, hs = squared_gaps(model, x, F[:, x[:, cp - 1]], cp, hidden=hidden)
     sv = _logit_variances(model, torch.arange(s.vocab), freqs, x[:, cp - 1].reshape(-1), dev)  # (L, R n_t)
     return F, sq, hs, sv
 
@@ -649,15 +688,18 @@ def discrete_attention(s: ContextLaws) -> tuple[Depths, dict[str, object]]:
                        seed=s.streams.seed_for("discrete", k), attn_chunk=ATTN_CHUNK)
         scale, chi = sink_free_logit_scale(list(SCALES), pilot, **d_shape)
         d_attn = CausalTransformer(**d_shape, logit_scale=scale).to(dev)
-        _, sq, hs, sv = _discrete(s, d_attn, freqs, x)
+        hidden = states_before_last_block(d_attn, x)  # L of (m, T, d)
+        _, sq, hs, sv = _discrete(s, d_attn, freqs, x, hidden)
         sqs.append(sq)
         hss.append(hs)
         svs.append(sv)
         xs.append(x)
         scales.append(scale)
         chis_pilot.append(chi)
-        chis_start.append(float(early_attention_ratio(d_attn, x[:, : s.t_fit[0]]).max()))
-        chis_end.append(float(early_attention_ratio(d_attn, x).max()))
+        start = s.t_fit[0]  # a causal model's states on a prefix are its states at the prefix's positions
+        prefix = [h[:, :start] for h in hidden]  # L of (m, start, d)
+        chis_start.append(float(early_attention_ratio(d_attn, x[:, :start], hidden=prefix).max()))
+        chis_end.append(float(early_attention_ratio(d_attn, x, hidden=hidden).max()))
     chi_pilot = max(chis_pilot)
     dattn = _depths(s, "dattn", "discrete, attention only",
                     "Discrete context, attention only, exact F_L, a context law and a model per group of "
@@ -675,14 +717,14 @@ def discrete_attention(s: ContextLaws) -> tuple[Depths, dict[str, object]]:
 def discrete_mlp(s: ContextLaws) -> Depths:
     """Discrete contexts through two-head models with MLP and layer norm (Experiment 3).
 
-    Model k draws its token law and contexts from the stream ``("dmlp", k)`` and has the ``("dmlp", k)``
+    Model k draws its token law and contexts from the stream ``("dmlp", k)`` and has the ``("dmlp-model", k)``
     weights; F_L is exact (a finite sum), checked against :func:`mean_field_discrete`.  Measures
     ``slope_dmlp_L*`` and ``mean_gap_slope_dmlp``.
     """
     sqs, hss, svs = [], [], []
     for k in range(s.n_models):  # a law and a model each, as for the Gaussian MLP model
         freqs, x, _ = s.discrete_group("dmlp", k)  # (V,), (m, T)
-        d_mlp = _discrete_mlp(s, "dmlp", k)
+        d_mlp = _discrete_mlp(s, "dmlp-model", k)
         F_mlp, sq, hs, sv = _discrete(s, d_mlp, freqs, x)
         exact = mean_field_discrete(d_mlp, freqs)  # (V, d)
         if not torch.allclose(F_mlp[-1], exact, rtol=1e-7, atol=1e-7):  # the two routes to F_L agree
@@ -787,7 +829,7 @@ def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     E|h^(L)_t − F_L(x_t)|² to the no-position mean field, on ``n_streams`` (an even number; default the
     laws') paired discrete contexts: pair k draws its token law and its two contexts from the stream
     ``("positions", k)`` and goes through a model of its own with two heads, MLP and layer norm (the
-    ``("positions", k)`` weights), read without positions and with each kind of position, the other
+    ``("positions-model", k)`` weights), read without positions and with each kind of position, the other
     weights kept.  The bias part is gap − variance.  The context-variance slopes without and with rotary
     positions are the mean of the pairs' log-log slopes (Student-t SE over the pairs).
     Measures ``context_variance_none`` (prediction −1 + b/2, b the no-position models' depth-L reach),
@@ -804,12 +846,12 @@ def positions(s: ContextLaws, *, n_streams: int | None = None) -> Positions:
     svs = []
     for k in range(n_pairs):  # a law and a model per pair: the ("positions", k) weights without and with positions
         freqs, x, _ = s.discrete_group("positions", k, n_contexts=2)  # (V,), (2, T)
-        base = _discrete_mlp(s, "positions", k)
+        base = _discrete_mlp(s, "positions-model", k)
         F, sq, hs, sv = _discrete(s, base, freqs, x)
         parts["none"].append((sq, hs))
         svs.append(sv)  # (L, 2 n_t)
         for pos in ("learned", "rotary"):
-            model = _discrete_mlp(s, "positions", k, pos=pos, max_len=s.t_max)  # the same weights, with positions
+            model = _discrete_mlp(s, "positions-model", k, pos=pos, max_len=s.t_max)  # the same weights, with positions
             parts[pos].append(squared_gaps(model, x, F[:, x[:, cp - 1]], cp))
     reach = reach_of(torch.cat(svs, 1), tf)
     r = Positions(n_layers=s.n_layers, checkpoints=cp)
@@ -900,7 +942,7 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     kernel and one model: for one layer t E|h_t − F_1(x_t)|² → C = Σ_x π(x) tr(J_x Σ J_xᵀ), Σ the
     Markov-chain variance D_π Z + Zᵀ D_π − D_π − ππᵀ (:func:`collapse_constant`); the iid variance
     D_π − ππᵀ gives the alternative.  Its kernel and :data:`CONSTANT_CHAINS` × R paths come from the
-    ``"markov-constant"`` stream and its model from the ``"markov-constant"`` weights; C is read as the
+    ``"markov-constant"`` stream and its model from the ``"markov-constant-model"`` weights; C is read as the
     mean over paths of the intercept of t·gap = c + a/t at the checkpoints t ≥ t_max/8
     (:func:`covbook.stats.inverse_t_intercept_weights`: the delta method's remainder is O(1/t)), with
     the SD the delta-method Gaussian limit predicts for it (:func:`collapse_readout_sd`).
@@ -924,7 +966,7 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
         x_at = xm[:, cp - 1]  # (m, n_t)
         for depth in (1, 2):
             model = _markov_model(s, depth, streams.seed_for("markov-models", (depth, k)))
-            h = hidden_states_at(model, xm, cp)[-1]  # (m, n_t, d)
+            h = states_at(model, xm, cp)[-1]  # (m, n_t, d)
             sqs[depth].append(((h - mean_field_discrete(model, pi_P)[x_at]) ** 2).sum(-1).cpu().numpy())
             s_m = _logit_variances(model, torch.arange(V), pi_P, x_at.reshape(-1), dev)  # (L, n_t)
             svs[depth].append(torch.cummax(s_m, dim=0).values[-1].cpu().numpy())  # (m n_t,)
@@ -936,7 +978,7 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     pi_P = stationary_distribution(P)  # (V,)
     sigma_markov = asymptotic_covariance(P)  # (V, V)
     sigma_iid = torch.diag(pi_P) - torch.outer(pi_P, pi_P)  # (V, V)
-    one_layer = _markov_model(s, 1, streams.seed_for("markov-constant"))
+    one_layer = _markov_model(s, 1, streams.seed_for("markov-constant-model"))
     jac = mean_field_jacobian(one_layer, pi_P.to(dev))  # (V, d, V): once for the constants and the SD
     r.c_markov = collapse_constant(one_layer, pi_P.to(dev), sigma_markov, jacobian=jac)
     r.c_iid = collapse_constant(one_layer, pi_P.to(dev), sigma_iid, jacobian=jac)
@@ -944,7 +986,7 @@ def markov(s: ContextLaws, *, stickiness: float) -> Markov:
     w = inverse_t_intercept_weights(cp[late])  # (n_late,): the intercept of c + a/t
     n_const = CONSTANT_CHAINS * s.n_streams  # the constant's own chains: its SE is the claim's power
     xc = sample_markov_chain(P, n_const, s.t_max, generator=g).to(dev)  # (R_c, T)
-    h_c = hidden_states_at(one_layer, xc, cp)[-1]  # (R_c, n_t, d)
+    h_c = states_at(one_layer, xc, cp)[-1]  # (R_c, n_t, d)
     F_1 = mean_field_discrete(one_layer, pi_P.to(dev))  # (V, d)
     r.sq_constant = ((h_c - F_1[xc[:, cp - 1]]) ** 2).sum(-1).cpu().numpy()  # (R_c, n_t)
     c_meas = float(((r.sq_constant[:, late] * cp[late]) @ w).mean())  # mean over chains of each chain's intercept

@@ -5,7 +5,7 @@ chapters 08-10).  One concept per module:
 
 * :mod:`~covbook.transformer.model` -- :class:`CausalTransformer` (discrete or continuous tokens,
   optional heads, MLP, layer norm, learned or rotary positions, hidden-state taps, KV cache) and
-  :func:`hidden_states_at`.
+  :func:`hidden_states_at` and :func:`states_before_last_block`.
 * :mod:`~covbook.transformer.mean_field` -- the mean-field maps F_l of a NoPE transformer
   (:func:`mean_field`, :func:`mean_field_discrete`, :func:`mean_field_gaussian`,
   :func:`gaussian_tail_exponents`, :func:`mean_field_logit_variances`,
@@ -40,7 +40,7 @@ from covbook.transformer.mean_field import (
     mean_field_with_logit_variances,
     tail_safe_logit_scale,
 )
-from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at
+from covbook.transformer.model import POSITIONS, CausalTransformer, hidden_states_at, states_before_last_block
 from covbook.transformer.quadrature import gauss_hermite_rule, gaussian_polar_rule
 from covbook.transformer.text import CharTokenizer, python_reference_text, spaced_windows
 from covbook.transformer.training import (
@@ -58,6 +58,7 @@ __all__ = [
     "POSITIONS",
     "CausalTransformer",
     "hidden_states_at",
+    "states_before_last_block",
     "mean_field",
     "mean_field_discrete",
     "mean_field_gaussian",

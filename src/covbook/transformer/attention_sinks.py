@@ -30,12 +30,13 @@ import torch
 
 from covbook._validate import check_positive_float, check_positive_int
 from covbook.transformer.mean_field import _logit_scale_grid
-from covbook.transformer.model import CausalTransformer, _rotary
+from covbook.transformer.model import CausalTransformer, _rotary, states_before_last_block
 
 __all__ = ["early_attention_ratio", "sink_free_logit_scale"]
 
 
-def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: int = 8) -> torch.Tensor:
+def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: int = 8, *,
+                          hidden: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
     r"""χ_l: the last query's attention mass on the first ``k`` positions over its fair share k/t.
 
     .. math:: \chi_l = \frac{t}{k}\,\frac1R\sum_{r=1}^{R}\max_{\text{heads}}
@@ -49,6 +50,10 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
     model : CausalTransformer
     contexts : (R, T) int token ids, or (R, T, d_in) points for a continuous model; T > k
     k : positive int, the number of early positions
+    hidden : optional, the states [h^(0), ..., h^(L)] (each (R, T, d)) of ``model(contexts,
+        return_hidden=True)``, for a caller that has run the forward already; the ratio reads
+        h^(0), ..., h^(L−1) (the keys of the L layers).  Without it the forward runs here, through
+        the first L − 1 blocks only (no layer reads the last block's output).
 
     Returns
     -------
@@ -73,10 +78,7 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
     positions = torch.arange(T, device=model.device)  # (T,)
     out = []
     with torch.no_grad():
-        try:
-            _, hs = model(contexts.to(model.device), return_hidden=True)  # L+1 of (R, T, d)
-        except ValueError as err:
-            raise ValueError(f"contexts do not fit the model: {err}") from err
+        hs = _states_before_last_block(model, contexts) if hidden is None else _check_hidden(hidden, model, contexts)
         for l, b in enumerate(model.blocks):
             q, kk, _ = b.heads(b.ln_attn(hs[l]))  # (R, H, T, dh)
             if b.rotary:
@@ -84,6 +86,24 @@ def early_attention_ratio(model: CausalTransformer, contexts: torch.Tensor, k: i
             a = torch.softmax(q[..., -1:, :] @ kk.transpose(-1, -2), dim=-1)[..., 0, :]  # (R, H, T)
             out.append(a[..., :k].sum(-1).amax(-1).mean() * T / k)
     return torch.stack(out)  # (L,)
+
+
+def _states_before_last_block(model: CausalTransformer, contexts: torch.Tensor) -> list[torch.Tensor]:
+    """:func:`states_before_last_block` of the contexts on the model's device; a misfit is a ``ValueError``."""
+    try:
+        return states_before_last_block(model, contexts.to(model.device))
+    except ValueError as err:
+        raise ValueError(f"contexts do not fit the model: {err}") from err
+
+
+def _check_hidden(hidden: object, model: CausalTransformer, contexts: torch.Tensor) -> list[torch.Tensor]:
+    """``hidden`` as a list of at least L states of shape (R, T, d_model), else ``ValueError``."""
+    want = (contexts.shape[0], contexts.shape[1], model.d_model)
+    if (not isinstance(hidden, Sequence) or len(hidden) < model.n_layers
+            or not all(isinstance(h, torch.Tensor) and tuple(h.shape) == want for h in hidden)):
+        raise ValueError(f"hidden must be the model's states [h^(0), ..., h^(L)] on the contexts, each of shape "
+                         f"{want}, at least L={model.n_layers} of them")
+    return list(hidden)
 
 
 def sink_free_logit_scale(scales: Sequence[float], contexts: torch.Tensor, *, k: int = 8, chi_max: float = 2.0,

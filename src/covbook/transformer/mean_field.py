@@ -134,6 +134,24 @@ def _mean_field_states(model: CausalTransformer, support: object, weights: objec
     return states
 
 
+#: Logits per block of queries in the mean-field attention (2 MiB of float64): a block of the softmax that
+#: stays in cache runs about twice as fast as one pass over every query, with the same values to rounding
+#: (bit for bit for blocks of 16 queries or more, as measured for chapter 08's quadrature rules).
+_BLOCK_LOGITS = 2**18
+
+
+def _attention_in_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """:func:`softmax_attention` of q (..., M, d_k) over k, v, by blocks of queries: shape (..., M, d_v).
+
+    Each query's softmax is a row of its own, so the blocks give the values of one call, to rounding.
+    """
+    batch = math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    rows = max(1, _BLOCK_LOGITS // max(1, batch * k.shape[-2]))
+    if rows >= q.shape[-2]:
+        return softmax_attention(q, k, v)
+    return torch.cat([softmax_attention(q[..., i:i + rows, :], k, v) for i in range(0, q.shape[-2], rows)], dim=-2)
+
+
 def _recursion(model: CausalTransformer, hs: torch.Tensor, hq: torch.Tensor, w: torch.Tensor, keep: torch.Tensor,
                logit_variances: list | None) -> torch.Tensor:
     """F_0, ..., F_L at the queries for laws ``w`` (..., N) on the support states ``hs`` (N, d).
@@ -145,13 +163,16 @@ def _recursion(model: CausalTransformer, hs: torch.Tensor, hq: torch.Tensor, w: 
     hs, logw = hs[keep].expand(*w.shape, -1), torch.log(w)  # (..., N', d), (..., N')
     m = hq.shape[-2]
     layers = [hq]
-    for b in model.blocks:
-        h = torch.cat([hq, hs], dim=-2)  # (..., m + N', d) queries: the m query points and the support
+    for i, b in enumerate(model.blocks):
+        if i == model.n_layers - 1:  # the last layer: no later layer reads the support's states
+            h = hq  # (..., m, d): the queries alone, each row's arithmetic as in the full batch
+        else:
+            h = torch.cat([hq, hs], dim=-2)  # (..., m + N', d) queries: the m query points and the support
         q, _, _ = b.heads(b.ln_attn(h))  # (..., H, m+N', dh)
         _, k, v = b.heads(b.ln_attn(hs))  # (..., H, N', dh)
         ones = torch.ones(*q.shape[:-1], 1, dtype=q.dtype, device=q.device)  # (..., H, m+N', 1)
         k_aug = torch.cat([k, logw[..., None, :, None].expand(*k.shape[:-1], 1)], dim=-1)  # (..., H, N', dh+1)
-        out = softmax_attention(torch.cat([q, ones], dim=-1), k_aug, v)  # (..., H, m+N', dh)
+        out = _attention_in_blocks(torch.cat([q, ones], dim=-1), k_aug, v)  # (..., H, m+N', dh)
         if logit_variances is not None:
             logits = q[..., :m, :] @ k.transpose(-1, -2)  # (..., H, m, N')
             wb = w[..., None, None, :]  # (..., 1, 1, N')

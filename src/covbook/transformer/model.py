@@ -23,7 +23,7 @@ from torch import nn
 from covbook._validate import check_fits, check_positive_int, check_seed
 from covbook.attention import block_attention
 
-__all__ = ["CausalTransformer", "hidden_states_at", "POSITIONS"]
+__all__ = ["CausalTransformer", "hidden_states_at", "states_before_last_block", "POSITIONS"]
 
 POSITIONS = (None, "learned", "rotary")
 
@@ -349,3 +349,21 @@ def hidden_states_at(model: CausalTransformer, x: torch.Tensor, positions: Seque
             outs.append(torch.stack([h[:, idx] for h in hs]))  # (L+1, b, n, d)
     return torch.cat(outs, dim=1)  # (L+1, B, n, d)
 
+
+def states_before_last_block(model: CausalTransformer, x: torch.Tensor) -> list[torch.Tensor]:
+    """The states [h^(0), ..., h^(L−1)] of ``model`` on the sequences ``x`` (B, T) or (B, T, d_in), each (B, T, d).
+
+    Those of ``model(x, return_hidden=True)`` bit for bit, without running the last block, whose output
+    no later layer reads (for a caller that needs the last states at a few positions only, or the keys of
+    every layer).  No gradient.  A model that is not a :class:`CausalTransformer` is a ``TypeError``; bad
+    sequences a ``ValueError`` naming ``x``.
+    """
+    if not isinstance(model, CausalTransformer):
+        raise TypeError(f"model must be a CausalTransformer, got {type(model).__name__}")
+    with torch.no_grad():
+        h = model.embed_tokens(x)  # (B, T, d)
+        positions = torch.arange(h.shape[1], device=h.device)  # (T,)
+        hidden = [h]
+        for block in model.blocks[:-1]:
+            hidden.append(block(hidden[-1], positions, None, model.attn_chunk))  # (B, T, d)
+    return hidden
