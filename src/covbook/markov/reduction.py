@@ -46,6 +46,7 @@ from covbook.markov._checks import (
 )
 from covbook.markov.frequencies import running_frequencies, tv_distance
 from covbook.transformer.generation import tempered_softmax
+from covbook.transformer.model import CausalTransformer
 
 __all__ = [
     "cached_mean_field",
@@ -246,6 +247,19 @@ def _laws(model: torch.nn.Module, x: torch.Tensor, temperature: float, probs: to
     return (probs[None] if single else probs).to(torch.float64).cpu()
 
 
+def _last_law(model: torch.nn.Module, x: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The next-token law after the whole of each row of ``x`` (B, T): (B, V), float64.
+
+    A :class:`~covbook.transformer.CausalTransformer` computes the last position alone in its last block
+    (``last_only``); any other model gives every position, of which the last is taken.
+    """
+    if not isinstance(model, CausalTransformer):
+        return next_token_probs(model, x, temperature)[:, -1]
+    with torch.no_grad():
+        logits = model(x, last_only=True)[:, -1].to(torch.float64)  # (B, V)
+    return tempered_softmax(logits, _temperature(temperature))
+
+
 def markov_gap(
     model: torch.nn.Module,
     tokens: object,
@@ -386,6 +400,6 @@ def shuffle_test(
             keys = torch.rand(x.shape[0], t - 1, generator=generator)  # (B, t-1)
             perm = torch.argsort(keys, dim=1).to(dev)  # (B, t-1): a uniform permutation per row
             shuffled = torch.cat([torch.gather(x[:, : t - 1], 1, perm), x[:, t - 1 : t]], dim=1)  # (B, t)
-            p_shuf = next_token_probs(model, shuffled, temperature)[:, -1]  # (B, V)
+            p_shuf = _last_law(model, shuffled, temperature)  # (B, V)
             out[:, j] += tv_distance(probs[:, t - 1], p_shuf).cpu() / n_perm
     return out[0] if single else out
