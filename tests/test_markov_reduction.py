@@ -45,6 +45,23 @@ def test_two_layer_gap_is_positive_and_shrinks(two_layer):
     assert float(shuf[:, 1].mean()) < 0.6 * float(shuf[:, 0].mean())
 
 
+def test_gap_and_shuffle_take_the_laws_a_caller_already_has(two_layer):
+    x = iid_tokens(3, 60, seed=4)
+    probs = mk.next_token_probs(two_layer, x)  # (3, 60, V): one pass for both
+    pos = [10, 30, 60]
+    assert torch.equal(mk.markov_gap(two_layer, x, pos, mean_field=tiny_mean_field, probs=probs),
+                       mk.markov_gap(two_layer, x, pos, mean_field=tiny_mean_field))
+    shuf = [mk.shuffle_test(two_layer, x, pos, generator=torch.Generator().manual_seed(2), probs=p)
+            for p in (probs, None)]
+    assert torch.equal(*shuf)
+    one = mk.markov_gap(two_layer, x[0], pos, mean_field=tiny_mean_field, probs=probs[0])  # (T,) tokens, (T, V) laws
+    assert torch.equal(one, mk.markov_gap(two_layer, x, pos, mean_field=tiny_mean_field)[0])
+    with pytest.raises(ValueError, match="probs"):
+        mk.markov_gap(two_layer, x, pos, mean_field=tiny_mean_field, probs=probs[:, :-1])
+    with pytest.raises(ValueError, match="probs"):
+        mk.shuffle_test(two_layer, x, pos, probs=probs[0])
+
+
 def test_shuffle_test_sees_positional_encoding():
     model = TinyNoPE(V, 8, 1, seed=3, positions=64)
     x = iid_tokens(4, 30, seed=2)

@@ -49,6 +49,22 @@ def test_chunked_attention_and_causality(pos):
     assert not torch.allclose(m(y)[:, 12:], full[:, 12:])
 
 
+@pytest.mark.parametrize("pos", [None, "learned", "rotary"])
+@pytest.mark.parametrize("n_layers", [1, 3])
+def test_last_only_is_the_last_position_of_the_full_pass(pos, n_layers):
+    m = CausalTransformer(vocab_size=7, d_model=8, n_layers=n_layers, n_heads=2, mlp=True, layer_norm=True, pos=pos,
+                          seed=3, attn_chunk=4)
+    x = torch.randint(0, 7, (3, 11), generator=torch.Generator().manual_seed(2))
+    last = m(x, last_only=True)  # (3, 1, V)
+    assert last.shape == (3, 1, 7)
+    torch.testing.assert_close(last, m(x)[:, -1:], rtol=1e-12, atol=1e-12)
+    c = CausalTransformer(d_in=2, d_model=8, n_layers=2, seed=1)  # continuous inputs: the last hidden state
+    z = torch.randn(2, 5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(c(z, last_only=True), c(z)[:, -1:], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="last_only"):
+        m(x, return_hidden=True, last_only=True)
+
+
 def test_rotary_depends_on_relative_positions_only():
     m = CausalTransformer(vocab_size=5, d_model=8, n_layers=2, n_heads=2, pos="rotary", seed=4)
     x = torch.randint(0, 5, (2, 10), generator=torch.Generator().manual_seed(0))

@@ -23,7 +23,7 @@ torch.set_num_threads(1)
 MODELS = dict(vocab=4, d_model=4, logit_scale=1.0)
 GAP = dict(**MODELS, gap_models=2, gap_seqs=1, t_gap=128)
 CYCLES = dict(**MODELS, n_models=2, n_prompts=2, prompt_len=3, t_detect=12, t_greedy=32)
-SWEEP = dict(**MODELS, taus=[0.5, 1.0], tau_models=2, tau_prompts=3, prompt_len=3, t_sample=16)
+SWEEP = dict(**MODELS, taus=[0.5, 1.0], tau_models=2, tau_prompts=3, prompt_len=3, t_sample=16, attractor_models=3)
 RULES = set(load_rules(rules_path(ROOT, "09_repetition_markov")))
 
 
@@ -65,6 +65,10 @@ def test_shapes(results) -> None:
     assert sweep.summary[0.5]["H"].shape == (2,) and sweep.summary[0.0]["H"].size == 0
     assert sweep.gen_gaps.shape == sweep.fixed_point.shape == (2 * 3, sweep.gen_pos.size)
     assert sweep.tau_ref == 1.0 and sweep.summary[1.0]["h_pred"].shape == (2,)
+    # attractors_low_tau: the sweep's two models, then one more sampled at the lowest and highest τ only
+    assert set(sweep.contrast) == {0.5, 1.0} and sweep.contrast[0.5].shape == sweep.contrast[1.0].shape == (3,)
+    np.testing.assert_allclose(sweep.contrast[1.0][:2], sweep.summary[1.0]["between"] - sweep.summary[1.0]["within"])
+    assert sweep.measurements["attractors_low_tau"]["dof"] == 2
 
 
 def test_depth_one_is_exact(results) -> None:
@@ -184,6 +188,7 @@ def test_plots(results) -> None:
     (lambda s: repetition.temperature_sweep(**{**SWEEP, "taus": [-1.0, 1.0]}, streams=s), "taus"),
     (lambda s: repetition.temperature_sweep(**{**SWEEP, "tau_prompts": 2}, streams=s), "tau_prompts"),
     (lambda s: repetition.temperature_sweep(**{**SWEEP, "t_sample": 3}, streams=s), "t_sample"),
+    (lambda s: repetition.temperature_sweep(**{**SWEEP, "attractor_models": 1}, streams=s), "attractor_models"),
 ])
 def test_bad_input(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -3,6 +3,8 @@ theory is broken (a claim no mutant can fail is not evidence).
 
 * a next-token law whose distance to the kernel falls like t^(-1/4), and one that depends on the order of the
   past at a level that does not fall: the rate claims ``gap_slope_*`` / ``shuffle_slope_*`` fail;
+* a next-token law off the kernel by a fixed bias, whose generation settles where the kernel's fixed-point
+  equation does not hold: ``t5_fixed_point_slope`` fails;
 * cycles that do not attract more than cycles that cannot persist (an induction-head model returns to any
   cycle in its context, self-consistent or not): ``cycles_attract`` fails;
 * a mean field whose margins say nothing about which cycles hold: ``hold_predictions_hold`` fails;
@@ -21,10 +23,17 @@ import pytest
 import torch
 
 from covbook.experiments import repetition
-from covbook.markov import CycleRecord, cycle_self_consistent, markov_gap, perturbed_returns, shuffle_test
+from covbook.markov import (
+    CycleRecord,
+    cycle_self_consistent,
+    fixed_point_residual,
+    markov_gap,
+    perturbed_returns,
+    shuffle_test,
+)
 from covbook.rules import Measurement, judge, load_rules, rules_path
 from covbook.streams import Streams
-from covbook.transformer import mean_field_discrete
+from covbook.transformer import generate, mean_field_discrete
 from helpers import ROOT
 
 torch.set_num_threads(1)
@@ -44,7 +53,9 @@ class _Mutant(torch.nn.Module):
 
     ``kind="slow"``: + a · t^(-1/4) · u, a next-token law whose distance to the kernel falls like t^(-1/4);
     ``kind="order"``: + a · e(x_1), a law that depends on the first token, so shuffling the past moves it by
-    a total variation that does not fall.
+    a total variation that does not fall;
+    ``kind="bias"``: + b, one vector for every context, a law that is not the kernel's at any length, so
+    its own generation settles where the kernel's fixed-point equation does not hold.
     """
 
     def __init__(self, seed: int, kind: str, vocab: int = 8) -> None:
@@ -52,6 +63,7 @@ class _Mutant(torch.nn.Module):
         self.inner = repetition.random_model(1, seed, vocab=vocab, d_model=16)
         g = torch.Generator().manual_seed(seed)
         self.u = torch.randn(vocab, vocab, generator=g, dtype=torch.float64)  # (V, V): a direction per token
+        self.b = 2.0 * torch.randn(vocab, generator=g, dtype=torch.float64)  # (V,): a bias the kernel does not have
         self.kind, self.vocab_size = kind, vocab
 
     def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
@@ -62,6 +74,8 @@ class _Mutant(torch.nn.Module):
         if self.kind == "slow":
             t = torch.arange(1, x.shape[1] + 1, dtype=torch.float64)  # (T,)
             return logits + 0.5 * t[:, None] ** -0.25 * self.u[x[:, :1]].squeeze(1)[:, None, :]
+        if self.kind == "bias":
+            return logits + self.b
         return logits + 0.5 * self.u[x[:, :1]]  # (B, 1, V): the first token's direction at every position
 
 
@@ -101,6 +115,33 @@ def test_a_shuffle_distance_that_does_not_fall_fails_the_shuffle_claims(cid: str
     fields = _mutant_slope("order", "shuffle", models=32)  # the quick profile's models: a noisy mutant
     assert abs(fields["value"]) < 0.1
     c = _judged(cid, fields)
+    assert not c.passed and "no decay" in c.excluded()
+
+
+def test_generation_that_settles_off_the_kernels_fixed_point_fails_t5_fixed_point_slope() -> None:
+    """A law off the kernel by a fixed bias: its runs settle where ν K ≠ ν, a residual that does not fall.
+
+    Read as the chapter reads it at the quick profile (runs of 256 tokens after 8-token prompts, the bands of
+    :func:`repetition.fit_bands` from twice the prompt, fitted from :func:`repetition.fixed_point_bands`)."""
+    s = Streams(0, "09")
+    gen, sampling = s.torch_generator("mutants"), s.torch_generator("mutant-sampling")
+    prompt_len, t_sample, runs, models = 8, 256, 4, 4  # a smooth mutant: its SE is small with four models
+    bands, centres = repetition.fit_bands(prompt_len + t_sample, repetition.GAP_PER_BAND, t_min=2 * prompt_len)
+    read = np.unique(np.concatenate(bands))
+    fit = repetition.fixed_point_bands(np.array([b[0] for b in bands]))
+    rows = []
+    for i in range(models):
+        m = _Mutant(s.seed_for("mutant", i), "bias")
+        x = generate(m, torch.randint(0, 8, (runs, prompt_len), generator=gen), t_sample, generator=sampling)
+        fp = fixed_point_residual(m, x, read, start=prompt_len,
+                                  mean_field=lambda _, f, m=m: mean_field_discrete(m.inner, f))  # (runs, n_read)
+        rows.append(repetition._band_means(fp.numpy(), read, bands)[:, fit])  # (runs, n_fit)
+    groups = np.repeat(np.arange(models), runs)  # (models · runs,): the model is the replicate
+    slope, se, dof = repetition.slope_with_group_se(centres[fit], np.concatenate(rows), groups)
+    assert abs(slope) < 0.15
+    c = _judged("t5_fixed_point_slope", dict(value=slope, prediction=-0.5, se=se, dof=dof, tau_ref=1.0,
+                                              tau_models=models, tau_prompts=runs, fit_from=int(bands[fit.argmax()][0]),
+                                              n_bands=int(fit.sum())))
     assert not c.passed and "no decay" in c.excluded()
 
 
@@ -186,12 +227,28 @@ def _flat(kind: str):
     return make
 
 
-@pytest.mark.parametrize(("kind", "cids"), [("uniform", ["mode_collapse", "seq_rep_falls_with_tau"]),
-                                            ("prompt_blind", ["attractors_low_tau"])])
-def test_temperature_and_prompt_blind_models_fail_the_sweeps_claims(monkeypatch, kind: str, cids: list) -> None:
-    monkeypatch.setattr(repetition, "random_model", _flat(kind))
+def test_temperature_blind_models_fail_the_sweeps_collapse_claims(monkeypatch) -> None:
+    monkeypatch.setattr(repetition, "random_model", _flat("uniform"))
     s = Streams(0, "09")
     sweep = repetition.temperature_sweep(vocab=8, d_model=16, logit_scale=1.0, taus=[0.1, 2.0], tau_models=8,
                                          tau_prompts=3, prompt_len=8, t_sample=64, streams=s)
-    for cid in cids:
+    for cid in ("mode_collapse", "seq_rep_falls_with_tau"):
         assert not _judged(cid, sweep.measurements[cid]).passed, cid
+
+
+def test_prompt_blind_models_fail_attractors_low_tau_at_the_quick_profiles_sizes(monkeypatch) -> None:
+    """The quick profile's 64 models of the contrast, 4 prompts and 256 tokens each (a few sweep models, the rest
+    sampled at the two temperatures the contrast compares, as the chapter samples them)."""
+    def judged():
+        sweep = repetition.temperature_sweep(vocab=8, d_model=16, logit_scale=1.0, taus=[0.1, 2.0], tau_models=4,
+                                             tau_prompts=4, prompt_len=8, t_sample=256, attractor_models=64,
+                                             streams=Streams(0, "09"))
+        fields = sweep.measurements["attractors_low_tau"]
+        assert fields["attractor_models"] == 64 and fields["dof"] == 63
+        return _judged("attractors_low_tau", fields)
+
+    real = judged()
+    monkeypatch.setattr(repetition, "random_model", _flat("prompt_blind"))
+    mutant = judged()
+    assert real.passed and real.kind == "evidence"  # the same procedure on the theory's models passes
+    assert not mutant.passed and mutant.kind == "evidence"  # a significance window, which excludes no effect

@@ -51,17 +51,17 @@ from covbook.markov import (
     rep_l,
     repetition_metrics,
     running_frequencies,
-    sample,
     shuffle_test,
+    within_between_tv,
 )
 from covbook.rules import quantile
 from covbook.stats import mean_with_se, slope_with_group_se
 from covbook.token_laws import flat_dirichlet
-from covbook.transformer import CausalTransformer, ModelBatch
+from covbook.transformer import CausalTransformer, ModelBatch, generate
 
 __all__ = ["CHAPTER", "random_model", "MarkovGapRates", "markov_gap_rates", "GreedyCycles",
            "greedy_cycles", "TemperatureSweep", "temperature_sweep", "SWEEP_KEYS", "measure_above", "counted",
-           "fit_bands", "pooled_contrast", "control_cycle"]
+           "fit_bands", "fixed_point_bands", "pooled_contrast", "control_cycle"]
 
 CHAPTER = "09"
 
@@ -215,8 +215,10 @@ def markov_gap_rates(*, vocab: int, d_model: int, logit_scale: float, gap_models
                                  logit_scale=logit_scale, device=device)
             x = torch.multinomial(flat_dirichlet(vocab, gen).expand(gap_seqs, vocab), t_gap, replacement=True,
                                   generator=gen)  # (gap_seqs, t_gap)
-            g_rows.append(markov_gap(model, x, read_gap).numpy())  # (gap_seqs, n_read)
-            s_rows.append(shuffle_test(model, x, read_shuffle, generator=gen).numpy())  # (gap_seqs, n_read')
+            probs = next_token_probs(model, x)  # (gap_seqs, t_gap, V): one pass serves the gap and the shuffle test
+            g_rows.append(markov_gap(model, x, read_gap, probs=probs).numpy())  # (gap_seqs, n_read)
+            s_rows.append(shuffle_test(model, x, read_shuffle, generator=gen,
+                                       probs=probs).numpy())  # (gap_seqs, n_read')
         g, sh = np.concatenate(g_rows), np.concatenate(s_rows)
         raw_max[L] = (g.max(), sh.max())
         gaps[L] = np.concatenate([g[:, :len(SHORT)], _band_means(g, read_gap, gap_bands)], 1)  # (rows, n_t)
@@ -437,21 +439,24 @@ def _measure_attraction(out: GreedyCycles, records: list[CycleRecord], models: l
                 by_model.setdefault(i, []).append((a,))
                 n_fixed += 1
     by_model = dict(sorted(by_model.items()))
-    groups, n_orbits, n_missing = [], 0, 0
-    kw = dict(context_len=t_detect, kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS)
-    for i, keys in by_model.items():  # the orbits of one model kicked in one batch, kicks drawn in order
+    paired, n_missing = {}, 0  # model: its (orbit, control) pairs
+    for i, keys in by_model.items():
         own = {k for (j, k) in orbits if j == i}
         pairs = [(np.array(k), control_cycle(models[i], len(k), own, gen_ctrl)) for k in keys]
         n_missing += sum(c is None for _, c in pairs)
-        pairs = [(o, c) for o, c in pairs if c is not None]
-        if not pairs:
-            continue
+        if pairs := [(o, c) for o, c in pairs if c is not None]:
+            paired[i] = pairs
+    groups, n_orbits = [], sum(len(p) for p in paired.values())
+    if paired:  # every model's orbits kicked in one batched decoding, kicks drawn model by model, cycle by cycle
+        kw = dict(context_len=t_detect, kick_len=kick_len, n_steps=t_greedy - t_detect, n_kicks=KICKS)
+        owner = [i for i, pairs in paired.items() for _ in pairs]  # (n_orbits,): the model of each pair
+        batch = ModelBatch([models[i] for i in paired], np.repeat(np.unique(owner, return_inverse=True)[1], KICKS))
         state = gen.get_state()
-        back = perturbed_returns(models[i], [o for o, _ in pairs], generator=gen, **kw)  # (pairs, KICKS)
+        back = perturbed_returns(batch, [o for p in paired.values() for o, _ in p], generator=gen, **kw)
         same = torch.Generator().set_state(state)  # the same kicks for the controls
-        ctrl = perturbed_returns(models[i], [c for _, c in pairs], generator=same, **kw)  # (pairs, KICKS)
-        groups.append((back.ravel(), ctrl.ravel()))
-        n_orbits += len(pairs)
+        ctrl = perturbed_returns(batch, [c for p in paired.values() for _, c in p], generator=same, **kw)
+        rows = np.array(owner)  # (n_orbits,): back and ctrl are (n_orbits, KICKS)
+        groups = [(back[rows == i].ravel(), ctrl[rows == i].ravel()) for i in paired]
     d, se, dof = pooled_contrast(groups)
     ret = np.concatenate([a for a, _ in groups]) if groups else np.zeros(0)
     ctl = np.concatenate([b for _, b in groups]) if groups else np.zeros(0)
@@ -534,6 +539,14 @@ class TemperatureSweep(Result):
     tau_ref: float
     rep_window: int
     vocab: int
+    #: between-prompt minus within-run TV per model (``attractor_models`` of them) at the lowest and highest τ
+    contrast: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
+    #: (n_pos,) the shortest context length of each band (default: the band centres)
+    gen_start: np.ndarray | None = field(default=None, repr=False)
+
+    def fixed_point_fit(self) -> np.ndarray:
+        """(n_pos,) bool: the bands ``t5_fixed_point_slope`` is fitted on (:func:`fixed_point_bands`)."""
+        return fixed_point_bands(self.gen_pos if self.gen_start is None else self.gen_start)
 
     def _mean(self, key: str, taus: list[float]) -> list[float]:
         return [self.summary[t][key].mean() for t in taus]
@@ -567,12 +580,27 @@ class TemperatureSweep(Result):
         axes[2].legend()
 
 
+def fixed_point_bands(start: np.ndarray) -> np.ndarray:
+    """The bands, by their shortest lengths ``start`` (n_bands,), that the fixed-point slope is fitted on (bool).
+
+    Those from t ≥ :data:`FIT_FROM`, as Experiment 1's fits: in shorter contexts the chapter's prompt is more
+    than a quarter of the context and the occupation ν_t averages few generated tokens, and the residual falls
+    faster than its asymptotic rate.  Every band where fewer than three start there (runs too short for it).
+
+    >>> fixed_point_bands(np.array([16, 22, 32, 45, 65])).tolist()
+    [False, False, True, True, True]
+    """
+    fit = np.asarray(start) >= FIT_FROM
+    return fit if fit.sum() >= 3 else np.ones_like(fit)
+
+
 def _sweep_metrics(model: CausalTransformer, runs: torch.Tensor, probs: torch.Tensor, tau: float, r: dict[str, list],
                    *, vocab: int, prompt_len: int, t_sample: int, rep_window: int, mean_field: MeanField) -> None:
-    """Append the metrics of one model's runs (B, T) at ``tau`` (0: greedy), with its laws ``probs`` (B, T, V)."""
+    """Append the metrics of one model's runs (B, T) at ``tau`` (0: greedy), with the laws ``probs``
+    (B, t_sample, V) that drew its new tokens (row j: the law after the first prompt_len + j tokens)."""
     half = t_sample // 2
     cont, late = runs[:, prompt_len:], runs[:, prompt_len + half:]
-    preds = probs[:, prompt_len - 1: -1].argmax(-1)  # (B, t_sample): predictions of cont
+    preds = probs.argmax(-1)  # (B, t_sample): predictions of cont (greedy: the tokens themselves)
     met = repetition_metrics(late, vocab, n=4)
     for k in ("seq_rep", "distinct", "within", "between"):
         r[k].append(met[k])
@@ -580,7 +608,7 @@ def _sweep_metrics(model: CausalTransformer, runs: torch.Tensor, probs: torch.Te
     if tau != 0:
         pi = empirical_frequencies(late, vocab)  # (B, V)
         r["H"].append(met["entropy"])
-        r["h_model"].append(entropy(probs[:, prompt_len + half - 1: -1]).mean().item())
+        r["h_model"].append(entropy(probs[:, half:]).mean().item())
         kernels = markov_kernel(model, pi, tau, mean_field=mean_field)  # (B, V, V): one batch of laws
         r["h_kernel"].append(np.mean([entropy_rate(k, stationary=p).item() for k, p in zip(kernels, pi, strict=True)]))
 
@@ -601,7 +629,7 @@ def _reduction_along(model: CausalTransformer, runs: torch.Tensor, tau: float, r
 def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: list[float], tau_models: int,
                       tau_prompts: int, prompt_len: int, t_sample: int, streams: RandomStreams,
                       device: str | torch.device = "cpu", draws: torch.Generator | None = None,
-                      significance: bool = True) -> TemperatureSweep:
+                      significance: bool = True, attractor_models: int | None = None) -> TemperatureSweep:
     r"""Sample random two-layer models at each temperature in ``taus`` (and greedily) and test the reduction.
 
     Per model (the models of :func:`greedy_cycles`), ``tau_prompts`` random prompts, ``t_sample``
@@ -616,9 +644,13 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     (predicted −1/2, jackknife SE over models) and ``attractors_low_tau`` (a significance over models)
     between the lowest and highest τ.  ``significance`` (false at smoke, whose few models give
     ``attractors_low_tau`` no power) makes that claim's window its direction only (:func:`measure_above`).
+    ``attractors_low_tau`` is measured over ``attractor_models`` models (default ``tau_models``): the
+    sweep's and, beyond them, models sampled at the lowest and highest τ only (:func:`_attractor_contrast`),
+    the replicates its significance needs at a fraction of a full sweep's cost.
 
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
-    ``tau_prompts`` ≥ 3, ``t_sample`` ≥ 4 · ``prompt_len`` and ``taus`` holds at least two positive temperatures.
+    ``tau_prompts`` ≥ 3, ``attractor_models`` ≥ ``tau_models``, ``t_sample`` ≥ 4 · ``prompt_len`` and
+    ``taus`` holds at least two positive temperatures.
     """
     check_positive_ints(vocab=vocab, d_model=d_model, tau_models=tau_models, tau_prompts=tau_prompts,
                         prompt_len=prompt_len, t_sample=t_sample)
@@ -633,6 +665,11 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     if tau_models < 2 or tau_prompts < 3:
         raise ValueError(f"tau_models must be at least 2 and tau_prompts at least 3, got {tau_models} "
                          f"and {tau_prompts}")
+    attractor_models = tau_models if attractor_models is None else attractor_models
+    check_positive_ints(attractor_models=attractor_models)
+    if attractor_models < tau_models:
+        raise ValueError(f"attractor_models must be at least tau_models={tau_models} (the sweep's models and "
+                         f"more), got {attractor_models}")
     gen = _draws(streams, draws)
     gen_dev = streams.torch_generator("sampling", device=device)  # sampling on the model's device
     half = t_sample // 2
@@ -649,10 +686,10 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     sweep: dict[float, dict[str, list]] = {tau: {k: [] for k in SWEEP_KEYS} for tau in [0.0, *taus]}
     runs_at, probs_at = {}, {}
     for tau in sweep:
-        runs = (greedy_decode(batch, prompts, t_sample) if tau == 0
-                else sample(batch, prompts, t_sample, tau, generator=gen_dev))  # (models · prompts, T)
-        probs_at[tau] = next_token_probs(batch, runs, tau if tau > 0 else 1.0).cpu()  # (models · prompts, T, V)
-        runs_at[tau] = runs.cpu()
+        # the laws that drew each new token come with the decoding (one-hot for greedy): no second pass
+        runs, probs = generate(batch, prompts, t_sample, temperature=tau, generator=gen_dev if tau > 0 else None,
+                               return_probs=True)  # (models · prompts, T), (models · prompts, t_sample, V)
+        runs_at[tau], probs_at[tau] = runs.cpu(), probs.cpu()
     for i, model in enumerate(models):
         rows = slice(i * tau_prompts, (i + 1) * tau_prompts)
         # every law this model's kernels are read at, over all temperatures, in one mean-field call
@@ -670,13 +707,45 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
         gen_gaps.append(_band_means(g, read, bands))
         fp_res.append(_band_means(fp, read, bands))
     summary = {tau: {k: np.array(v) for k, v in r.items()} for tau, r in sweep.items()}
+    lo, hi = min(taus), max(taus)
+    contrast = {t: summary[t]["between"] - summary[t]["within"] for t in (lo, hi)}  # (tau_models,) each
+    if attractor_models > tau_models:  # more models at the two temperatures the contrast compares, after the rest
+        extra = _attractor_contrast(range(tau_models, attractor_models), (lo, hi), vocab=vocab, d_model=d_model,
+                                    logit_scale=logit_scale, tau_prompts=tau_prompts, prompt_len=prompt_len,
+                                    t_sample=t_sample, streams=streams, device=device, draws=gen, sampling=gen_dev)
+        contrast = {t: np.concatenate([contrast[t], extra[t]]) for t in (lo, hi)}
     out = TemperatureSweep(taus, summary, centres, np.concatenate(gen_gaps), np.concatenate(fp_res), tau_ref,
-                           rep_window, vocab)
+                           rep_window, vocab, contrast, np.array([b[0] for b in bands]))
     for name, value in dict(tau_models=tau_models, tau_prompts=tau_prompts, t_sample=t_sample,
+                            attractor_models=attractor_models,
                             taus_text=f"{min(taus)} to {max(taus)}", rep_window=rep_window).items():
         out.glue(name, value)
     _measure_sweep(out, prompt_len=prompt_len, tau_models=tau_models, tau_prompts=tau_prompts,
                    significance=significance)
+    return out
+
+
+def _attractor_contrast(indices: range, taus: tuple[float, ...], *, vocab: int, d_model: int, logit_scale: float,
+                        tau_prompts: int, prompt_len: int, t_sample: int, streams: RandomStreams,
+                        device: str | torch.device, draws: torch.Generator,
+                        sampling: torch.Generator) -> dict[float, np.ndarray]:
+    r"""Between-prompt minus within-run TV of the models ``indices`` (stream ``cycle-models``) at each τ of ``taus``.
+
+    As :func:`temperature_sweep` measures it on its own models: ``tau_prompts`` prompts (from ``draws``) per
+    model, ``t_sample`` tokens sampled at τ (from ``sampling``), all models decoded in one batch; per model the
+    mean between-prompt TV of the runs' second halves minus their mean within-run TV
+    (:func:`covbook.markov.within_between_tv`).  Returns {τ: (len(indices),)}.
+    """
+    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                           logit_scale=logit_scale, device=device) for i in indices]
+    prompts = torch.randint(0, vocab, (len(models) * tau_prompts, prompt_len), generator=draws).to(device)
+    batch = ModelBatch(models, np.repeat(np.arange(len(models)), tau_prompts))
+    out = {}
+    for tau in taus:
+        runs = generate(batch, prompts, t_sample, temperature=tau, generator=sampling).cpu()  # (models · prompts, T)
+        late = runs[:, prompt_len + t_sample // 2:].reshape(len(models), tau_prompts, -1)  # the second halves
+        tv = [within_between_tv(r, vocab) for r in late]  # per model: (prompts,), (pairs,)
+        out[tau] = np.array([b.mean().item() - w.mean().item() for w, b in tv])  # (models,)
     return out
 
 
@@ -697,22 +766,31 @@ def _measure_sweep(out: TemperatureSweep, *, prompt_len: int, tau_models: int, t
     out.glue("dh_lo", (summary[lo]["h_model"] - summary[lo]["h_kernel"]).mean())
     # the runs of one model share its weights: the model is the independent replicate
     run_groups = np.repeat(np.arange(tau_models), tau_prompts)  # (runs,)
-    for cid, data in (("gap_slope_generated", out.gen_gaps), ("t5_fixed_point_slope", out.fixed_point)):
-        slope, se, dof = slope_with_group_se(gen_pos, data, run_groups)
+    # the gap from the first band on; the residual from t = FIT_FROM, where the prompt is at most a quarter of the
+    # context and the occupation ν_t averages enough generated tokens (earlier, its log-log slope is steeper)
+    everything, fp_fit = np.ones(gen_pos.size, bool), out.fixed_point_fit()
+    for cid, data, fit in (("gap_slope_generated", out.gen_gaps, everything),
+                           ("t5_fixed_point_slope", out.fixed_point, fp_fit)):
+        slope, se, dof = slope_with_group_se(gen_pos[fit], data[:, fit], run_groups)
+        start = out.gen_start[fit][0] if out.gen_start is not None else gen_pos[fit][0]
         out.measure(cid, slope, prediction=-0.5, se=se, dof=dof, tau_ref=tau_ref, tau_models=tau_models,
-                    tau_prompts=tau_prompts)
+                    tau_prompts=tau_prompts, fit_from=int(start), n_bands=int(fit.sum()))
     fp_all = out.fixed_point  # (runs, n_bands)
     out.glue("fp_last", fp_all[:, -1].mean())
     out.glue("fp_first", fp_all[:, 0].mean())
     out.glue("fit_gen_from", round(float(gen_pos[0])))  # the centres of the first and last bands
     out.glue("t_gen_last", round(float(gen_pos[-1])))
+    out.glue("fp_fit_from", int(out.gen_start[fp_fit][0]) if out.gen_start is not None else round(float(gen_pos[0])))
+    out.glue("fp_fit_bands", int(fp_fit.sum()))
     out.glue("tau_ref", tau_ref)
-    contrast = {t: summary[t]["between"] - summary[t]["within"] for t in out.taus}  # (models,) each
+    contrast = out.contrast  # (attractor_models,) at lo and at hi
+    n_att = contrast[lo].size
     lr_mean, lr_se = mean_with_se(contrast[lo] - contrast[hi])
     out.glue("attractors_z", lr_mean / lr_se if lr_se > 0 else float("nan"))
-    out.glue("t_models", quantile(tau_models - 1))
-    measure_above(out, "attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=tau_models - 1,
-                  significance=significance, lo=lo, hi=hi, tau_models=tau_models)
+    out.glue("t_models", quantile(n_att - 1))
+    measure_above(out, "attractors_low_tau", lr_mean, prediction=0.0, se=lr_se, dof=n_att - 1,
+                  significance=significance, lo=lo, hi=hi, tau_models=tau_models, attractor_models=n_att,
+                  tau_prompts=tau_prompts)
     sr_mean, sr_se = mean_with_se(summary[lo]["seq_rep"] - summary[hi]["seq_rep"])
     out.glue("seq_rep_z", sr_mean / sr_se if sr_se > 0 else float("nan"))
     out.measure("seq_rep_falls_with_tau", sr_mean, prediction=0.0, se=sr_se, dof=tau_models - 1, lo=lo, hi=hi,

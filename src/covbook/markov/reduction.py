@@ -46,6 +46,7 @@ from covbook.markov._checks import (
 )
 from covbook.markov.frequencies import running_frequencies, tv_distance
 from covbook.transformer.generation import tempered_softmax
+from covbook.transformer.model import CausalTransformer
 
 __all__ = [
     "cached_mean_field",
@@ -234,6 +235,31 @@ def next_token_probs(model: torch.nn.Module, tokens: object, temperature: float 
     return probs[0] if single else probs
 
 
+def _laws(model: torch.nn.Module, x: torch.Tensor, temperature: float, probs: torch.Tensor | None,
+          single: bool) -> torch.Tensor:
+    """The next-token laws (B, T, V) along ``x`` (B, T): ``probs`` as given (checked), else one forward pass."""
+    if probs is None:
+        return next_token_probs(model, x, temperature).cpu()
+    want = (x.shape[1], _vocab_size(model)) if single else (*x.shape, _vocab_size(model))
+    if not isinstance(probs, torch.Tensor) or tuple(probs.shape) != want or not probs.is_floating_point():
+        raise ValueError(f"probs must be the next-token laws along tokens, a float tensor of shape {want}, got "
+                         f"{tuple(probs.shape) if isinstance(probs, torch.Tensor) else type(probs).__name__}")
+    return (probs[None] if single else probs).to(torch.float64).cpu()
+
+
+def _last_law(model: torch.nn.Module, x: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The next-token law after the whole of each row of ``x`` (B, T): (B, V), float64.
+
+    A :class:`~covbook.transformer.CausalTransformer` computes the last position alone in its last block
+    (``last_only``); any other model gives every position, of which the last is taken.
+    """
+    if not isinstance(model, CausalTransformer):
+        return next_token_probs(model, x, temperature)[:, -1]
+    with torch.no_grad():
+        logits = model(x, last_only=True)[:, -1].to(torch.float64)  # (B, V)
+    return tempered_softmax(logits, _temperature(temperature))
+
+
 def markov_gap(
     model: torch.nn.Module,
     tokens: object,
@@ -241,6 +267,7 @@ def markov_gap(
     temperature: float = 1.0,
     *,
     mean_field: MeanField | None = None,
+    probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Markov gap: TV between the model's next-token law and the mean-field kernel row.
 
@@ -256,6 +283,8 @@ def markov_gap(
     tokens : long, shape (T,) or (B, T)
     positions : increasing 1-based context lengths t (default 1..T)
     temperature : float
+    probs : the model's next-token laws along ``tokens`` at this temperature, shape (T, V) or (B, T, V)
+        (:func:`next_token_probs`), when the caller already has them; computed otherwise
 
     Returns
     -------
@@ -264,7 +293,7 @@ def markov_gap(
     x, single = _tokens_torch(tokens, _vocab_size(model))
     pos = _positions(positions, x.shape[1])
     v = _vocab_size(model)
-    probs = next_token_probs(model, x, temperature).cpu()[:, torch.as_tensor(pos) - 1]  # (B, n_pos, V)
+    probs = _laws(model, x, temperature, probs, single)[:, torch.as_tensor(pos) - 1]  # (B, n_pos, V)
     laws, current = _laws_along(x, pos, v)  # (B n_pos, V), (B n_pos,)
     rows = kernel_rows(model, laws, current, temperature, mean_field=mean_field)  # (B n_pos, V)
     gap = tv_distance(probs.reshape(-1, v), rows).reshape(x.shape[0], len(pos))  # TV to the kernel row of x_t
@@ -330,6 +359,8 @@ def shuffle_test(
     n_perm: int = 1,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    *,
+    probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Black-box shuffle test: does the next-token law depend on the order of the past?
 
@@ -348,6 +379,9 @@ def shuffle_test(
     positions : increasing 1-based context lengths t (default 2..T is sensible)
     n_perm : int
     generator : torch.Generator on the CPU, optional (seeds the permutations)
+    probs : the model's next-token laws along ``tokens`` at this temperature, shape (T, V) or (B, T, V)
+        (:func:`next_token_probs`), when the caller already has them (e.g. from :func:`markov_gap`'s
+        pass over the same tokens); computed otherwise
 
     Returns
     -------
@@ -359,13 +393,13 @@ def shuffle_test(
     pos = _positions(positions, x.shape[1])
     dev, _ = _model_device_dtype(model)
     x = x.to(dev)
-    probs = next_token_probs(model, x, temperature)  # (B, T, V)
+    probs = _laws(model, x, temperature, probs, single).to(dev)  # (B, T, V)
     out = torch.zeros(x.shape[0], len(pos), dtype=torch.float64)
     for j, t in enumerate(pos):
         for _ in range(n_perm):
             keys = torch.rand(x.shape[0], t - 1, generator=generator)  # (B, t-1)
             perm = torch.argsort(keys, dim=1).to(dev)  # (B, t-1): a uniform permutation per row
             shuffled = torch.cat([torch.gather(x[:, : t - 1], 1, perm), x[:, t - 1 : t]], dim=1)  # (B, t)
-            p_shuf = next_token_probs(model, shuffled, temperature)[:, -1]  # (B, V)
+            p_shuf = _last_law(model, shuffled, temperature)  # (B, V)
             out[:, j] += tv_distance(probs[:, t - 1], p_shuf).cpu() / n_perm
     return out[0] if single else out

@@ -93,8 +93,9 @@ class _Block(nn.Module):
             return h
         return h + self.mlp(self.ln2(h) if self.ln2 is not None else h)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: dict | None, chunk: int) -> torch.Tensor:
-        # h (B, T, d); positions (T,) absolute positions of these tokens
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: dict | None, chunk: int,
+                last: bool = False) -> torch.Tensor:
+        # h (B, T, d); positions (T,) absolute positions of these tokens; ``last``: the last position's output only
         q, k, v = self.heads(self.ln_attn(h))  # (B, H, T, dh)
         if self.rotary:
             q, k = _rotary(q, positions), _rotary(k, positions)
@@ -102,6 +103,8 @@ class _Block(nn.Module):
             if "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=-2), torch.cat([cache["v"], v], dim=-2)  # (B, H, S, dh)
             cache["k"], cache["v"] = k, v
+        if last:  # one query, which sees every key: (B, H, 1, dh), and its residual (B, 1, d)
+            q, h = q[..., -1:, :], h[:, -1:]
         n_new, offset = q.shape[-2], k.shape[-2] - q.shape[-2]
         parts = []
         for i in range(0, n_new, chunk):
@@ -298,18 +301,23 @@ class CausalTransformer(nn.Module):
         return h
 
     def forward(self, x: torch.Tensor, return_hidden: bool = False, *, caches: list[dict] | None = None,
-                start: int = 0) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+                start: int = 0, last_only: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits (B, T, V) for token ids, or the final hidden state (B, T, d) for continuous inputs.
 
         With ``return_hidden=True`` also the hidden states [h^(0), ..., h^(L)], each (B, T, d)
         (the residual stream, before the final layer norm).  ``caches`` (one dict per layer)
         and ``start`` (the position of x's first token) are for incremental decoding.
+        ``last_only=True`` gives the last position's output alone, (B, 1, V) or (B, 1, d): the last
+        block computes its query at that position only (the keys and values, at every position).
         """
+        if last_only and return_hidden:
+            raise ValueError("last_only gives the last position's output alone; it cannot return every hidden state")
         h = self.embed_tokens(x, start)  # (B, T, d)
         positions = torch.arange(start, start + h.shape[1], device=h.device)  # (T,)
         hidden = [h]
         for i, block in enumerate(self.blocks):
-            h = block(h, positions, None if caches is None else caches[i], self.attn_chunk)  # (B, T, d)
+            last = last_only and i == len(self.blocks) - 1
+            h = block(h, positions, None if caches is None else caches[i], self.attn_chunk, last)  # (B, T or 1, d)
             hidden.append(h)
         out = self.logits_from_hidden(h) if self.vocab_size is not None else h
         return (out, hidden) if return_hidden else out
