@@ -16,8 +16,9 @@ setup: $(STAMP)
 
 # torch first, pinned (an unpinned torch pulls the newest CUDA build), then the package with its book and dev
 # extras; both by uv, which installs several times faster than pip (pip when uv cannot be installed or fails).
-# The venv's own pip installs uv as it comes: upgrading it first would take as long as installing uv. uv does
-# not read pip's configuration, so torch's install is handed the wheel folders of PIP_FIND_LINKS, where a
+# The venv is made without pip (ensurepip takes seconds): the host's pip installs uv into it (pip --python), the
+# venv's own pip, bootstrapped by ensurepip, where the host has none; uv adds pip at the end, uncompiled, for
+# `.venv/bin/pip`. uv does not read pip's configuration, so torch's install is handed the wheel folders of PIP_FIND_LINKS, where a
 # machine keeps wheels on disk. --compile-bytecode as pip does, for where PYTHONDONTWRITEBYTECODE is set and
 # every kernel would otherwise compile what it imports; then the package's own modules, and the Jupyter kernel
 # `covbook` the notebooks run on. Which torch build comes depends on the index: on Linux PyPI serves the CUDA
@@ -28,11 +29,16 @@ TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 TORCH_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 UV_INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+EXTRAS := .[book,dev]
+# pip install $(1) with the venv's own pip, bootstrapped where the venv has none
+venv_pip = { { $(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip >/dev/null; } && \
+	$(BIN)/python -m pip install --quiet $(1); }
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv || true
-	$(UV_INSTALL) "torch==2.13.0" $(TORCH_INDEX) $(TORCH_LINKS) || $(BIN)/python -m pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
-	$(UV_INSTALL) -e ".[book,dev]" || $(BIN)/python -m pip install --quiet -e ".[book,dev]"
+	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv 2>/dev/null || $(call venv_pip,uv) || true
+	$(UV_INSTALL) "torch==2.13.0" $(TORCH_INDEX) $(TORCH_LINKS) || $(call venv_pip,"torch==2.13.0" $(TORCH_INDEX))
+	$(UV_INSTALL) -e "$(EXTRAS)" || $(call venv_pip,-e "$(EXTRAS)")
+	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/uv pip install --quiet --python $(BIN)/python pip
 	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python -m ipykernel install --sys-prefix --name covbook --display-name "Python 3 (covbook)" >/dev/null
 	touch $(STAMP)
