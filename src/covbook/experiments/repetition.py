@@ -645,7 +645,7 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     between the lowest and highest τ.  ``significance`` (false at smoke, whose few models give
     ``attractors_low_tau`` no power) makes that claim's window its direction only (:func:`measure_above`).
     ``attractors_low_tau`` is measured over ``attractor_models`` models (default ``tau_models``): the
-    sweep's and, beyond them, models sampled at the lowest and highest τ only (:func:`_attractor_contrast`),
+    sweep's and, beyond them, models sampled at the lowest and highest τ only (:func:`_extra_contrasts`),
     the replicates its significance needs at a fraction of a full sweep's cost.
 
     Raises ``ValueError`` unless the sizes are positive integers, ``tau_models`` ≥ 2,
@@ -678,10 +678,9 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     tau_ref = 1.0 if 1.0 in taus else taus[len(taus) // 2]
     bands, centres = fit_bands(prompt_len + t_sample, GAP_PER_BAND, t_min=2 * prompt_len)
     read = np.unique(np.concatenate(bands))  # (n_read,) context lengths read along the runs
-    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                           logit_scale=logit_scale, device=device) for i in range(tau_models)]
-    prompts = torch.randint(0, vocab, (tau_models * tau_prompts, prompt_len), generator=gen).to(device)
-    batch = ModelBatch(models, np.repeat(np.arange(tau_models), tau_prompts))
+    models, prompts, batch = _sweep_models(range(tau_models), vocab=vocab, d_model=d_model, logit_scale=logit_scale,
+                                           tau_prompts=tau_prompts, prompt_len=prompt_len, streams=streams,
+                                           device=device, draws=gen)
     gen_gaps, fp_res = [], []
     sweep: dict[float, dict[str, list]] = {tau: {k: [] for k in SWEEP_KEYS} for tau in [0.0, *taus]}
     runs_at, probs_at = {}, {}
@@ -710,7 +709,7 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     lo, hi = min(taus), max(taus)
     contrast = {t: summary[t]["between"] - summary[t]["within"] for t in (lo, hi)}  # (tau_models,) each
     if attractor_models > tau_models:  # more models at the two temperatures the contrast compares, after the rest
-        extra = _attractor_contrast(range(tau_models, attractor_models), (lo, hi), vocab=vocab, d_model=d_model,
+        extra = _extra_contrasts(range(tau_models, attractor_models), (lo, hi), vocab=vocab, d_model=d_model,
                                     logit_scale=logit_scale, tau_prompts=tau_prompts, prompt_len=prompt_len,
                                     t_sample=t_sample, streams=streams, device=device, draws=gen, sampling=gen_dev)
         contrast = {t: np.concatenate([contrast[t], extra[t]]) for t in (lo, hi)}
@@ -725,7 +724,18 @@ def temperature_sweep(*, vocab: int, d_model: int, logit_scale: float, taus: lis
     return out
 
 
-def _attractor_contrast(indices: range, taus: tuple[float, ...], *, vocab: int, d_model: int, logit_scale: float,
+def _sweep_models(indices: range, *, vocab: int, d_model: int, logit_scale: float, tau_prompts: int,
+                  prompt_len: int, streams: RandomStreams, device: str | torch.device,
+                  draws: torch.Generator) -> tuple[list, torch.Tensor, ModelBatch]:
+    """The sweep's models ``indices`` (stream ``cycle-models``), ``tau_prompts`` prompts each from ``draws``
+    (shape (models · prompts, prompt_len)), and the batch that decodes them together."""
+    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
+                           logit_scale=logit_scale, device=device) for i in indices]
+    prompts = torch.randint(0, vocab, (len(models) * tau_prompts, prompt_len), generator=draws).to(device)
+    return models, prompts, ModelBatch(models, np.repeat(np.arange(len(models)), tau_prompts))
+
+
+def _extra_contrasts(indices: range, taus: tuple[float, ...], *, vocab: int, d_model: int, logit_scale: float,
                         tau_prompts: int, prompt_len: int, t_sample: int, streams: RandomStreams,
                         device: str | torch.device, draws: torch.Generator,
                         sampling: torch.Generator) -> dict[float, np.ndarray]:
@@ -734,12 +744,12 @@ def _attractor_contrast(indices: range, taus: tuple[float, ...], *, vocab: int, 
     As :func:`temperature_sweep` measures it on its own models: ``tau_prompts`` prompts (from ``draws``) per
     model, ``t_sample`` tokens sampled at τ (from ``sampling``), all models decoded in one batch; per model the
     mean between-prompt TV of the runs' second halves minus their mean within-run TV
-    (:func:`covbook.markov.within_between_tv`).  Returns {τ: (len(indices),)}.
+    (:func:`covbook.markov.within_between_tv`; :func:`covbook.markov.attractor_contrast`'s Δ without its
+    jackknife, which the contrast over models does not use).  Returns {τ: (len(indices),)}.
     """
-    models = [random_model(2, streams.seed_for("cycle-models", i), vocab=vocab, d_model=d_model,
-                           logit_scale=logit_scale, device=device) for i in indices]
-    prompts = torch.randint(0, vocab, (len(models) * tau_prompts, prompt_len), generator=draws).to(device)
-    batch = ModelBatch(models, np.repeat(np.arange(len(models)), tau_prompts))
+    models, prompts, batch = _sweep_models(indices, vocab=vocab, d_model=d_model, logit_scale=logit_scale,
+                                           tau_prompts=tau_prompts, prompt_len=prompt_len, streams=streams,
+                                           device=device, draws=draws)
     out = {}
     for tau in taus:
         runs = generate(batch, prompts, t_sample, temperature=tau, generator=sampling).cpu()  # (models · prompts, T)
