@@ -32,7 +32,7 @@ import torch
 from matplotlib.ticker import NullFormatter
 
 from covbook._validate import check_nonnegative_float, check_positive_int, resolve_device
-from covbook.attention import block_attention, readout_paths
+from covbook.attention import readout_paths
 from covbook.experiments._common import log_checkpoints
 from covbook.experiments.result import RandomStreams, Result
 from covbook.markov import asymptotic_covariance, sample_markov_chain, stationary_distribution
@@ -67,7 +67,6 @@ from covbook.transformer import (
     states_before_last_block,
     tail_safe_logit_scale,
 )
-from covbook.transformer.model import _rotary
 
 __all__ = [
     "CHAPTER", "SCALES", "ContextLaws", "Recursion", "Depths", "Tail", "Models", "Positions", "Markov",
@@ -280,17 +279,11 @@ def states_at(model: CausalTransformer, x: torch.Tensor, checkpoints: np.ndarray
 
 def _states_at(model: CausalTransformer, hidden: list[torch.Tensor], checkpoints: np.ndarray) -> torch.Tensor:
     """:func:`states_at` from the states [h^(0), ..., h^(L−1)] (each (R, T, d)): shape (L+1, R, n_t, d)."""
-    idx = torch.as_tensor(np.asarray(checkpoints) - 1, device=hidden[0].device)  # (n_t,)
-    b, h = model.blocks[-1], hidden[-1]  # h^(L−1): (R, T, d)
-    with torch.no_grad():
-        q, k, v = b.heads(b.ln_attn(h))  # (R, H, T, dh)
-        if b.rotary:
-            positions = torch.arange(h.shape[1], device=h.device)  # (T,)
-            q, k = _rotary(q, positions), _rotary(k, positions)
-        out = torch.cat([block_attention(q[..., t - 1:t, :], k[..., :t, :], v[..., :t, :])
-                         for t in np.asarray(checkpoints)], dim=-2)  # (R, H, n_t, dh): query t, keys s ≤ t
-        last = b.token_mlp(h[:, idx] + b.merge(out))  # (R, n_t, d)
-    return torch.stack([s[:, idx] for s in hidden] + [last])  # (L+1, R, n_t, d)
+    at = [int(t) - 1 for t in np.asarray(checkpoints)]  # 0-based indices of the checkpoints
+    h = hidden[-1]  # h^(L−1): (R, T, d)
+    with torch.no_grad():  # the last block at the checkpoints' queries alone, each over the keys s ≤ t
+        last = model.blocks[-1](h, torch.arange(h.shape[1], device=h.device), None, model.attn_chunk, at)
+    return torch.stack([s[:, at] for s in hidden] + [last])  # (L+1, R, n_t, d)
 
 
 def _logit_variances(model: CausalTransformer, support: torch.Tensor, weights: torch.Tensor,

@@ -94,8 +94,9 @@ class _Block(nn.Module):
         return h + self.mlp(self.ln2(h) if self.ln2 is not None else h)
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, cache: dict | None, chunk: int,
-                last: bool = False) -> torch.Tensor:
-        # h (B, T, d); positions (T,) absolute positions of these tokens; ``last``: the last position's output only
+                at: Sequence[int] | None = None) -> torch.Tensor:
+        # h (B, T, d); positions (T,) absolute positions of these tokens; ``at``: the outputs at these 0-based
+        # indices of the T tokens only, (B, len(at), d), each query seeing the keys up to its own
         q, k, v = self.heads(self.ln_attn(h))  # (B, H, T, dh)
         if self.rotary:
             q, k = _rotary(q, positions), _rotary(k, positions)
@@ -103,9 +104,11 @@ class _Block(nn.Module):
             if "k" in cache:
                 k, v = torch.cat([cache["k"], k], dim=-2), torch.cat([cache["v"], v], dim=-2)  # (B, H, S, dh)
             cache["k"], cache["v"] = k, v
-        if last:  # one query, which sees every key: (B, H, 1, dh), and its residual (B, 1, d)
-            q, h = q[..., -1:, :], h[:, -1:]
         n_new, offset = q.shape[-2], k.shape[-2] - q.shape[-2]
+        if at is not None:  # one query per index, over the keys s <= its position: (B, H, len(at), dh)
+            out = torch.cat([block_attention(q[..., t:t + 1, :], k[..., : offset + t + 1, :],
+                                             v[..., : offset + t + 1, :]) for t in at], dim=-2)
+            return self.token_mlp(h[:, list(at)] + self.merge(out))
         parts = []
         for i in range(0, n_new, chunk):
             j = min(n_new, i + chunk)
@@ -316,8 +319,8 @@ class CausalTransformer(nn.Module):
         positions = torch.arange(start, start + h.shape[1], device=h.device)  # (T,)
         hidden = [h]
         for i, block in enumerate(self.blocks):
-            last = last_only and i == len(self.blocks) - 1
-            h = block(h, positions, None if caches is None else caches[i], self.attn_chunk, last)  # (B, T or 1, d)
+            at = [h.shape[1] - 1] if last_only and i == len(self.blocks) - 1 else None
+            h = block(h, positions, None if caches is None else caches[i], self.attn_chunk, at)  # (B, T or 1, d)
             hidden.append(h)
         out = self.logits_from_hidden(h) if self.vocab_size is not None else h
         return (out, hidden) if return_hidden else out
