@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from covbook.book import edition
 from covbook.book.cache import portable
 from covbook.book.config import Paths
@@ -37,17 +35,6 @@ def test_a_stored_run_is_keyed_as_the_books_own_runs_are(project):
     nb.write_text(nb.read_text().replace("# Demo, with more prose", "# Demo"))
     (project / "notebooks" / "profiles.yml").write_text("01_alpha:\n  smoke: {x: 4}\n")
     assert edition.stored_key(paths, "01_alpha", rec) != job.digest
-
-
-def test_the_editions_run_times_join_this_machines_timings(tmp_path):
-    from covbook._jsonio import write_json_atomic
-
-    main, scratch = Paths(tmp_path / "main"), Paths(tmp_path / "scratch")
-    write_json_atomic(main.timings, {"01_a": {"cpu": {"quick": {"seconds": 5.0}}}})
-    write_json_atomic(scratch.timings, {"01_a": {"cuda": {"full": {"seconds": 50.0}}}, "02_b": {"cuda": {}}})
-    edition._merge_timings(main, scratch)
-    got = json.loads(main.timings.read_text())
-    assert got["01_a"] == {"cpu": {"quick": {"seconds": 5.0}}, "cuda": {"full": {"seconds": 50.0}}}
 
 
 def test_edition_usage_errors_exit_2_before_any_kernel(project):

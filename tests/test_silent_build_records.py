@@ -99,20 +99,3 @@ def test_a_run_chapter_stays_cached_after_a_build_rewrites_its_verdicts(project)
     from covbook.book.records import read_run
 
     assert is_cached(paths, "01_alpha", read_run(paths.runs / "01_alpha.json").key)
-
-
-def test_the_reports_problem_list_quotes_claim_roles_instead_of_rendering_them(tmp_path):
-    """A problem about a citation quotes its {claim} role: rendered, the role would warn again (Sphinx -W)."""
-    from markdown_it import MarkdownIt
-    from mdit_py_plugins.myst_role import myst_role_plugin
-
-    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
-    src = proj / "notebooks" / "01_alpha.md"
-    src.write_text(src.read_text() + "\nSee {claim}`nope` and {claim}`77:x`.\n")
-    report = write_report(Paths(proj)).read_text()
-    problems = report.split("## Problems", 1)[1].split("\n## ", 1)[0]
-    assert problems.count("cites a claim that 01_alpha did not record") == 1 and "no claims of chapter '77'" in problems
-    tokens = MarkdownIt().use(myst_role_plugin).parse(problems)
-    inline = [c for t in tokens if t.children for c in t.children]
-    assert not [c for c in inline if c.type == "myst_role"], problems
-    assert [c.content for c in inline if c.type == "code_inline"] == ["nope", "77:x"]

@@ -1,5 +1,5 @@
 """Judge the last run (``covbook check``): every claim passes its rule, every evidence claim has power, no claim
-vanished, and every ``{claim}`` citation in the prose names a recorded claim.
+vanished.  (A ``{claim}`` citation of an unrecorded claim fails the build: :mod:`covbook.book.sphinx_claims`.)
 
 Reads the measurements and run records in ``book/generated`` and judges them against the chapters' rules
 (``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`) without running anything.  An evidence claim judged
@@ -8,25 +8,20 @@ Reads the measurements and run records in ``book/generated`` and judges them aga
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.cache import source_text
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
 from covbook.rules import Rule, load_rules
 
-__all__ = ["Verdict", "check", "read_rules", "claim_problems", "id_problems",
-           "split_target", "CITATION", "POWER_PROFILES"]
+__all__ = ["Verdict", "check", "read_rules", "judge_chapter", "split_target", "POWER_PROFILES"]
 
 RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
 POWER_PROFILES = tuple(name for name, p in PROFILE_TABLE.items() if p.power)
-#: a claim citation in the prose: ``{claim}`id``` or ``{claim}`NN_name:id```
-CITATION = re.compile(r"\{claim\}`([^`]+)`")
 
 
 @dataclass
@@ -45,13 +40,12 @@ class Verdict:
         return not self.problems
 
     def problems_of(self, name: str) -> list[str]:
-        """The problems of notebook ``name``: its run, claims and rules, and its prose's citations."""
-        return [p for p in self.problems if p.startswith((f"{name}:", f"notebooks/{name}.md:", f"{RULES / name}.yml:"))]
+        """The problems of notebook ``name``: its run, claims and rules."""
+        return [p for p in self.problems if p.startswith((f"{name}:", f"{RULES / name}.yml:"))]
 
     def as_json(self) -> list[dict]:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
         return [asdict(c) for c in self.claims]
-
 
 
 def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
@@ -63,37 +57,6 @@ def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
         return load_rules(f)
     except ValueError as err:
         raise UsageError(str(err)) from err
-
-
-def claim_problems(name: str, claims: list[Claim], profile: str | None = None) -> tuple[list[str], list[str]]:
-    """``(problems, notes)``: failed claims and evidence rules without a basis or an alternative (problems);
-    evidence rules judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`: notes)."""
-    out = [f"{name}: claim {c.id} failed: {c.verdict_line()}" for c in claims if not c.passed]
-    notes = []
-    for c in claims:
-        rule_kind = c.rule_kind or c.kind
-        if rule_kind == "evidence" and not (c.basis and c.basis.strip()):
-            out.append(f"{name}: claim {c.id}: evidence claim without basis (say where its window comes from)")
-        if rule_kind in ("evidence", "compatible") and not c.alternatives:
-            out.append(f"{name}: claim {c.id}: {rule_kind} rule names no alternative (what must it exclude?)")
-        if (rule_kind == "evidence" and c.kind == "compatible" and c.passed
-                and (profile in POWER_PROFILES or profile is None)):
-            notes.append(f"{name}: claim {c.id}: compatible at profile {profile or 'unknown'}: window "
-                         f"{c.expected_text()} contains {', '.join(c.cannot_exclude())}")
-    return out, notes
-
-
-def id_problems(name: str, ids: list[str], expected: list[str], where: str = "rules") -> list[str]:
-    """Differences between the claim ids a run recorded and those its rules file declares."""
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    missing, new = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
-    out = [f"{name}: claim id recorded twice: {', '.join(dup)}"] if dup else []
-    if missing:
-        out.append(f"{name}: claim(s) in {where} not recorded by this run: {', '.join(missing)} "
-                   "(a claim that cannot be evaluated is recorded as failed with a reason, never skipped)")
-    if new:
-        out.append(f"{name}: claim(s) recorded but not in {where}: {', '.join(new)} (declare each rule there)")
-    return out
 
 
 def _alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: str) -> list[str]:
@@ -108,6 +71,41 @@ def _alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: 
                 out.append(f"{where}: rule {m.id!r}: alternatives[{i}] ({a.name!r}): key {a.key!r} is not a number "
                            f"the measurement records (it records: {', '.join(sorted(numbers)) or 'none'})")
     return out
+
+
+def judge_chapter(name: str, ms: list[Measurement], rules: dict[str, Rule],
+                  profile: str | None) -> tuple[list[Claim], list[str], list[str]]:
+    """``(claims, problems, notes)`` of chapter ``name``'s measurements ``ms`` judged by ``rules`` at ``profile``.
+
+    Problems: no claim, an alternative keyed to a number the run does not record, a failed claim, an evidence
+    rule without a basis or an alternative, an id recorded twice, missing from the run or from the rules.
+    Notes: an evidence rule judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`).
+    """
+    where, ids = f"{RULES / name}.yml", [m.id for m in ms]
+    claims = judge_file(ms, rules, profile=profile)[0]
+    out = _alternative_problems(ms, rules, where) + ([] if ms else [f"{name}: produced no claims"])
+    out += [f"{name}: claim {c.id} failed: {c.verdict_line()}" for c in claims if not c.passed]
+    notes = []
+    for c in claims:
+        rule_kind = c.rule_kind or c.kind
+        if rule_kind == "evidence" and not (c.basis and c.basis.strip()):
+            out.append(f"{name}: claim {c.id}: evidence claim without basis (say where its window comes from)")
+        if rule_kind in ("evidence", "compatible") and not c.alternatives:
+            out.append(f"{name}: claim {c.id}: {rule_kind} rule names no alternative (what must it exclude?)")
+        if (rule_kind == "evidence" and c.kind == "compatible" and c.passed
+                and (profile in POWER_PROFILES or profile is None)):
+            notes.append(f"{name}: claim {c.id}: compatible at profile {profile or 'unknown'}: window "
+                         f"{c.expected_text()} contains {', '.join(c.cannot_exclude())}")
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    missing, new = sorted(set(rules) - set(ids)), sorted(set(ids) - set(rules))
+    if dup:
+        out.append(f"{name}: claim id recorded twice: {', '.join(dup)}")
+    if missing:
+        out.append(f"{name}: claim(s) in {where} not recorded by this run: {', '.join(missing)} "
+                   "(a claim that cannot be evaluated is recorded as failed with a reason, never skipped)")
+    if new:
+        out.append(f"{name}: claim(s) recorded but not in {where}: {', '.join(new)} (declare each rule there)")
+    return claims, out, notes
 
 
 def split_target(text: str, docname: str, chapters: list[str]) -> tuple[str, str]:
@@ -133,33 +131,11 @@ def split_target(text: str, docname: str, chapters: list[str]) -> tuple[str, str
     return chap, text
 
 
-def _citation_problems(paths: Paths, recorded: dict[str, set[str]]) -> list[str]:
-    """Citations in the notebooks' prose of claims that the run did not record; ``recorded`` maps each notebook
-    whose run succeeded to its claim ids (a chapter that did not run is its own problem)."""
-    out = []
-    chapters = discover(paths)
-    for name, src in chapters.items():
-        try:
-            lines = source_text(src, paths.root).splitlines()
-        except UsageError as err:
-            out.append(str(err))
-            continue
-        for line, text in ((i, m.group(1)) for i, ln in enumerate(lines, 1) for m in CITATION.finditer(ln)):
-            try:
-                chap, cid = split_target(text, name, list(chapters))
-            except ValueError as err:
-                out.append(f"notebooks/{src.name}:{line}: {{claim}}`{text}`: {err}")
-                continue
-            if chap in recorded and cid not in recorded[chap]:
-                out.append(f"notebooks/{src.name}:{line}: {{claim}}`{text}` cites a claim that {chap} did not record")
-    return out
-
-
 def check(paths: Paths) -> Verdict:
     """Judge the stored measurements of the last run against the current rules; every reason it does not verify
     (a notebook that failed, was not run or recorded no claim, a failed claim, an evidence rule without basis or
-    alternative, an id its rules do not declare or one they do that the run did not record, a citation of an
-    unrecorded claim) and notes (claims without power, chapters run at mixed profiles or seeds)."""
+    alternative, an id its rules do not declare or one they do that the run did not record) and notes (claims
+    without power, chapters run at mixed profiles or seeds)."""
     v = Verdict()
     names = discover(paths)
     for f in sorted((paths.root / RULES).glob("*.yml")):
@@ -192,23 +168,15 @@ def check(paths: Paths) -> Verdict:
         except ValueError as err:  # `covbook check` and `build` name it as damaged before judging
             v.problems.append(f"{name}: {err}")
             continue
-        if rules is None:  # its rules file is the problem; its citations cannot be checked against the rules
+        if rules is None:  # its rules file is the problem
             v.unjudged[name] = len(ms)
             continue
-        cl, ids = judge_file(ms, rules, profile=meta.profile)[0], [m.id for m in ms]
-        v.problems.extend(_alternative_problems(ms, rules, f"{RULES / name}.yml"))
-        if not ids:
-            v.problems.append(f"{name}: produced no claims")
-        v.claims.extend(cl)
-        problems, notes = claim_problems(name, cl, meta.profile)
+        claims, problems, notes = judge_chapter(name, ms, rules, meta.profile)
+        v.claims.extend(claims)
         v.problems.extend(problems)
         v.notes.extend(notes)
-        v.problems.extend(id_problems(name, ids, sorted(rules), f"{RULES / name}.yml"))
     used = {n: (m.profile, m.seed) for n, m in v.runs.items() if m.ok}
     if len(set(used.values())) > 1:
         v.notes.append("chapters were run at mixed profiles or seeds: "
                        + ", ".join(f"{n.split('_', 1)[0]} {p} seed {s}" for n, (p, s) in sorted(used.items())))
-    recorded = {name: {c.id for c in v.claims if c.notebook == name} for name, m in v.runs.items()
-                if m.ok and name not in v.unjudged}
-    v.problems.extend(_citation_problems(paths, recorded))
     return v

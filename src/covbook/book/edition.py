@@ -22,20 +22,18 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
 from covbook.book import config
 from covbook.book.cache import content_hash, notebook_science, verify_outputs
-from covbook.book.checks import claim_problems, id_problems, read_rules
+from covbook.book.checks import judge_chapter, read_rules
 from covbook.book.config import Paths, UsageError, discover
 from covbook.book.records import RunRecord
 from covbook.book.render import render
-from covbook.claims import judge_file, load_measurements
+from covbook.claims import load_measurements
 
-__all__ = ["EDITION", "COMMIT_ENV", "SVG_CONFIG", "Status", "status", "stored_key", "edition_problems",
+__all__ = ["EDITION", "COMMIT_ENV", "Status", "status", "stored_key", "edition_problems",
            "edition_claims", "shown_claims", "published_notebook", "refresh_verdict_lines", "make", "store"]
 
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
 COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
-#: the kernels of an edition draw figures as SVG (text, small, sharp at any zoom)
-SVG_CONFIG = 'c.InlineBackend.figure_formats = {"svg"}\n'
 
 
 def _dir(paths: Paths) -> Path:
@@ -44,10 +42,9 @@ def _dir(paths: Paths) -> Path:
 
 @dataclass(frozen=True)
 class Status:
-    """Where chapter ``name``'s stored run stands: ``current``, ``pending`` (the chapter's key changed since),
+    """Where a chapter's stored run stands: ``current``, ``pending`` (the chapter's key changed since),
     ``failed`` or ``damaged`` (``error`` says how) or ``absent``."""
 
-    name: str
     state: str
     record: RunRecord | None = None
     error: str | None = None
@@ -79,26 +76,31 @@ def status(paths: Paths) -> dict[str, Status]:
             rec = verify_outputs(paths, name, d)
             if failed.is_file():
                 info = read_json(failed, dict)
-                out[name] = Status(name, "failed", RunRecord(info, failed), str(info.get("error") or "unknown error"))
+                out[name] = Status("failed", RunRecord(info, failed), str(info.get("error") or "unknown error"))
             elif rec is None:
-                out[name] = Status(name, "absent")
+                out[name] = Status("absent")
             else:
-                out[name] = Status(name, "current" if stored_key(paths, name, rec) == rec.key else "pending", rec)
+                out[name] = Status("current" if stored_key(paths, name, rec) == rec.key else "pending", rec)
         except DamagedFile as err:
             where = os.path.relpath(err.path, paths.root)
-            out[name] = Status(name, "damaged", error=f"{where} is damaged ({err.reason})")
+            out[name] = Status("damaged", error=f"{where} is damaged ({err.reason})")
     return out
+
+
+def _judged(paths: Paths, name: str, profile: str | None) -> tuple[list, list[str], list[str]]:
+    """:func:`covbook.book.checks.judge_chapter` of chapter ``name``'s stored measurements, by the current rules."""
+    return judge_chapter(name, load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
+                         profile)
 
 
 def edition_claims(paths: Paths, name: str, profile: str | None) -> list:
     """The stored measurements of chapter ``name`` judged by the current rules at the stored run's ``profile``."""
-    return judge_file(load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
-                      profile=profile)[0]
+    return _judged(paths, name, profile)[0]
 
 
 def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
-    """``(problems, notes)`` of the stored runs: a damaged file, a failed edition run, every failed claim of a
-    current run and ids that differ from the rules (problems); each pending run (a note)."""
+    """``(problems, notes)`` of the stored runs: a damaged file, a failed edition run, every problem
+    :func:`covbook.book.checks.judge_chapter` finds in a current run (problems); each pending run (a note)."""
     problems, notes = [], []
     for name, st in status(paths).items():
         again = f"covbook edition {st.profile or 'PROFILE'} {name[:2]}"
@@ -112,23 +114,18 @@ def edition_problems(paths: Paths) -> tuple[list[str], list[str]]:
                          f"the science it imports changed after it (shown from the book's own run; `{again}`)")
         elif st.current:
             try:
-                rules, ms = read_rules(paths, name), load_measurements(_dir(paths) / "claims" / f"{name}.json")
-                claims = judge_file(ms, rules, profile=st.profile)[0]
+                problems += [f"edition ({st.profile}): {x}" for x in _judged(paths, name, st.profile)[1]]
             except (UsageError, ValueError, OSError) as err:
                 problems.append(f"edition: {name}: {err}")
-                continue
-            problems += [f"edition ({st.profile}): {x}" for x in claim_problems(name, claims, st.profile)[0]]
-            problems += [f"edition ({st.profile}): {x}" for x in id_problems(name, [m.id for m in ms], sorted(rules))]
     return problems, notes
 
 
-def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
+def shown_claims(paths: Paths, claims: list) -> tuple[list, str]:
     """The claims as the published book shows them: a current stored run's (judged at its profile), every other
-    chapter's from ``claims`` (the book's run); and the lines of the report's section on the stored runs (empty
-    without any)."""
+    chapter's from ``claims`` (the book's run); and the report's section on the stored runs (empty without any)."""
     st = status(paths)
     if all(s.state == "absent" for s in st.values()):
-        return claims, []
+        return claims, ""
     current = [n for n, s in st.items() if s.current]
     shown = [c for c in claims if c.notebook not in current]
     for name in current:
@@ -136,7 +133,7 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, list[str]]:
             shown += edition_claims(paths, name, st[name].profile)
         except (UsageError, ValueError, OSError):
             shown += [c for c in claims if c.notebook == name]
-    return shown, render("edition_section.md.j2", statuses=st).split("\n")
+    return shown, render("edition_section.md.j2", statuses=st)
 
 
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
@@ -145,7 +142,7 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record); under its title a
     note saying which run it shows (profile, device, date, the commit its record names).  ``statuses``
     (:func:`status`) are read when not given."""
-    st = (status(paths) if statuses is None else statuses).get(name, Status(name, "absent"))
+    st = (status(paths) if statuses is None else statuses).get(name, Status("absent"))
     nb, rec = own, dict(record or {})
     if st.current:
         nb, rec = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), dict(st.record or {})
@@ -192,18 +189,17 @@ def _scratch(paths: Paths, profile: str) -> Paths:
     shutil.copytree(paths.notebooks, root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
     cfg = root / ".covbook" / "home" / "ipython" / "profile_default" / "ipython_kernel_config.py"
     cfg.parent.mkdir(parents=True, exist_ok=True)
-    cfg.write_text(SVG_CONFIG, encoding="utf-8")
+    cfg.write_text('c.InlineBackend.figure_formats = {"svg"}\n', encoding="utf-8")  # small, sharp at any zoom
     if (paths.root / "_config.yml").is_file():
         shutil.copy2(paths.root / "_config.yml", root / "_config.yml")
     return Paths(root)
 
 
-def store(paths: Paths, scratch: Paths, results: list, profile: str, provenance: dict) -> int:
+def store(paths: Paths, scratch: Paths, results: list, profile: str, provenance: dict) -> None:
     """Copy into ``book/edition`` each chapter of ``results`` that succeeded in this invocation (its record's key
     taken when the run started; ``provenance`` joins the record: the key's device and environment, the commit);
-    a failed one writes ``failed/NAME.json`` only.  Files are written atomically, the record last; returns how
-    many were stored.  The run times join this machine's ``.covbook/timings.json``."""
-    out, n = _dir(paths), 0
+    a failed one writes ``failed/NAME.json`` only.  Files are written atomically, the record last."""
+    out = _dir(paths)
     for r in results:
         failed = out / "failed" / f"{r.name}.json"
         if r.status == "failed":
@@ -216,23 +212,6 @@ def store(paths: Paths, scratch: Paths, results: list, profile: str, provenance:
             atomic_write(dst, partial(shutil.copyfile, src))
         write_json_atomic(out / "runs" / f"{r.name}.json", {**dict(rec or {}), **provenance})
         failed.unlink(missing_ok=True)
-        n += 1
-    _merge_timings(paths, scratch)
-    return n
-
-
-def _merge_timings(paths: Paths, scratch: Paths) -> None:
-    """The edition's measured run times join this machine's ``.covbook/timings.json`` (the plan's calibration)."""
-    try:
-        new = read_json(scratch.timings, dict) if scratch.timings.is_file() else {}
-        old = read_json(paths.timings, dict) if paths.timings.is_file() else {}
-    except DamagedFile:
-        return
-    for name, devices in new.items():
-        for dev, runs in (devices or {}).items():
-            old.setdefault(name, {}).setdefault(dev, {}).update(runs or {})
-    if new:
-        write_json_atomic(paths.timings, old)
 
 
 def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int = 0, jobs: int = 1,

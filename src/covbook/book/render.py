@@ -13,7 +13,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "cell", "theorem_labels", "link_theorems"]
+__all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "theorem_labels", "link_theorems"]
 
 TEMPLATES = Path(__file__).with_name("templates")
 _LABEL = re.compile(r":label:\s*([A-Za-z0-9][A-Za-z0-9_.-]*)")
@@ -41,11 +41,6 @@ def seed_text(seeds: list[int]) -> str:
             ", ".join(map(str, seeds)))
 
 
-def cell(text: str) -> str:
-    """``text`` in one Markdown table cell: ``|`` escaped, newlines as spaces."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def theorem_labels(folder: str | os.PathLike) -> set[str]:
     """Labels (``:label: ...``) in the chapters of ``folder``: ``NN_*.md`` sources or executed ``NN_*.ipynb``."""
     labels: set[str] = set()
@@ -64,21 +59,18 @@ def link_theorems(text: str, labels: set[str]) -> str:
     return _MENTION.sub(lambda m: f"{{prf:ref}}`{m[1]}`" if m[1] in labels else m[0], text)
 
 
-def _num(x: float | None) -> str:
-    from covbook.claims import fmt
-
-    return "—" if x is None else fmt(x)
-
-
 @cache
 def _environment():
     import jinja2  # with the [book] extra (Sphinx's own dependency), which `covbook build` needs anyway
 
+    from covbook.claims import fmt
+
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,  # noqa: S701
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(g=lambda x, spec=".2g": format(x, spec), num=_num, seeds=seed_text, noun=noun, cell=cell,
-                       count=lambda n, word: f"{n} {noun(n, word)}", oneline=lambda text: " ".join(text.split()),
-                       theorems=link_theorems)
+    env.filters.update(g=lambda x, spec=".2g": format(x, spec), num=lambda x: "—" if x is None else fmt(x),
+                       seeds=seed_text, noun=noun, count=lambda n, word: f"{n} {noun(n, word)}",
+                       cell=lambda text: text.replace("|", "\\|").replace("\n", " "),  # one Markdown table cell
+                       oneline=lambda text: " ".join(text.split()), theorems=link_theorems)
     return env
 
 
