@@ -23,14 +23,7 @@ import sys
 from pathlib import Path
 
 from covbook._jsonio import write_json_atomic
-from covbook.book.power import (
-    Scale,
-    claim_forecasts,
-    load_replicates,
-    measurement_of,
-    profile_parameters,
-    replicate_count,
-)
+from covbook.book.power import claim_forecasts, measurement_of, profile_parameters, replicate_count
 from covbook.book.records import read_run
 from covbook.claims import load_claims
 from covbook.rules import load_rules, rules_path
@@ -52,16 +45,14 @@ def rows(full_claims: list[dict]) -> list[dict]:
         runs[nb] = dict(rec)
         claims += load_claims(ROOT / "book" / "generated" / "claims" / f"{nb}.json", profile="quick")
     forecasts = claim_forecasts(ROOT, claims, runs)
-    replicates = load_replicates(ROOT)
     out = []
     for c in claims:
         f = next((x for x in forecasts.get((c.notebook, c.id), []) if x.profile == "full"), None)
         measured = full.get((c.notebook, c.id))
-        if f is None or f.replicates is None or measured is None or None in (
+        if f is None or f.scale is None or measured is None or None in (
                 f.lower, f.upper, measured["lower"], measured["upper"]):
             continue
-        scale = replicates[c.notebook].of(c.id)
-        assert isinstance(scale, Scale)
+        scale = f.scale
         quick_p, full_p = profile_parameters(ROOT, c.notebook, "quick"), profile_parameters(ROOT, c.notebook, "full")
         length = 1.0 if not scale.length else \
             replicate_count(scale.length, full_p) / replicate_count(scale.length, quick_p)

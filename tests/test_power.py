@@ -152,13 +152,15 @@ def test_forecast_at_each_profile():
     out = power.forecast(_rule("two_sided"), _m(0.2), "n_streams", {"n_streams": 16},
                          {"quick": {"n_streams": 16}, "full": {"n_streams": 256}})
     assert [(f.profile, f.kind, f.n) for f in out] == [("quick", "compatible", 16.0), ("full", "evidence", 256.0)]
-    assert out[1].se == pytest.approx(0.05) and out[1].n_needed == math.floor(16 * (Z * 0.2 / 0.5) ** 2) + 1
+    assert out[1].band == pytest.approx((-1 - Z * 0.05, -1 + Z * 0.05))
+    assert out[1].n_needed == math.floor(16 * (Z * 0.2 / 0.5) ** 2) + 1
     assert power.decision_text(out) == (f"evidence predicted at `full` (`n_streams` 256 ≥ "
                                         f"{power.fmt_count(out[1].n_needed)} needed), and from the measured value and "
                                         "its SE it would pass at `quick` (window [-1.696, -0.3038], value "
                                         "[-1.696, -0.3038]), pass at `full` (window [-1.174, -0.826], value "
                                         "[-1.174, -0.826])")
-    skipped = power.forecast(_rule("two_sided"), _m(), power.NotPredicted("its window is the run's"), {}, {"full": {}})
+    why = power.Scale(not_predicted="its window is the run's")
+    skipped = power.forecast(_rule("two_sided"), _m(), why, {}, {"full": {}})
     assert skipped[0].kind is None and power.decision_text(skipped) == "not predicted: its window is the run's"
 
 
@@ -170,7 +172,7 @@ def test_a_significance_window_predicted_at_a_larger_profile_names_no_needed_cou
 
 
 def test_what_the_model_leaves_out_is_said():
-    scale = power.parse_replicates({"default": {"n": "n", "also": "the range of log t"}}, "01_a").of("s")
+    scale = power.parse_replicates({"default": {"n": "n", "also": "the range of log t"}}, "01_a")["default"]
     out = power.forecast(_rule("two_sided"), _m(0.2), scale, {"n": 16}, {"full": {"n": 20}})
     assert out[0].kind == "compatible" and power.decision_text(out).split(", and from")[0].endswith(
         "needs `n` ≥ 32 (not counted: the range of log t, which would narrow its window further)")
@@ -180,7 +182,7 @@ def test_a_fixed_window_keeps_its_kind_at_every_profile():
     rule = Rule("b", "evidence", "below the bound", "fixed", interval=(0.0, 1.0),
                 alternatives=(Alternative("twice the bound", 2.0),))
     m = Measurement("b", "01_x", 0.4)
-    out = power.forecast(rule, m, power.NotPredicted("unused"), {}, {"quick": {}, "full": {}})
+    out = power.forecast(rule, m, power.Scale(not_predicted="unused"), {}, {"quick": {}, "full": {}})
     assert [(f.kind, f.n_needed, f.note) for f in out] == [("evidence", None, power.SAME_WINDOW)] * 2
     assert power.decision_text(out) == f"evidence at every profile: {power.SAME_WINDOW}"
 
@@ -199,14 +201,15 @@ def test_every_evidence_rule_has_its_replicates_declared(notebook):
     if not evidence:
         return
     assert entry is not None, f"notebooks/profiles.yml: {notebook} has evidence rules but no `replicates:`"
-    assert not set(entry.claims) - set(rules), f"{notebook}.replicates names claims its rules do not have"
+    assert not set(entry) - {"default"} - set(rules), f"{notebook}.replicates names claims its rules do not have"
     defaults = notebook_parameters(ROOT / "notebooks" / f"{notebook}.md")
     table = load_profiles(ROOT / "notebooks" / "profiles.yml")
     for profile in PROFILES:
         params = {**defaults, **resolve_parameters(notebook, defaults, table, profile, "cpu", 0)}
         for cid in evidence:
-            expr = entry.of(cid)
-            if isinstance(expr, str):
+            scale = entry.get(cid) or entry.get("default")
+            assert scale is not None, f"{notebook}: evidence rule {cid} has no replicates"
+            for expr in filter(None, (scale.n, scale.length)):
                 assert power.replicate_count(expr, params, f"{notebook}.replicates ({cid})") > 0
 
 
@@ -259,7 +262,7 @@ def test_full_widths_measured_on_the_h200_match_the_prediction():
 
 
 def test_the_decision_says_why_no_size_decides_a_claim():
-    f = power.Forecast("s", "08_x", "full", "n", 64.0, 16.0, "compatible")
+    f = power.Forecast("full", "compatible", scale=power.Scale("n"), n=64.0, n_run=16.0)
     assert power.decision_text([f], "two_sided") == (
         "not decided by any size: an alternative stays inside its window however small the SE (within its "
         "allowance, or on its open side)")
@@ -267,7 +270,7 @@ def test_the_decision_says_why_no_size_decides_a_claim():
                                                  "replicates")
     assert power.decision_text([dataclasses.replace(f, note="the range of log t")], "two_sided").endswith(
         "on its open side; not counted: the range of log t, which would narrow its window further)")
-    long = dataclasses.replace(f, kind="evidence", n_needed=20.0, length_name="t_max", length=4096.0)
+    long = dataclasses.replace(f, kind="evidence", n_needed=20.0, scale=power.Scale("n", "t_max"), length=4096.0)
     assert power.decision_text([long]) == "evidence predicted at `full` (`n` 64 ≥ 20 needed at `t_max` 4,096)"
 
 
@@ -285,5 +288,5 @@ def test_the_predicted_verdict_compares_the_measured_value_and_its_scaled_se_wit
 def test_no_verdict_without_a_standard_error():
     rule = Rule("b", "evidence", "below the bound", "fixed", interval=(0.0, 1.0),
                 alternatives=(Alternative("twice the bound", 2.0),))
-    out = power.forecast(rule, Measurement("b", "01_x", 0.4), power.NotPredicted("unused"), {}, {"full": {}})
+    out = power.forecast(rule, Measurement("b", "01_x", 0.4), power.Scale(not_predicted="unused"), {}, {"full": {}})
     assert out[0].verdict is None and "would" not in power.decision_text(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from covbook.book.power import Forecast, plan_lines
+from covbook.book.power import Forecast, Scale
 from covbook.book.results import Results, Statement, load_statements, render, write_results
 from covbook.claims import Claim, load_claims
 from covbook.rules import Z
@@ -98,7 +98,7 @@ def test_render_without_forecasts_has_no_decision_lines() -> None:
                  alternatives=[{"name": "no decay", "value": 1.0, "excluded": False}], powered=False)
     page = render(Results([Statement("T", "x", "01_a", ("c",))]), [weak], set())
     assert "≈&nbsp;compatible only" in page and "`c`: no larger profile to predict" in page
-    forecasts = {("01_a", "c"): [Forecast("c", "01_a", "full", "n", 64.0, 16.0, "evidence", n_needed=20.0)]}
+    forecasts = {("01_a", "c"): [Forecast("full", "evidence", scale=Scale("n"), n=64.0, n_run=16.0, n_needed=20.0)]}
     page = render(Results([Statement("T", "x", "01_a", ("c",))]), [weak], set(), forecasts=forecasts)
     assert "`c`: evidence predicted at `full` (`n` 64 ≥ 20 needed)" in page
 
@@ -109,12 +109,3 @@ def test_key_claims_decide_their_statement() -> None:
     by_id = {s.id: s for s in load_statements(ROOT / "book" / "results.yml").statements}
     assert "stream_mean_normalised_error" not in by_id["T1(a)"].claims
     assert ("mean error over streams and queries", ("stream_mean_normalised_error",)) in by_id["T1(g)"].parts
-
-
-def test_the_plan_prints_each_notebooks_predicted_power(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    wide_need = math.floor(16 * (Z * 2.0 / 0.5) ** 2) + 1
-    assert plan_lines(root, ["01_a"], "full") == [
-        f"- 01_a: 2 of 3 evidence claims predicted evidence at full (from its quick run); compatible: wide "
-        f"(needs n_streams ≥ {wide_need:,})"]
-    assert plan_lines(root, ["01_a"], "smoke") == []  # a smaller profile than the run's: nothing to predict

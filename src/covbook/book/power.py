@@ -5,7 +5,7 @@ An SE over ``n`` independent replicates (streams, pairs, tasks, models) scales a
 at the end of a stream of length :math:`\ell`, whose variance is :math:`C/\ell`), with Student-t degrees
 of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt about the same prediction
 with that SE (:func:`covbook.rules.window`) gives the claim's predicted kind at profile ``Q``: the measured
-value never enters the kind.  Its predicted *verdict* (:func:`predicted_verdict`) compares that window with
+value never enters the kind.  Its predicted *verdict* (:attr:`Forecast.verdict`) compares that window with
 the measured value ± its SE scaled to ``Q``.  What counts the replicates is each notebook's ``replicates:``
 entry in ``notebooks/profiles.yml``.  ``studies/power_scaling_h200.py`` checks the model against a
 paper-scale run.  No numpy, no torch.
@@ -13,18 +13,19 @@ paper-scale run.  No numpy, no torch.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
-__all__ = ["NotPredicted", "Scale", "Replicates", "Forecast", "parse_replicates", "scaled", "predict", "needed",
-           "measurement_of", "replicate_count", "forecast", "fmt_count", "profile_parameters", "load_replicates",
-           "claim_forecasts", "decision_text", "plan_lines", "predicted_verdict"]
+__all__ = ["Scale", "Forecast", "parse_replicates", "load_replicates", "replicate_count", "scaled", "predict",
+           "needed", "measurement_of", "forecast", "claim_forecasts", "decision_text", "fmt_count",
+           "profile_parameters"]
 
 #: Windows whose width shrinks as the SE does, so that power grows with the replicates.
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
@@ -35,79 +36,50 @@ N_CAP = 1e12
 
 
 @dataclass(frozen=True)
-class NotPredicted:
-    """A claim whose window the model does not predict, and why."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
 class Scale:
-    """``SE ∝ (n·ℓ)^(−1/2)``: ``n`` counts the replicates (and the dof), ``length`` a length the SE falls with."""
+    """How a claim's SE scales, ``SE ∝ (n·ℓ)^(−1/2)``: ``n`` counts the replicates (and the dof), ``length`` is ℓ;
+    or why the model does not predict the claim's window (``not_predicted``)."""
 
-    n: str
+    n: str | None = None
     length: str | None = None
     also: str | None = None  # what else narrows the SE that the model leaves out (a slope's range of log t)
+    not_predicted: str | None = None
 
 
-@dataclass(frozen=True)
-class Replicates:
-    """One notebook's ``replicates:`` entry: a ``default`` expression and, by claim id, an expression,
-    :class:`Scale` or :class:`NotPredicted`."""
+def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profiles.yml") -> dict[str, Scale]:
+    """A notebook's ``replicates:`` entry, ``{default: spec, <claim id>: spec}``, as a :class:`Scale` by key.
 
-    notebook: str
-    default: str | None = None
-    claims: dict = dataclasses.field(default_factory=dict)
+    A spec is an expression of the notebook's parameters that counts the replicates, ``{n: expression,
+    length: expression, also: text}`` or, for a claim, ``{not_predicted: reason}``; anything else is a
+    ``ValueError`` naming ``<notebook>.replicates`` and the key.
 
-    def of(self, claim_id: str) -> Scale | NotPredicted:
-        """How the SE of ``claim_id`` scales (or why it is not predicted).
-
-        >>> r = Replicates("08_x", "n_streams", {"tail": "n_tail", "odd": NotPredicted("its window is the run's")})
-        >>> r.of("slope").n, r.of("tail").n, r.of("odd").reason
-        ('n_streams', 'n_tail', "its window is the run's")
-        """
-        found = self.claims.get(claim_id, self.default)
-        if found is None:
-            return NotPredicted(f"profiles.yml declares no replicates for {self.notebook}'s claim {claim_id!r}")
-        return Scale(found) if isinstance(found, str) else found
-
-
-def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profiles.yml") -> Replicates:
-    """A notebook's ``replicates:`` entry: ``{default: spec, <claim id>: spec | {not_predicted: reason}}``.
-
-    A spec is an expression of the notebook's parameters that counts the replicates, or
-    ``{n: expression, length: expression, also: text}`` (:class:`Scale`); anything else is a ``ValueError``
-    naming ``<notebook>.replicates`` and the key.
-
-    >>> parse_replicates({"default": {"n": "n_streams", "length": "t_max"}}, "01_a").of("c")
-    Scale(n='n_streams', length='t_max', also=None)
+    >>> parse_replicates({"default": {"n": "n_streams", "length": "t_max"}, "c": "n_pairs"}, "01_a")["default"]
+    Scale(n='n_streams', length='t_max', also=None, not_predicted=None)
     """
     at = f"{where}: {notebook}.replicates"
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{at} must be a mapping {{default: expression, <claim id>: expression | "
                          f"{{not_predicted: reason}}}}, got {raw!r}")
-    for key in raw:
+    out = {}
+    for key, value in raw.items():
         if not isinstance(key, str) or not key.replace("_", "").isalnum():
             raise ValueError(f"{at}: key {key!r} must be `default` or a claim id")
-    claims = {key: _spec(value, f"{at}.{key}") for key, value in raw.items()}
-    default = claims.pop("default", None)
-    if isinstance(default, NotPredicted):
-        raise ValueError(f"{at}.default must be an expression of the notebook's parameters")
-    return Replicates(notebook, default, claims)
+        spec = {"n": value} if isinstance(value, str) else value
+        if not (isinstance(spec, dict) and all(isinstance(v, str) and v.strip() for v in spec.values())
+                and (("n" in spec and set(spec) <= {"n", "length", "also"})
+                     or (set(spec) == {"not_predicted"} and key != "default"))):
+            other = "" if key == "default" else " or {not_predicted: reason}"
+            raise ValueError(f"{at}.{key} must be an expression of the notebook's parameters (text), {{n: expression, "
+                             f"length: expression, also: text}}{other}, got {value!r}")
+        out[key] = Scale(**{k: " ".join(v.split()) for k, v in spec.items()})
+    return out
 
 
-def _spec(value: object, at: str) -> str | Scale | NotPredicted:
-    """One spec of a ``replicates:`` entry (:func:`parse_replicates`)."""
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    if isinstance(value, dict) and all(isinstance(v, str) and v.strip() for v in value.values()):
-        if "n" in value and set(value) <= {"n", "length", "also"}:
-            return Scale(value["n"].strip(), value.get("length", "").strip() or None,
-                         " ".join(value.get("also", "").split()) or None)
-        if set(value) == {"not_predicted"}:
-            return NotPredicted(" ".join(value["not_predicted"].split()))
-    raise ValueError(f"{at} must be an expression of the notebook's parameters (text), "
-                     f"{{n: expression, length: expression, also: text}} or {{not_predicted: reason}}, got {value!r}")
+def load_replicates(root: str | Path) -> dict[str, dict[str, Scale]]:
+    """Every notebook's ``replicates:`` entry in ``<root>/notebooks/profiles.yml`` (:func:`parse_replicates`)."""
+    path = Path(root) / "notebooks" / "profiles.yml"
+    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in load_profiles(path).items()
+            if "replicates" in entry}
 
 
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
@@ -143,7 +115,7 @@ def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> M
                                dof=None if m.dof is None else max(1, round((m.dof + 1) * n_to / n_from) - 1))
 
 
-def _scalable(rule: Rule, m: Measurement) -> str | None:
+def _unscalable(rule: Rule, m: Measurement) -> str | None:
     """Why the window of ``rule`` on ``m`` cannot be rebuilt at another size (``None`` when it can)."""
     if rule.window == "run_interval" and m.prediction is None:
         return "the run computes its window's ends and records no prediction to rescale them about"
@@ -155,8 +127,7 @@ def _scalable(rule: Rule, m: Measurement) -> str | None:
 def predict(rule: Rule, m: Measurement, n_from: float, n_to: float, *, length: float = 1.0,
             profile: str | None = None):
     """``judge(rule, scaled(m, n_from, n_to, length))``: its window, ``powered`` and ``kind`` are the prediction."""
-    why = _scalable(rule, m)
-    if why:
+    if why := _unscalable(rule, m):
         raise ValueError(f"claim {m.id}: cannot predict its window: {why}")
     return judge(rule, scaled(m, n_from, n_to, length), profile=profile)
 
@@ -168,24 +139,18 @@ def needed(rule: Rule, m: Measurement, n_from: float, length: float = 1.0) -> fl
     small the SE (the allowance, an open side), or more than :data:`N_CAP`.  For ``p ± Z·se`` and an
     alternative at distance ``D``, it is the first integer above ``n_from·(Z·se/D)²``.
     """
-    if rule.window not in SHRINKING or _scalable(rule, m) or not rule.alternatives:
+    if rule.window not in SHRINKING or _unscalable(rule, m) or not rule.alternatives:
         return None
 
     def powered(n: float) -> bool:
         return bool(judge(rule, scaled(m, n_from, n, length)).powered)
 
-    if powered(1.0):
-        return 1.0
-    hi = max(2.0, float(math.ceil(n_from)))
+    hi = max(2, math.ceil(n_from))
     while not powered(hi):
-        hi *= 2.0
+        hi *= 2
         if hi > N_CAP:
             return None
-    lo = 1.0  # not powered at lo, powered at hi: bisect on integers (power grows with n for these windows)
-    while hi - lo > 1.0:
-        mid = math.floor((lo + hi) / 2.0)
-        lo, hi = (lo, mid) if powered(mid) else (mid, hi)
-    return hi
+    return float(bisect.bisect_left(range(hi + 1), True, lo=1, key=powered))  # power grows with n for these windows
 
 
 def measurement_of(claim) -> Measurement:
@@ -215,64 +180,60 @@ def measurement_of(claim) -> Measurement:
 
 @dataclass(frozen=True)
 class Forecast:
-    """An evidence claim's power at ``profile``, predicted from a run at another (``None``: not predicted)."""
+    """An evidence claim's power at ``profile``, predicted from its run at another (:func:`forecast`)."""
 
-    claim: str
-    notebook: str
     profile: str
-    replicates: str | None  # the expression that counts the replicates
-    n: float | None  # the replicates at ``profile``
-    n_run: float | None  # the replicates of the measured run
-    kind: str | None  # the predicted kind: "evidence" or "compatible"
-    lower: float | None = None  # the predicted window and SE
-    upper: float | None = None
-    se: float | None = None
-    n_needed: float | None = None  # the smallest count with power (:func:`needed`), at ``length``
+    kind: str | None  # the predicted kind, "evidence" or "compatible"; None: not predicted (``note`` says why)
     note: str | None = None  # why it is not predicted, or what the prediction leaves out
-    length_name: str | None = None  # the length the SE also falls with (:class:`Scale`)
-    length: float | None = None  # its value at ``profile``
-    verdict: str | None = None  # the measured value's predicted verdict there (:func:`predicted_verdict`)
+    scale: Scale | None = None  # what counts the replicates; None where the window is the same at every size
+    n: float | None = None  # the replicates at ``profile``
+    n_run: float | None = None  # the replicates of the measured run
+    length: float | None = None  # ``scale.length`` at ``profile``
+    lower: float | None = None  # the predicted window
+    upper: float | None = None
+    n_needed: float | None = None  # the smallest count with power (:func:`needed`), at ``length``
     band: tuple[float, float] | None = None  # the measured value ± k·(its SE scaled to ``profile``)
 
+    @property
+    def verdict(self) -> str | None:
+        """``pass`` when ``band`` lies inside the predicted window (an end ``None`` is open), ``fail`` when it lies
+        wholly outside, else ``undecided``; ``None`` without a band.
 
-def predicted_verdict(band: tuple[float, float], lower: float | None, upper: float | None) -> str:
-    """``pass`` when ``band`` (the measured value ± k·SE at a larger profile) lies inside the predicted window
-    ``[lower, upper]`` (``None``: open), ``fail`` when it lies wholly outside, else ``undecided``.
+        >>> [Forecast("full", "evidence", lower=-0.67, upper=-0.33, band=b).verdict
+        ...  for b in ((-0.6, -0.4), (-0.35, -0.25), (-0.3, -0.2))]
+        ['pass', 'undecided', 'fail']
+        """
+        if self.band is None:
+            return None
+        (lo, hi), lower, upper = self.band, self.lower, self.upper
+        if (lower is None or lo >= lower) and (upper is None or hi <= upper):
+            return "pass"
+        return "fail" if (upper is not None and lo > upper) or (lower is not None and hi < lower) else "undecided"
 
-    >>> [predicted_verdict(b, -0.67, -0.33) for b in ((-0.6, -0.4), (-0.35, -0.25), (-0.3, -0.2))]
-    ['pass', 'undecided', 'fail']
-    """
-    if (lower is None or band[0] >= lower) and (upper is None or band[1] <= upper):
-        return "pass"
-    return "fail" if (upper is not None and band[0] > upper) or (lower is not None and band[1] < lower) else "undecided"
 
-
-def forecast(rule: Rule, m: Measurement, replicates: str | Scale | NotPredicted, run_params: dict,
+def forecast(rule: Rule, m: Measurement, scale: str | Scale, run_params: dict,
              profiles: dict[str, dict]) -> list[Forecast]:
-    """The claim's forecast at each profile of ``profiles`` (name -> parameters) from a run with ``run_params``."""
-    where = f"{m.notebook}.replicates ({m.id})"
+    """The claim's forecast at each profile of ``profiles`` (name -> parameters) from a run with ``run_params``;
+    ``scale`` is the claim's :class:`Scale` (or the expression that counts its replicates)."""
     if rule.window in ("fixed", "tolerance") and not m.reason:  # the same window at every size
-        kind = judge(rule, m).kind
-        return [Forecast(m.id, m.notebook, name, None, None, None, kind, note=SAME_WINDOW) for name in profiles]
-    why = replicates.reason if isinstance(replicates, NotPredicted) else _scalable(rule, m)
-    if why is None and m.reason:
-        why = f"the run could not evaluate it ({m.reason})"
+        return [Forecast(name, judge(rule, m).kind, SAME_WINDOW) for name in profiles]
+    scale = Scale(scale) if isinstance(scale, str) else scale
+    why = scale.not_predicted or _unscalable(rule, m) or (m.reason and f"the run could not evaluate it ({m.reason})")
     if why:
-        return [Forecast(m.id, m.notebook, name, None, None, None, None, note=why) for name in profiles]
-    scale = Scale(replicates) if isinstance(replicates, str) else replicates
-    n_run = replicate_count(scale.n, run_params, where)
-    len_run = replicate_count(scale.length, run_params, where) if scale.length else 1.0
+        return [Forecast(name, None, why) for name in profiles]
+    count = partial(replicate_count, where=f"{m.notebook}.replicates ({m.id})")
+    n_run = count(scale.n, run_params)
+    len_run = count(scale.length, run_params) if scale.length else 1.0
     out = []
     for name, params in profiles.items():
-        n = replicate_count(scale.n, params, where)
-        length = replicate_count(scale.length, params, where) if scale.length else None
+        n = count(scale.n, params)
+        length = count(scale.length, params) if scale.length else None
         ratio = 1.0 if length is None else length / len_run
         c = predict(rule, m, n_run, n, length=ratio, profile=name)
-        se, k = c.extra.get("se"), quantile(c.extra.get("dof"))
-        band = None if se is None else (m.value - k * se, m.value + k * se)
-        out.append(Forecast(m.id, m.notebook, name, scale.n, n, n_run, c.kind, c.lower, c.upper, se,
-                            needed(rule, m, n_run, ratio), scale.also, scale.length, length,
-                            band and predicted_verdict(band, c.lower, c.upper), band))
+        half = None if c.extra.get("se") is None else quantile(c.extra.get("dof")) * c.extra["se"]
+        band = None if half is None else (m.value - half, m.value + half)
+        out.append(Forecast(name, c.kind, scale.also, scale, n, n_run, length, c.lower, c.upper,
+                            needed(rule, m, n_run, ratio), band))
     return out
 
 
@@ -289,32 +250,14 @@ def profile_parameters(root: str | Path, notebook: str, profile: str) -> dict:
     return {**defaults, **resolve_parameters(notebook, defaults, table, profile, "cpu", 0)}
 
 
-def load_replicates(root: str | Path) -> dict[str, Replicates]:
-    """Every notebook's ``replicates:`` entry in ``<root>/notebooks/profiles.yml``, parsed (notebook -> entry)."""
-    path = Path(root) / "notebooks" / "profiles.yml"
-    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in load_profiles(path).items()
-            if "replicates" in entry}
-
-
-def _larger(profile: str | None) -> list[str]:
-    """The profiles after ``profile`` (smallest first); every one for an unknown profile."""
-    return list(PROFILES[PROFILES.index(profile) + 1:]) if profile in PROFILES else list(PROFILES)
-
-
 def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
                     keys: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[Forecast]]:
     """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``);
     ``runs`` are the run records by notebook (their ``parameters`` are the measured run's)."""
     from covbook.rules import load_rules, rules_path
 
-    root = Path(root)
-    replicates = load_replicates(root)
-
-    @cache
-    def params(notebook: str, profile: str) -> dict:
-        return profile_parameters(root, notebook, profile)
-
-    out: dict[tuple[str, str], list[Forecast]] = {}
+    root, out = Path(root), {}
+    replicates, params = load_replicates(root), cache(partial(profile_parameters, root))
     for c in claims:
         if (keys is not None and (c.notebook, c.id) not in keys) or (c.rule_kind or c.kind) != "evidence":
             continue
@@ -323,22 +266,23 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
         rules_file = rules_path(root, c.notebook)
         if built not in PROFILES or not rules_file.is_file() or c.id not in (rules := load_rules(rules_file)):
             continue  # a run of no known profile has no parameters to scale from
-        targets = {name: params(c.notebook, name) for name in _larger(built)}
-        run_params = {**params(c.notebook, built),
-                      **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
-        entry = replicates.get(c.notebook) or Replicates(c.notebook)
-        unknown = sorted(set(entry.claims) - set(rules))
-        if unknown:
+        entry = replicates.get(c.notebook, {})
+        if unknown := sorted(set(entry) - {"default"} - set(rules)):
             raise ValueError(f"notebooks/profiles.yml: {c.notebook}.replicates names claim(s) {', '.join(unknown)}, "
                              f"which {rules_file.name} does not have")
-        out[(c.notebook, c.id)] = forecast(rules[c.id], measurement_of(c), entry.of(c.id), run_params, targets)
+        scale = entry.get(c.id) or entry.get("default") or Scale(
+            not_predicted=f"profiles.yml declares no replicates for {c.notebook}'s claim {c.id!r}")
+        run_params = {**params(c.notebook, built),
+                      **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
+        targets = {name: params(c.notebook, name) for name in PROFILES[PROFILES.index(built) + 1:]}
+        out[(c.notebook, c.id)] = forecast(rules[c.id], measurement_of(c), scale, run_params, targets)
     return out
 
 
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
     """What would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it power,
-    else the largest; then the measured value's predicted verdict at each larger profile (:class:`Forecast`
-    ``verdict``); ``window`` is the rule's (a non-shrinking window is decided by no size)."""
+    else the largest; then the measured value's predicted verdict at each larger profile; ``window`` is the
+    rule's (a non-shrinking window is decided by no size)."""
     from covbook.book.render import render
 
     if not forecasts:
@@ -346,24 +290,3 @@ def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])
     return " ".join(render("decision.md.j2", f=chosen, count=fmt_count, shrinks=window in SHRINKING,
                            verdicts=[f for f in forecasts if f.verdict]).split()).replace(" ;", ";").replace(" ,", ",")
-
-
-def plan_lines(root: str | Path, names: list[str], profile: str) -> list[str]:
-    """One line per notebook of ``names`` whose last run was at a profile smaller than ``profile``: how many of
-    its evidence claims are predicted evidence there, and the count the others need (``covbook run --plan``)."""
-    from covbook.book.records import read_run
-    from covbook.book.render import render
-    from covbook.claims import load_claims
-
-    gen = Path(root) / "book" / "generated"
-    out = []
-    for name in names:
-        rec, path = read_run(gen / "runs" / f"{name}.json"), gen / "claims" / f"{name}.json"
-        if rec is None or not rec.ok or not path.is_file() or profile not in _larger(rec.profile):
-            continue
-        claims = load_claims(path, rules_root=root, profile=rec.profile)
-        found = claim_forecasts(root, claims, {name: dict(rec)})
-        at = [f for fs in found.values() for f in fs if f.profile == profile]
-        text = render("plan_power.txt.j2", name=name, at=at, profile=profile, run_profile=rec.profile, count=fmt_count)
-        out.append(" ".join(text.split()))
-    return out

@@ -201,41 +201,25 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def _undecided(statement: Statement, by_key: dict[tuple[str, str], Claim]) -> list[tuple[str, list]]:
-    """``(part name, [(reference, key, claim), ...])`` of each part that is only compatible: the key claims that
-    pass without showing or supporting it (the template says what would decide each)."""
-    out = []
-    for (name, keys), (_, state) in zip(statement.part_keys(), part_states(statement, by_key)):
-        exact = name in statement.exact
-        if state == "compatible only":
-            out.append((name, [(cid if nb == statement.chapter else f"{nb}:{cid}", (nb, cid), c) for nb, cid in keys
-                               if not (shows(c := by_key[(nb, cid)], exact) or supports(c, exact))]))
-    return out
-
-
-def _supporting(claim: Claim | None, exact: bool) -> bool:
-    """A passing claim listed apart, after the claims that decide its part (:func:`supports`)."""
-    return claim is not None and claim.passed and supports(claim, exact)
-
-
 def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
            profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
     """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
     :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
-    forecasts = forecasts or {}
-    windows = {(c.notebook, c.id): c.window for c in reversed(claims)}  # a key's first claim
-    by_key = {(c.notebook, c.id): c for c in claims}
+    forecasts, by_key = forecasts or {}, {(c.notebook, c.id): c for c in claims}
     sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
         rows = []
         for s in (s for s in results.statements if s.kind == kind):
-            st = status(s, by_key)
-            parts = [(name, name in s.exact,
-                      [k for k in keys if not _supporting(by_key.get(k), name in s.exact)],
-                      [k for k in keys if _supporting(by_key.get(k), name in s.exact)]) for name, keys in s.part_keys()]
+            st, parts, undecided = status(s, by_key), [], []
+            for (name, keys), (_, state) in zip(s.part_keys(), part_states(s, by_key)):
+                exact = name in s.exact  # a passing claim that only supports its part is listed apart, after
+                side = [k for k in keys if k in by_key and by_key[k].passed and supports(by_key[k], exact)]
+                parts.append((name, exact, [k for k in keys if k not in side], side))
+                if state == "compatible only" and st in ("holds in part", "compatible only"):  # what would decide it
+                    undecided.append((name, [k for k in parts[-1][2] if not shows(by_key[k], exact)]))
             rows.append({"s": s, "status": st, "detail": status_detail(s, by_key), "parts": parts,
-                         "undecided": _undecided(s, by_key) if st in ("holds in part", "compatible only") else []})
+                         "undecided": undecided})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
             for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
@@ -247,7 +231,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
                        statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
-                       decisions={k: decision_text(v, windows.get(k)) for k, v in forecasts.items()},
+                       decisions={k: decision_text(v, by_key[k].window) for k, v in forecasts.items()},
                        larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
                        at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
 
