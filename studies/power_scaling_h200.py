@@ -53,7 +53,7 @@ def rows(full_claims: list[dict]) -> list[dict]:
                 f.lower, f.upper, measured["lower"], measured["upper"]):
             continue
         scale = f.scale
-        quick_p, full_p = profile_parameters(ROOT, c.notebook, "quick"), profile_parameters(ROOT, c.notebook, "full")
+        quick_p, full_p = (profile_parameters(ROOT, c.notebook)[p] for p in ("quick", "full"))
         length = 1.0 if not scale.length else \
             replicate_count(scale.length, full_p) / replicate_count(scale.length, quick_p)
         rule = load_rules(rules_path(ROOT, c.notebook))[c.id]

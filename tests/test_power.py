@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from covbook.book import power
-from covbook.book.config import PROFILES, load_profiles, notebook_parameters, resolve_parameters
+from covbook.book.config import load_profiles
 from covbook.rules import LEVEL, Alternative, Measurement, Rule, Z, chi2_quantile, judge, load_rules, quantile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,17 +195,15 @@ def _notebooks() -> list[str]:
 def test_every_evidence_rule_has_its_replicates_declared(notebook):
     """Each notebook declares what counts its replicates; each name is a parameter at every profile, each claim
     it names is a rule of the chapter, and every evidence rule is covered (by `default` or by name)."""
-    entry = power.load_replicates(ROOT).get(notebook)
+    table = load_profiles(ROOT / "notebooks" / "profiles.yml")
+    entry = power.parse_replicates(table[notebook]["replicates"], notebook) if "replicates" in table[notebook] else None
     rules = load_rules(ROOT / "notebooks" / "rules" / f"{notebook}.yml")
     evidence = [r.id for r in rules.values() if r.kind == "evidence"]
     if not evidence:
         return
     assert entry is not None, f"notebooks/profiles.yml: {notebook} has evidence rules but no `replicates:`"
     assert not set(entry) - {"default"} - set(rules), f"{notebook}.replicates names claims its rules do not have"
-    defaults = notebook_parameters(ROOT / "notebooks" / f"{notebook}.md")
-    table = load_profiles(ROOT / "notebooks" / "profiles.yml")
-    for profile in PROFILES:
-        params = {**defaults, **resolve_parameters(notebook, defaults, table, profile, "cpu", 0)}
+    for params in power.profile_parameters(ROOT, notebook, table).values():
         for cid in evidence:
             scale = entry.get(cid) or entry.get("default")
             assert scale is not None, f"{notebook}: evidence rule {cid} has no replicates"

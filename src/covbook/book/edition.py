@@ -5,13 +5,11 @@ decisive larger CPU run) that the book shows while it is current.
 figures as SVG) and copies each that succeeded into ``book/edition/``, laid out as ``book/generated`` (the run
 record last; a failure leaves ``failed/NAME.json``).  A stored run is *current* when its key is the one cache
 key (:func:`covbook.book.cache.content_hash`) the chapter has now with the device and environment its record
-names.  ``covbook check`` and ``build`` verify every stored file against its record and re-judge a current
-run's measurements by the current rules.  Nothing here imports torch unless a chapter is run.
+names.  Nothing here imports torch unless a chapter is run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -34,10 +32,6 @@ __all__ = ["EDITION", "COMMIT_ENV", "Status", "status", "stored_key", "edition_p
 EDITION = Path("book") / "edition"
 #: the commit an edition was made at, where the tree it runs in is no git checkout (a copy on a GPU machine)
 COMMIT_ENV = "COVBOOK_EDITION_COMMIT"
-
-
-def _dir(paths: Paths) -> Path:
-    return paths.root / EDITION
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,7 @@ def stored_key(paths: Paths, name: str, rec: RunRecord) -> str:
 
 def status(paths: Paths) -> dict[str, Status]:
     """Every chapter's :class:`Status` in ``book/edition``."""
-    d, out = _dir(paths), {}
+    d, out = paths.root / EDITION, {}
     for name in discover(paths):
         failed = d / "failed" / f"{name}.json"
         try:
@@ -89,8 +83,8 @@ def status(paths: Paths) -> dict[str, Status]:
 
 def _judged(paths: Paths, name: str, profile: str | None) -> tuple[list, list[str], list[str]]:
     """:func:`covbook.book.checks.judge_chapter` of chapter ``name``'s stored measurements, by the current rules."""
-    return judge_chapter(name, load_measurements(_dir(paths) / "claims" / f"{name}.json"), read_rules(paths, name),
-                         profile)
+    ms = load_measurements(paths.root / EDITION / "claims" / f"{name}.json")
+    return judge_chapter(name, ms, read_rules(paths, name), profile)
 
 
 def edition_claims(paths: Paths, name: str, profile: str | None) -> list:
@@ -145,7 +139,7 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     st = (status(paths) if statuses is None else statuses).get(name, Status("absent"))
     nb, rec = own, dict(record or {})
     if st.current:
-        nb, rec = json.loads((_dir(paths) / f"{name}.ipynb").read_text(encoding="utf-8")), dict(st.record or {})
+        nb, rec = read_json(paths.root / EDITION / f"{name}.ipynb", dict), dict(st.record or {})
         try:  # a stored claim that cannot be judged is `covbook check`'s problem; the page keeps its verdict line
             refresh_verdict_lines(nb, edition_claims(paths, name, st.profile))
         except (UsageError, ValueError, OSError):
@@ -199,7 +193,7 @@ def store(paths: Paths, scratch: Paths, results: list, profile: str, provenance:
     """Copy into ``book/edition`` each chapter of ``results`` that succeeded in this invocation (its record's key
     taken when the run started; ``provenance`` joins the record: the key's device and environment, the commit);
     a failed one writes ``failed/NAME.json`` only.  Files are written atomically, the record last."""
-    out = _dir(paths)
+    out = paths.root / EDITION
     for r in results:
         failed = out / "failed" / f"{r.name}.json"
         if r.status == "failed":

@@ -23,7 +23,7 @@ from pathlib import Path
 from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
 from covbook.rules import Measurement, Rule, judge, quantile
 
-__all__ = ["Scale", "Forecast", "parse_replicates", "load_replicates", "replicate_count", "scaled", "predict",
+__all__ = ["Scale", "Forecast", "parse_replicates", "replicate_count", "scaled", "predict",
            "needed", "measurement_of", "forecast", "claim_forecasts", "decision_text", "fmt_count",
            "profile_parameters"]
 
@@ -73,13 +73,6 @@ def parse_replicates(raw: object, notebook: str, where: str = "notebooks/profile
                              f"length: expression, also: text}}{other}, got {value!r}")
         out[key] = Scale(**{k: " ".join(v.split()) for k, v in spec.items()})
     return out
-
-
-def load_replicates(root: str | Path) -> dict[str, dict[str, Scale]]:
-    """Every notebook's ``replicates:`` entry in ``<root>/notebooks/profiles.yml`` (:func:`parse_replicates`)."""
-    path = Path(root) / "notebooks" / "profiles.yml"
-    return {nb: parse_replicates(entry["replicates"], nb, str(path)) for nb, entry in load_profiles(path).items()
-            if "replicates" in entry}
 
 
 def replicate_count(expr: str, params: dict, where: str = "replicates") -> float:
@@ -242,12 +235,13 @@ def fmt_count(n: float | None) -> str:
     return "—" if n is None else f"{n:,.0f}" if float(n).is_integer() or n >= 10 else f"{n:.3g}"
 
 
-def profile_parameters(root: str | Path, notebook: str, profile: str) -> dict:
-    """The parameters notebook ``notebook`` runs with at ``profile`` (its parameters cell and profiles.yml)."""
+def profile_parameters(root: str | Path, notebook: str, table: dict | None = None) -> dict[str, dict]:
+    """The parameters notebook ``notebook`` runs with at each profile: its parameters cell and ``table`` (the
+    parsed ``notebooks/profiles.yml``, read when not given)."""
     root = Path(root)
     defaults = notebook_parameters(root / "notebooks" / f"{notebook}.md")
-    table = load_profiles(root / "notebooks" / "profiles.yml")
-    return {**defaults, **resolve_parameters(notebook, defaults, table, profile, "cpu", 0)}
+    table = load_profiles(root / "notebooks" / "profiles.yml") if table is None else table
+    return {p: {**defaults, **resolve_parameters(notebook, defaults, table, p, "cpu", 0)} for p in PROFILES}
 
 
 def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
@@ -256,25 +250,27 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
     ``runs`` are the run records by notebook (their ``parameters`` are the measured run's)."""
     from covbook.rules import load_rules, rules_path
 
-    root, out = Path(root), {}
-    replicates, params = load_replicates(root), cache(partial(profile_parameters, root))
+    root, out, path = Path(root), {}, Path(root) / "notebooks" / "profiles.yml"
+    table = load_profiles(path)  # read once: parsing it and the parameters cells is most of the time
+    replicates = {nb: parse_replicates(e["replicates"], nb, str(path)) for nb, e in table.items() if "replicates" in e}
+    params = cache(partial(profile_parameters, root, table=table))
+    rules_of = cache(lambda nb: load_rules(rules_path(root, nb)) if rules_path(root, nb).is_file() else {})
     for c in claims:
         if (keys is not None and (c.notebook, c.id) not in keys) or (c.rule_kind or c.kind) != "evidence":
             continue
         injected = dict((runs.get(c.notebook) or {}).get("parameters") or {})
-        built = c.profile or injected.get("profile")
-        rules_file = rules_path(root, c.notebook)
-        if built not in PROFILES or not rules_file.is_file() or c.id not in (rules := load_rules(rules_file)):
+        built, rules = c.profile or injected.get("profile"), rules_of(c.notebook)
+        if built not in PROFILES or c.id not in rules:
             continue  # a run of no known profile has no parameters to scale from
         entry = replicates.get(c.notebook, {})
         if unknown := sorted(set(entry) - {"default"} - set(rules)):
             raise ValueError(f"notebooks/profiles.yml: {c.notebook}.replicates names claim(s) {', '.join(unknown)}, "
-                             f"which {rules_file.name} does not have")
+                             f"which {c.notebook}.yml does not have")
         scale = entry.get(c.id) or entry.get("default") or Scale(
             not_predicted=f"profiles.yml declares no replicates for {c.notebook}'s claim {c.id!r}")
-        run_params = {**params(c.notebook, built),
+        run_params = {**params(c.notebook)[built],
                       **{k: v for k, v in injected.items() if k not in ("profile", "device", "seed")}}
-        targets = {name: params(c.notebook, name) for name in PROFILES[PROFILES.index(built) + 1:]}
+        targets = {name: params(c.notebook)[name] for name in PROFILES[PROFILES.index(built) + 1:]}
         out[(c.notebook, c.id)] = forecast(rules[c.id], measurement_of(c), scale, run_params, targets)
     return out
 

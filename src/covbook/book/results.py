@@ -3,10 +3,8 @@
 ``book/results.yml`` declares the statements the book tests (the results T1–T5, each the abstract's claim or
 the book's reconstruction by its ``source``, and the book's own findings) and the key claims that decide
 each, optionally in named parts (``claims: {rate: [slope_s1p0], constant: [...]}``), some marked ``exact``.
-Only evidence shows a part (:func:`shows`); a sanity check, or an identity of a part that is not exact, only
-supports it (:func:`supports`); :func:`part_states` and :func:`status` follow, as the page's introduction
-(``templates/results.md.j2``) tells the reader.  A key claim that passes without power gets the verdict
-predicted at each larger profile (:mod:`covbook.book.power`).
+Only evidence shows a part (:func:`shows`), as the page's introduction (``templates/results.md.j2``) tells the
+reader; a key claim that passes without power gets its forecast (:mod:`covbook.book.power`).
 """
 
 from __future__ import annotations
@@ -244,9 +242,9 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     if not data.is_file():
         return None
     results = load_statements(data)
-    labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
     profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
     ran = {n for n, m in runs.items() if m.get("status") == "ok"}
     keys = {k for st in results.statements for k in st.claim_keys()}
     forecasts = claim_forecasts(generated.parent.parent, claims, runs, keys)
+    labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
     return write_page(generated / "results.md", render(results, claims, labels, ran, profiles, runs, forecasts))
