@@ -1,9 +1,7 @@
 """Judge the last run (``covbook check``): every claim passes its rule, every evidence claim has power, no claim
-vanished.  (A ``{claim}`` citation of an unrecorded claim fails the build: :mod:`covbook.book.sphinx_claims`.)
-
-Reads the measurements and run records in ``book/generated`` and judges them against the chapters' rules
-(``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`) without running anything.  An evidence claim judged
-``compatible`` (its window contains an alternative) at a profile that builds the book is a note.
+vanished; from the measurements and run records in ``book/generated`` and the chapters' rules
+(``notebooks/rules/NN_name.yml``, :mod:`covbook.rules`), without running anything.  (A ``{claim}`` citation of
+an unrecorded claim fails the build instead: :mod:`covbook.book.sphinx_claims`.)
 """
 
 from __future__ import annotations
@@ -132,10 +130,9 @@ def split_target(text: str, docname: str, chapters: list[str]) -> tuple[str, str
 
 
 def check(paths: Paths) -> Verdict:
-    """Judge the stored measurements of the last run against the current rules; every reason it does not verify
-    (a notebook that failed, was not run or recorded no claim, a failed claim, an evidence rule without basis or
-    alternative, an id its rules do not declare or one they do that the run did not record) and notes (claims
-    without power, chapters run at mixed profiles or seeds)."""
+    """Judge the stored measurements of the last run against the current rules: every reason it does not verify (a
+    rules file without its notebook, a notebook that failed or was not run, :func:`judge_chapter`'s problems) and
+    notes (:func:`judge_chapter`'s, chapters run at mixed profiles or seeds)."""
     v = Verdict()
     names = discover(paths)
     for f in sorted((paths.root / RULES).glob("*.yml")):

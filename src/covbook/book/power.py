@@ -6,8 +6,7 @@ at the end of a stream of length :math:`\ell`, whose variance is :math:`C/\ell`)
 of freedom :math:`\nu_Q + 1 = (\nu_P + 1) n_Q / n_P`.  The rule's window rebuilt about the same prediction
 with that SE (:func:`covbook.rules.window`) gives the claim's predicted kind at profile ``Q``: the measured
 value never enters the kind.  Its predicted *verdict* (:attr:`Forecast.verdict`) compares that window with
-the measured value ± its SE scaled to ``Q``.  What counts the replicates is each notebook's ``replicates:``
-entry in ``notebooks/profiles.yml``.  ``studies/power_scaling_h200.py`` checks the model against a
+the measured value ± its SE scaled to ``Q``.  ``studies/power_scaling_h200.py`` checks the model against a
 paper-scale run.  No numpy, no torch.
 """
 
@@ -31,8 +30,7 @@ __all__ = ["Scale", "Forecast", "parse_replicates", "replicate_count", "scaled",
 SHRINKING = ("two_sided", "at_least", "at_most", "chi2_mean", "run_interval")
 #: The note of a forecast whose window does not depend on the replicates (``fixed``, ``tolerance``).
 SAME_WINDOW = "its window is the same at every size"
-#: No replicate count beyond this is searched: a claim that needs more is said to need "more than" it.
-N_CAP = 1e12
+N_CAP = 1e12  # no replicate count beyond this is searched (:func:`needed`)
 
 
 @dataclass(frozen=True)
@@ -276,9 +274,8 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
 
 
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
-    """What would decide a claim (``templates/decision.md.j2``): the first profile predicted to give it power,
-    else the largest; then the measured value's predicted verdict at each larger profile; ``window`` is the
-    rule's (a non-shrinking window is decided by no size)."""
+    """What would decide a claim whose rule has window ``window`` (``templates/decision.md.j2``): the first profile
+    predicted to give it power, else the largest; then the measured value's predicted verdict at each profile."""
     from covbook.book.render import render
 
     if not forecasts:

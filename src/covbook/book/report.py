@@ -7,12 +7,10 @@ also writes the calibration and results pages and refreshes the chapters' verdic
 
 from __future__ import annotations
 
-import json
 import platform
-import tempfile
 from pathlib import Path
 
-from covbook._jsonio import write_json_atomic
+from covbook._jsonio import read_json, write_json_atomic
 from covbook.book.cache import file_digest
 from covbook.book.checks import check
 from covbook.book.config import Paths
@@ -27,13 +25,9 @@ __all__ = ["write_report", "refresh_verdicts"]
 
 
 def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
-    """Rewrite the executed chapters' verdict lines (found by their anchors) from ``claims``, judged by the
-    current rules, so that chapter, report and ``{claim}`` role agree after a rule change without a rerun.
-
-    A rewritten notebook and its run record (the new SHA-256) are committed as one unit
-    (:func:`covbook.book.runner.commit_rewritten`); a notebook that is not the file its record names is
-    left alone (``check`` reports it as damaged).  Returns the number of lines changed.
-    """
+    """Rewrite the executed chapters' verdict lines from ``claims`` (judged by the current rules), so that chapter,
+    report and ``{claim}`` role agree after a rule change without a rerun; each rewritten notebook is committed
+    with its run record (:func:`covbook.book.runner.commit_rewritten`).  Returns the number of lines changed."""
     from covbook.book.runner import commit_rewritten  # the one atomic commit of a run's outputs
 
     changed = 0
@@ -42,13 +36,11 @@ def refresh_verdicts(paths: Paths, claims: list[Claim]) -> int:
         if not (f.is_file() and record is not None and record.ok
                 and (record.outputs or {}).get("notebook") == file_digest(f)):
             continue  # not the file its record was committed with: never rewritten, reported as damaged
-        nb = json.loads(f.read_text(encoding="utf-8"))
+        nb = read_json(f, dict)
         n = refresh_verdict_lines(nb, [c for c in claims if c.notebook == name])
-        if n:
-            paths.tmp.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix="refresh-", dir=paths.tmp) as d:
-                write_json_atomic(Path(d) / f"{name}.ipynb", nb)
-                commit_rewritten(paths, name, Path(d) / f"{name}.ipynb")
+        if n:  # written in the tree's scratch folder (a run clears it), then committed with its record
+            write_json_atomic(paths.tmp / f"refresh-{name}.ipynb", nb)
+            commit_rewritten(paths, name, paths.tmp / f"refresh-{name}.ipynb")
             changed += n
     return changed
 
@@ -61,9 +53,7 @@ def write_report(paths: Paths) -> Path:
     problems, notes = edition_problems(paths)
     v.problems += problems
     v.notes += notes
-    order = {k: i for i, k in enumerate(KINDS)}
-    notebooks = {name: sorted((c for c in shown if c.notebook == name), key=lambda c: order.get(c.kind, 9))
-                 for name in v.runs}
+    notebooks = {n: sorted((c for c in shown if c.notebook == n), key=lambda c: KINDS.index(c.kind)) for n in v.runs}
     n_evidence = sum(c.kind == "evidence" for c in shown)
     text = render("reproduction.md.j2", claims=shown, ok=v.ok, kinds=KINDS, level=LEVEL, z=Z, n_evidence=n_evidence,
                   familywise=familywise(n_evidence), problems=v.problems, notes=v.notes,
