@@ -73,12 +73,8 @@ def _alternative_problems(ms: list[Measurement], rules: dict[str, Rule], where: 
 
 def judge_chapter(name: str, ms: list[Measurement], rules: dict[str, Rule],
                   profile: str | None) -> tuple[list[Claim], list[str], list[str]]:
-    """``(claims, problems, notes)`` of chapter ``name``'s measurements ``ms`` judged by ``rules`` at ``profile``.
-
-    Problems: no claim, an alternative keyed to a number the run does not record, a failed claim, an evidence
-    rule without a basis or an alternative, an id recorded twice, missing from the run or from the rules.
-    Notes: an evidence rule judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`).
-    """
+    """``(claims, problems, notes)`` of chapter ``name``'s measurements ``ms`` judged by ``rules`` at ``profile``;
+    a note is an evidence rule judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`)."""
     where, ids = f"{RULES / name}.yml", [m.id for m in ms]
     claims = judge_file(ms, rules, profile=profile)[0]
     out = _alternative_problems(ms, rules, where) + ([] if ms else [f"{name}: produced no claims"])

@@ -24,7 +24,7 @@ from covbook.book.checks import judge_chapter, read_rules
 from covbook.book.config import Paths, UsageError, discover
 from covbook.book.records import RunRecord
 from covbook.book.render import render
-from covbook.claims import load_measurements
+from covbook.claims import anchor, load_measurements, verdict_markdown
 
 __all__ = ["EDITION", "COMMIT_ENV", "Status", "status", "stored_key", "edition_problems",
            "edition_claims", "shown_claims", "published_notebook", "refresh_verdict_lines", "make", "store"]
@@ -160,8 +160,6 @@ _SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anch
 def refresh_verdict_lines(nb: dict, claims: list) -> int:
     """Rewrite, in place, the verdict lines of executed notebook ``nb`` (found by their anchors) as ``claims``
     (judged by the current rules) give them; returns how many changed."""
-    from covbook.claims import anchor, verdict_markdown
-
     by_anchor = {anchor(c.notebook, c.id): c for c in claims}
     n = 0
     for cell in nb.get("cells", []):

@@ -20,7 +20,8 @@ from functools import cache, partial
 from pathlib import Path
 
 from covbook.book.config import PROFILES, expression_value, load_profiles, notebook_parameters, resolve_parameters
-from covbook.rules import Measurement, Rule, judge, quantile
+from covbook.book.render import render
+from covbook.rules import Measurement, Rule, judge, load_rules, quantile, rules_path
 
 __all__ = ["Scale", "Forecast", "parse_replicates", "replicate_count", "scaled", "predict",
            "needed", "measurement_of", "forecast", "claim_forecasts", "decision_text", "fmt_count",
@@ -236,9 +237,8 @@ def fmt_count(n: float | None) -> str:
 def profile_parameters(root: str | Path, notebook: str, table: dict | None = None) -> dict[str, dict]:
     """The parameters notebook ``notebook`` runs with at each profile: its parameters cell and ``table`` (the
     parsed ``notebooks/profiles.yml``, read when not given)."""
-    root = Path(root)
-    defaults = notebook_parameters(root / "notebooks" / f"{notebook}.md")
-    table = load_profiles(root / "notebooks" / "profiles.yml") if table is None else table
+    defaults = notebook_parameters(Path(root) / "notebooks" / f"{notebook}.md")
+    table = load_profiles(Path(root) / "notebooks" / "profiles.yml") if table is None else table
     return {p: {**defaults, **resolve_parameters(notebook, defaults, table, p, "cpu", 0)} for p in PROFILES}
 
 
@@ -246,8 +246,6 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
                     keys: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[Forecast]]:
     """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``);
     ``runs`` are the run records by notebook (their ``parameters`` are the measured run's)."""
-    from covbook.rules import load_rules, rules_path
-
     root, out, path = Path(root), {}, Path(root) / "notebooks" / "profiles.yml"
     table = load_profiles(path)  # read once: parsing it and the parameters cells is most of the time
     replicates = {nb: parse_replicates(e["replicates"], nb, str(path)) for nb, e in table.items() if "replicates" in e}
@@ -276,8 +274,6 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
 def decision_text(forecasts: list[Forecast], window: str | None = None) -> str:
     """What would decide a claim whose rule has window ``window`` (``templates/decision.md.j2``): the first profile
     predicted to give it power, else the largest; then the measured value's predicted verdict at each profile."""
-    from covbook.book.render import render
-
     if not forecasts:
         return ""
     chosen = next((f for f in forecasts if f.kind == "evidence"), forecasts[-1])

@@ -13,6 +13,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from covbook._jsonio import atomic_write
+
 __all__ = ["TEMPLATES", "render", "write_page", "noun", "seed_text", "theorem_labels", "link_theorems"]
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -81,7 +83,5 @@ def render(template: str, **context: object) -> str:
 
 def write_page(path: Path, text: str) -> Path:
     """Write the page ``text`` to ``path`` atomically (:func:`covbook._jsonio.atomic_write`); returns ``path``."""
-    from covbook._jsonio import atomic_write
-
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return path

@@ -1,8 +1,6 @@
-"""The reproduction report, ``book/generated/reproduction.md`` (``templates/reproduction.md.j2``), from the last run.
-
-The verdict per claim kind, the book's error rate, every claim by notebook (its row is the anchor the
-chapters' ``{claim}`` citations link to), the runs, their costs and the environment.  :func:`write_report`
-also writes the calibration and results pages and refreshes the chapters' verdict lines.
+"""The reproduction report, ``book/generated/reproduction.md`` (``templates/reproduction.md.j2``), from the last run:
+the verdict per claim kind, the book's error rate, every claim by notebook (its row is the anchor the chapters'
+``{claim}`` citations link to), the runs, their costs and the environment.
 """
 
 from __future__ import annotations
