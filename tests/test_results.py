@@ -79,7 +79,7 @@ def test_render_counts_links_and_lists_what_is_missing() -> None:
         Statement("F1", "a finding", "01_a", ("c4",), kind="finding"),
     ])
     page = render(results, [_claim("c1"), _claim("c2"), _claim("c4", False, measured=2.5)], {"thm-01-a"},
-                  ran={"01_a"}, profiles=["smoke"])
+                  runs={"01_a": {"status": "ok", "parameters": {"profile": "smoke", "seed": 0}}})
     assert "1 holds, 1 holds with a correction, 0 holds in part, 0 compatible only, 0 fails, 1 not tested" in page
     assert "{prf:ref}`thm-01-a`" in page and "{prf:ref}`thm-gone`" not in page  # no dangling reference
     assert "holds \\| here" in page  # a pipe does not break the table

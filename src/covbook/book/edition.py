@@ -147,8 +147,7 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     cells = [c for c in nb.get("cells", []) if "covbook-edition" not in c.get("metadata", {}).get("tags", [])]
     at = next((i + 1 for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
                and "".join(c.get("source", "")).lstrip().startswith("# ")), 0)
-    text = render("edition_banner.md.j2", st=st, rec=rec, params=rec.get("parameters") or {},
-                  env=rec.get("environment") or {}).strip()
+    text = render("edition_banner.md.j2", st=st, rec=rec).strip()
     note = {"cell_type": "markdown", "id": "covbook-edition", "metadata": {"tags": ["covbook-edition"]},
             "source": f":::{{note}}\n{text}\n:::\n"}
     return {**nb, "cells": [*cells[:at], note, *cells[at:]]}

@@ -50,18 +50,15 @@ class Statement:
     abstract: str | None = None  # what the abstract says, in the book's words (source "abstract" only)
     exact: tuple[str, ...] = ()  # the parts that are algebraic equalities, which an identity shows ("" unnamed)
 
-    def claim_keys(self) -> list[tuple[str, str]]:
-        """``(notebook, claim id)`` of each key claim (``NN_name:id`` names another chapter's claim)."""
-        return [self._key(c) for c in self.claims]
-
-    def _key(self, claim: str) -> tuple[str, str]:
-        return tuple(claim.split(":", 1)) if ":" in claim else (self.chapter, claim)
-
     def part_keys(self) -> list[tuple[str, list[tuple[str, str]]]]:
-        """``(part name, its claims' keys)`` for each part; one part named ``""`` when none is named."""
-        if not self.parts:
-            return [("", self.claim_keys())]
-        return [(name, [self._key(c) for c in ids]) for name, ids in self.parts]
+        """``(part name, its claims' (notebook, claim id))`` for each part, one named ``""`` when none is named
+        (``NN_name:id`` names another chapter's claim)."""
+        return [(name, [tuple(c.split(":", 1)) if ":" in c else (self.chapter, c) for c in ids])
+                for name, ids in self.parts or (("", self.claims),)]
+
+    def claim_keys(self) -> list[tuple[str, str]]:
+        """``(notebook, claim id)`` of each key claim."""
+        return [key for _, keys in self.part_keys() for key in keys]
 
 
 @dataclass
@@ -199,12 +196,11 @@ def status_detail(statement: Statement, claims: dict[tuple[str, str], Claim]) ->
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in groups if names)
 
 
-def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str] | None = None,
-           profiles: list[str] | None = None, runs: dict[str, dict] | None = None,
+def render(results: Results, claims: list[Claim], labels: set[str], runs: dict[str, dict] | None = None,
            forecasts: dict[tuple[str, str], list] | None = None) -> str:
-    """The page's MyST markdown (``templates/results.md.j2``); ``forecasts`` are
-    :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
-    forecasts, by_key = forecasts or {}, {(c.notebook, c.id): c for c in claims}
+    """The page's MyST markdown (``templates/results.md.j2``) from the claims, their run records by notebook and
+    their :func:`covbook.book.power.claim_forecasts` by ``(notebook, claim id)``."""
+    runs, forecasts, by_key = runs or {}, forecasts or {}, {(c.notebook, c.id): c for c in claims}
     sections = []
     for kind, title in (("statement", "The theory's statements"), ("finding", "Findings of the book")):
         rows = []
@@ -220,7 +216,8 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                          "undecided": undecided})
         sections.append((title, rows))
     used = [(n, m.get("parameters", {}).get("profile"), m.get("parameters", {}).get("seed"))
-            for n, m in sorted((runs or {}).items()) if m.get("status") == "ok"]
+            for n, m in sorted(runs.items()) if m.get("status") == "ok"]
+    profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
     abstract = [k for s in results.statements if s.source == "abstract" for k in s.claim_keys() if k in by_key]
     return render_page("results.md.j2", profiles=profiles, statuses=STATUSES, used=used,
                        counts=Counter(r["status"] for r in sections[0][1]),
@@ -228,7 +225,7 @@ def render(results: Results, claims: list[Claim], labels: set[str], ran: set[str
                        finding_counts=Counter(r["status"] for r in sections[1][1]),
                        mixed=len({u[1] for u in used}) > 1 or len({u[2] for u in used}) > 1, sections=sections,
                        sources=SOURCES, labels=labels, claim_role=results.claim_role, shows=shows, supports=supports,
-                       statements=results.statements, by_key=by_key, count=fmt_count, ran=ran,
+                       statements=results.statements, by_key=by_key, count=fmt_count, ran={u[0] for u in used},
                        decisions={k: decision_text(v, by_key[k].window) for k, v in forecasts.items()},
                        larger=list(dict.fromkeys(f.profile for k in abstract for f in forecasts.get(k, []))),
                        at={k: {f.profile: f for f in v} for k, v in forecasts.items()})
@@ -242,9 +239,7 @@ def write_results(generated: str | os.PathLike, claims: list[Claim], runs: dict[
     if not data.is_file():
         return None
     results = load_statements(data)
-    profiles = sorted({str(m.get("parameters", {}).get("profile")) for m in runs.values() if m.get("parameters")})
-    ran = {n for n, m in runs.items() if m.get("status") == "ok"}
     keys = {k for st in results.statements for k in st.claim_keys()}
     forecasts = claim_forecasts(generated.parent.parent, claims, runs, keys)
     labels = theorem_labels(generated)  # the boxes of the chapters that are in this build
-    return write_page(generated / "results.md", render(results, claims, labels, ran, profiles, runs, forecasts))
+    return write_page(generated / "results.md", render(results, claims, labels, runs, forecasts))
