@@ -19,10 +19,10 @@ from pathlib import Path
 
 from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
 from covbook.book import config
-from covbook.book.cache import content_hash, notebook_science, verify_outputs
+from covbook.book.cache import content_hash, environment, notebook_science, resolve_device, verify_outputs
 from covbook.book.checks import judge_chapter, read_rules
 from covbook.book.config import Paths, UsageError, discover
-from covbook.book.records import RunRecord
+from covbook.book.records import RunRecord, git_commit
 from covbook.book.render import render
 from covbook.claims import anchor, load_measurements, verdict_markdown
 
@@ -76,8 +76,7 @@ def status(paths: Paths) -> dict[str, Status]:
             else:
                 out[name] = Status("current" if stored_key(paths, name, rec) == rec.key else "pending", rec)
         except DamagedFile as err:
-            where = os.path.relpath(err.path, paths.root)
-            out[name] = Status("damaged", error=f"{where} is damaged ({err.reason})")
+            out[name] = Status("damaged", error=f"{os.path.relpath(err.path, paths.root)} is damaged ({err.reason})")
     return out
 
 
@@ -133,9 +132,8 @@ def shown_claims(paths: Paths, claims: list) -> tuple[list, str]:
 def published_notebook(paths: Paths, name: str, own: dict, record: dict | None = None,
                        statuses: dict[str, Status] | None = None) -> dict:
     """The notebook a reader sees for chapter ``name``: its stored run where that is current (verdict lines
-    re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record); under its title a
-    note saying which run it shows (profile, device, date, the commit its record names).  ``statuses``
-    (:func:`status`) are read when not given."""
+    re-judged by the current rules), else ``own`` (the book's run, ``record`` its run record), with a note under
+    its title saying which run it shows; ``statuses`` (:func:`status`) are read when not given."""
     st = (status(paths) if statuses is None else statuses).get(name, Status("absent"))
     nb, rec = own, dict(record or {})
     if st.current:
@@ -153,9 +151,6 @@ def published_notebook(paths: Paths, name: str, own: dict, record: dict | None =
     return {**nb, "cells": [*cells[:at], note, *cells[at:]]}
 
 
-_SPAN = re.compile(r'<span id="(claim-[^"]+)"></span>')  # a verdict line's anchor (covbook.claims.anchor)
-
-
 def refresh_verdict_lines(nb: dict, claims: list) -> int:
     """Rewrite, in place, the verdict lines of executed notebook ``nb`` (found by their anchors) as ``claims``
     (judged by the current rules) give them; returns how many changed."""
@@ -165,7 +160,7 @@ def refresh_verdict_lines(nb: dict, claims: list) -> int:
         for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             md = out.get("data", {}).get("text/markdown")
             text = "".join(md) if isinstance(md, list) else md
-            m = _SPAN.match(text or "")
+            m = re.match(r'<span id="(claim-[^"]+)"></span>', text or "")  # its anchor (covbook.claims.anchor)
             if m and m.group(1) in by_anchor and verdict_markdown(by_anchor[m.group(1)]) != text:
                 out["data"]["text/markdown"] = verdict_markdown(by_anchor[m.group(1)])
                 out["data"]["text/plain"] = "<IPython.core.display.Markdown object>"
@@ -210,10 +205,8 @@ def make(paths: Paths, names: list[str] | None, *, profile: str, device: str, se
     """Run chapters ``names`` (all by default) at ``profile`` in the edition's scratch tree and store those that
     succeed; returns the runner's results and the resolved device.  Every usage error (another profile stored,
     bad parameters) is raised before any kernel; a chapter cached there is not run again unless ``force``."""
-    from covbook.book.cache import environment, resolve_device
     from covbook.book.lock import tree_lock
     from covbook.book.plan import plan_jobs
-    from covbook.book.records import git_commit
     from covbook.book.runner import Interrupted, run_notebooks
 
     names = names or list(discover(paths))

@@ -45,11 +45,8 @@ def seed_text(seeds: list[int]) -> str:
 
 def theorem_labels(folder: str | os.PathLike) -> set[str]:
     """Labels (``:label: ...``) in the chapters of ``folder``: ``NN_*.md`` sources or executed ``NN_*.ipynb``."""
-    labels: set[str] = set()
-    for path in sorted(Path(folder).glob("[0-9][0-9]_*")):
-        if path.suffix in (".md", ".ipynb"):
-            labels.update(_LABEL.findall(path.read_text(encoding="utf-8")))
-    return labels
+    return {label for path in Path(folder).glob("[0-9][0-9]_*") if path.suffix in (".md", ".ipynb")
+            for label in _LABEL.findall(path.read_text(encoding="utf-8"))}
 
 
 def link_theorems(text: str, labels: set[str]) -> str:

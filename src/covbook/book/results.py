@@ -127,8 +127,7 @@ def _exact(raw: object, names: list[str], where: str) -> tuple[str, ...]:
 
 def load_statements(path: str | os.PathLike) -> Results:
     """Read ``book/results.yml``; a malformed file is a ``ValueError`` naming the entry and the key."""
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping with 'statements' and 'findings'")
     if unknown := sorted(set(raw) - {"statements", "findings", "claim_role"}):
