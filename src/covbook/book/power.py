@@ -246,7 +246,8 @@ def claim_forecasts(root: str | Path, claims: list, runs: dict[str, dict],
                     keys: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[Forecast]]:
     """Forecasts at each profile larger than its run's of every claim of an ``evidence`` rule (or of ``keys``);
     ``runs`` are the run records by notebook (their ``parameters`` are the measured run's)."""
-    root, out, path = Path(root), {}, Path(root) / "notebooks" / "profiles.yml"
+    root, out = Path(root), {}
+    path = root / "notebooks" / "profiles.yml"
     table = load_profiles(path)  # read once: parsing it and the parameters cells is most of the time
     replicates = {nb: parse_replicates(e["replicates"], nb, str(path)) for nb, e in table.items() if "replicates" in e}
     params = cache(partial(profile_parameters, root, table=table))

@@ -53,10 +53,9 @@ def write_report(paths: Paths) -> Path:
     v.notes += notes
     notebooks = {n: sorted((c for c in shown if c.notebook == n), key=lambda c: KINDS.index(c.kind)) for n in v.runs}
     n_evidence = sum(c.kind == "evidence" for c in shown)
-    text = render("reproduction.md.j2", claims=shown, ok=v.ok, kinds=KINDS, level=LEVEL, z=Z, n_evidence=n_evidence,
-                  familywise=familywise(n_evidence), problems=v.problems, notes=v.notes,
-                  edition=edition, notebooks={n: cl for n, cl in notebooks.items() if cl}, runs=v.runs,
-                  costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
+    text = render("reproduction.md.j2", claims=shown, kinds=KINDS, level=LEVEL, z=Z, n_evidence=n_evidence,
+                  familywise=familywise(n_evidence), problems=v.problems, notes=v.notes, edition=edition, runs=v.runs,
+                  notebooks=notebooks, costs=run_costs_markdown(paths).rstrip(), commit=git_commit(paths.root),
                   platform=platform.platform(), versions=versions(), labels=theorem_labels(paths.notebooks))
     out = write_page(paths.generated / "reproduction.md", text)
     write_calibration_page(paths)
