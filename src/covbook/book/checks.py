@@ -7,17 +7,15 @@ an unrecorded claim fails the build instead: :mod:`covbook.book.sphinx_claims`.)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from covbook._jsonio import DamagedFile
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
-from covbook.rules import Rule, load_rules
+from covbook.rules import RULES_DIR, Rule, load_rules
 
 __all__ = ["Verdict", "check", "read_rules", "judge_chapter", "split_target", "POWER_PROFILES"]
 
-RULES = Path("notebooks") / "rules"
 #: profiles whose book a claim without power may not build (at smoke, CI's profile, it is reported only)
 POWER_PROFILES = tuple(name for name, p in PROFILE_TABLE.items() if p.power)
 
@@ -39,7 +37,7 @@ class Verdict:
 
     def problems_of(self, name: str) -> list[str]:
         """The problems of notebook ``name``: its run, claims and rules."""
-        return [p for p in self.problems if p.startswith((f"{name}:", f"{RULES / name}.yml:"))]
+        return [p for p in self.problems if p.startswith((f"{name}:", f"{RULES_DIR / name}.yml:"))]
 
     def as_json(self) -> list[dict]:
         """Every claim as a JSON object (with ``kind``, ``basis`` and ``reason``)."""
@@ -48,7 +46,7 @@ class Verdict:
 
 def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
     """The rules of chapter ``name`` (a :class:`UsageError` naming the file when it is missing or invalid)."""
-    f = paths.root / RULES / f"{name}.yml"
+    f = paths.root / RULES_DIR / f"{name}.yml"
     if not f.is_file():
         raise UsageError(f"{f.relative_to(paths.root)} is missing: every chapter declares its claims' rules there")
     try:
@@ -75,7 +73,7 @@ def judge_chapter(name: str, ms: list[Measurement], rules: dict[str, Rule],
                   profile: str | None) -> tuple[list[Claim], list[str], list[str]]:
     """``(claims, problems, notes)`` of chapter ``name``'s measurements ``ms`` judged by ``rules`` at ``profile``;
     a note is an evidence rule judged ``compatible`` at a profile that builds the book (:data:`POWER_PROFILES`)."""
-    where, ids = f"{RULES / name}.yml", [m.id for m in ms]
+    where, ids = f"{RULES_DIR / name}.yml", [m.id for m in ms]
     claims = judge_file(ms, rules, profile=profile)[0]
     out = _alternative_problems(ms, rules, where) + ([] if ms else [f"{name}: produced no claims"])
     out += [f"{name}: claim {c.id} failed: {c.verdict_line()}" for c in claims if not c.passed]
@@ -131,9 +129,9 @@ def check(paths: Paths) -> Verdict:
     notes (:func:`judge_chapter`'s, chapters run at mixed profiles or seeds)."""
     v = Verdict()
     names = discover(paths)
-    for f in sorted((paths.root / RULES).glob("*.yml")):
+    for f in sorted((paths.root / RULES_DIR).glob("*.yml")):
         if f.stem not in names:
-            v.problems.append(f"{RULES / f.name}: rules of a notebook that does not exist")
+            v.problems.append(f"{RULES_DIR / f.name}: rules of a notebook that does not exist")
     for name in names:
         try:
             rules = read_rules(paths, name)

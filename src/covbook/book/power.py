@@ -13,9 +13,8 @@ paper-scale run.  No numpy, no torch.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 
@@ -103,8 +102,8 @@ def scaled(m: Measurement, n_from: float, n_to: float, length: float = 1.0) -> M
     ratio, p = math.sqrt(n_from / (n_to * length)), m.prediction
     lower = m.lower if m.lower is None or p is None else p + (m.lower - p) * ratio
     upper = m.upper if m.upper is None or p is None else p + (m.upper - p) * ratio
-    return dataclasses.replace(m, se=None if m.se is None else m.se * ratio, lower=lower, upper=upper,
-                               dof=None if m.dof is None else max(1, round((m.dof + 1) * n_to / n_from) - 1))
+    return replace(m, se=None if m.se is None else m.se * ratio, lower=lower, upper=upper,
+                   dof=None if m.dof is None else max(1, round((m.dof + 1) * n_to / n_from) - 1))
 
 
 def _unscalable(rule: Rule, m: Measurement) -> str | None:
