@@ -88,6 +88,7 @@ def test_role_renders_value_verdict_and_links_both_ways(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("{claim}`nope`", "the run did not record claim 'nope' in 01_alpha"),
+    ("{claim}`02_beta:nope`", "the run did not record claim 'nope' in 02_beta"),
     ("{claim}`09_gamma:x`", "no claims of chapter '09_gamma'"),
 ])
 def test_unrecorded_claim_fails_the_build_with_page_and_line(tmp_path, text, message):
