@@ -1,13 +1,11 @@
 """Sphinx extension: the prose cites its claims, and each chapter shows the run its claims come from.
 
-Roles: ``{claim}`id``` (a claim of the page's chapter) or ``{claim}`NN_name:id``` (``NN:id``) renders the
-measured value, verdict and window, linked to the claim's row in the report (statement, basis and alternatives
-in the tooltip); a claim the run did not record is a build warning naming the page and line.
-``{claim-row}`NN_name:id``` is that row's anchor, linked back to the chapter; ``{claimstat}`name``` a number
-about the run (``level``, ``z``, ``n_evidence``, ``n_claims``, ``familywise`` = 1 − (1 − level)^n_evidence in
-percent).  A chapter page (``generated/NN_name``) is :func:`covbook.book.edition.published_notebook`, its roles
-citing the edition's claims where it shows the edition's run.  Config: ``covbook_claims_dir``,
-``covbook_report_doc``.  Imports no torch.
+``{claim}`id``` (a claim of the page's chapter), ``{claim}`NN_name:id``` or ``{claim}`NN:id``` renders the
+measured value, verdict and window, linked to the claim's row in the report (the rest in the tooltip); a claim
+the run did not record is a build warning naming the page and line.  ``{claim-row}`NN_name:id``` is that row's
+anchor, linked back to the chapter.  A chapter page (``generated/NN_name``) is
+:func:`covbook.book.edition.published_notebook`, citing the edition's claims where it shows the edition's run.
+Imports no torch.
 """
 
 from __future__ import annotations
@@ -25,22 +23,20 @@ from covbook.book import edition
 from covbook.book.checks import split_target
 from covbook.book.config import Paths, UsageError
 from covbook.book.records import read_run
-from covbook.claims import LEVEL, Claim, Z, anchor, familywise, fmt, load_claims
+from covbook.claims import Claim, anchor, fmt, load_claims
 
-__all__ = ["setup", "split_target"]
+__all__ = ["setup"]
 
 logger = logging.getLogger(__name__)
 
 CSS_FILE = "covbook-claims.css"
 STATIC = Path(__file__).resolve().parent / "static"
+CLAIMS_DIR = "generated/claims"
+REPORT_DOC = "generated/reproduction"
 
 
 class claim_link(nodes.inline):
     """A claim citation waiting for its link (resolved once every page is known)."""
-
-
-def _claims_dir(app: Sphinx) -> Path:
-    return Path(app.srcdir) / app.config.covbook_claims_dir
 
 
 def _paths(app: Sphinx) -> Paths:
@@ -51,7 +47,7 @@ def _load(app: Sphinx) -> None:
     """At ``builder-inited``: every chapter's claims (a current edition chapter's from the edition), and a key
     per chapter page of the run it shows (the edition's state and the stored files' bytes)."""
     store: dict[str, dict[str, Claim]] = {}
-    for f in sorted(_claims_dir(app).glob("*.json")):
+    for f in sorted((Path(app.srcdir) / CLAIMS_DIR).glob("*.json")):
         try:
             store[f.stem] = {c.id: c for c in load_claims(f)}
         except (ValueError, TypeError) as err:
@@ -102,10 +98,6 @@ def _source(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = json.dumps(nb)
 
 
-def _store(env) -> dict[str, dict[str, Claim]]:
-    return getattr(env.app, "covbook_claims", {})
-
-
 def _mark(c: Claim) -> nodes.inline:
     text = {"pass": "✓", "FAIL": "✗ FAILED", "compatible": "≈ " + c.power_text()}[c.verdict]
     if c.verdict == "pass" and c.alternatives and not c.powered:
@@ -126,7 +118,7 @@ class _ClaimRole(SphinxRole):
     def claim(self, role: str) -> tuple[str, str, Claim] | None:
         """``(chapter, id, claim)`` the role's text cites, or None after a warning naming the page and line
         (myst-nb numbers a notebook's lines as (cell + 1) × 10000 + line: the warning names the cell)."""
-        store = _store(self.env)
+        store: dict[str, dict[str, Claim]] = getattr(self.env.app, "covbook_claims", {})
         try:
             chap, cid = split_target(self.text, self.env.docname, list(store))
             if cid not in store[chap]:
@@ -138,7 +130,7 @@ class _ClaimRole(SphinxRole):
             logger.warning(f"{{{role}}}`{self.text}`: {err}{cell}", location=self.get_location(), type="covbook",
                            subtype="claim")
             return None
-        self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
+        self.env.note_dependency(str(Path(self.env.srcdir) / CLAIMS_DIR / f"{chap}.json"))
         return chap, cid, store[chap][cid]
 
 
@@ -152,7 +144,7 @@ class ClaimRole(_ClaimRole):
                                  classes=["covbook-claim", "covbook-claim-missing"])], []
         chap, cid, claim = found
         node = claim_link("", "", classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"],
-                          target="report", anchor=anchor(chap, cid), title=_title(cid, claim))
+                          target=REPORT_DOC, anchor=anchor(chap, cid), title=_title(cid, claim))
         node += nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"])
         node += _mark(claim)
         node += nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])
@@ -167,40 +159,18 @@ class ClaimRowRole(_ClaimRole):
         if found is None:
             return [nodes.literal(self.rawtext, self.text)], []
         chap, cid, _ = found
-        node = claim_link("", "", ids=[anchor(chap, cid)], classes=["covbook-claim-row"], target=chap,
+        node = claim_link("", "", ids=[anchor(chap, cid)], classes=["covbook-claim-row"], target=f"generated/{chap}",
                           anchor=anchor(chap, cid), title=f"where {chap} records {cid}")
         node += nodes.literal(text=cid)
         return [node], []
 
 
-class ClaimStatRole(SphinxRole):
-    """``{claimstat}`name``` — a number about the whole run (see the module docstring)."""
-
-    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        store = _store(self.env)
-        evidence = sum(c.kind == "evidence" for cl in store.values() for c in cl.values())
-        stats = {"level": f"{LEVEL:g}", "z": f"{Z:.2f}", "n_evidence": str(evidence),
-                 "n_claims": str(sum(len(cl) for cl in store.values())),
-                 "familywise": f"{100 * familywise(evidence):.2g} %"}
-        if self.text.strip() not in stats:
-            logger.warning(f"{{claimstat}}`{self.text}`: unknown; valid: {', '.join(stats)}",
-                           location=self.get_location(), type="covbook", subtype="claim")
-            return [nodes.inline(self.rawtext, f"[{self.text}?]", classes=["covbook-claim-missing"])], []
-        for chap in store:
-            self.env.note_dependency(str(_claims_dir(self.env.app) / f"{chap}.json"))
-        return [nodes.inline(self.rawtext, stats[self.text.strip()], classes=["covbook-claimstat"])], []
-
-
 def _resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     """Turn each :class:`claim_link` into a link (HTML builders) or plain inline text (others)."""
-    env = app.env
-    report = app.config.covbook_report_doc
     for node in list(doctree.findall(claim_link)):
-        hits = [d for d in env.all_docs if d.rsplit("/", 1)[-1] == node["target"]]
-        target = report if node["target"] == "report" else hits[0] if len(hits) == 1 else None
         new: nodes.Element
-        if app.builder.format == "html" and target in env.all_docs:
-            uri = app.builder.get_relative_uri(docname, target) + "#" + node["anchor"]
+        if app.builder.format == "html" and node["target"] in app.env.all_docs:
+            uri = app.builder.get_relative_uri(docname, node["target"]) + "#" + node["anchor"]
             new = nodes.reference("", "", refuri=uri, reftitle=node["title"], internal=True)
             new.extend(node.children)
             if node["ids"]:
@@ -217,12 +187,9 @@ def _static(app: Sphinx, config) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, object]:
-    app.add_config_value("covbook_claims_dir", "generated/claims", "env", types=[str])
-    app.add_config_value("covbook_report_doc", "generated/reproduction", "env", types=[str])
     app.add_node(claim_link)
     app.add_role("claim", ClaimRole())
     app.add_role("claim-row", ClaimRowRole())
-    app.add_role("claimstat", ClaimStatRole())
     app.connect("builder-inited", _load)
     app.connect("env-get-outdated", _outdated)
     app.connect("source-read", _source)
