@@ -139,8 +139,9 @@ def test_every_chapter_passes_its_name_and_parameters_to_setup():
 
 
 def _nb() -> dict:
-    glue = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "t_max", "mime_prefix": ""}},
-            "data": {"text/plain": "20000"}}
+    prefix = "application/papermill.record/"  # covbook.claims.glue's (not displayed where it runs)
+    glue = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "t_max", "mime_prefix": prefix}},
+            "data": {f"{prefix}text/plain": "20000"}}
     glue2 = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "rho", "mime_prefix": ""}},
              "data": {"text/plain": "0.123456"}}
     return {"nbformat": 4, "nbformat_minor": 5,
@@ -162,6 +163,7 @@ def _nb() -> dict:
 def test_published_notebook_has_its_roles_resolved_and_no_papermill_cell():
     claims = {"01_covariance_readout": {"slope": {"id": "slope", "measured": -0.98765, "passed": True}}}
     bib = bib_labels((ROOT / "book" / "references.bib").read_text(encoding="utf-8"))
+    assert bib["akyurek2023what"] == ("Akyürek et al.", "2023")  # LaTeX accents as text
     out = standalone(_nb(), "01_covariance_readout", claims=claims, bib=bib, book_url="https://o.github.io/r/")
     assert [c["source"] for c in out["cells"] if "injected-parameters" in c["metadata"].get("tags", [])] == []
     text = out["cells"][-1]["source"]

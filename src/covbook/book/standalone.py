@@ -10,10 +10,8 @@ covbook where it is missing (Colab).  Standard library only.
 
 from __future__ import annotations
 
-import ast
 import copy
 import json
-import math
 import re
 from pathlib import Path
 
@@ -31,8 +29,6 @@ SETUP_CELL = f"""\
 INSTALL_CELL = (Path(__file__).with_name("templates") / "install_cell.py").read_text(encoding="utf-8").rstrip("\n")
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
-_BIB_ENTRY = re.compile(r"@\w+\s*\{\s*(?P<key>[^,\s]+)\s*,(?P<body>.*?)\n\}", re.DOTALL)
-_BIB_FIELD = re.compile(r"(?P<name>author|year)\s*=\s*[{\"](?P<value>[^\n]*?)[}\"]\s*,?\s*$", re.MULTILINE)
 _PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
 
 
@@ -50,18 +46,15 @@ def _text(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def glued_values(nb: dict) -> dict[str, object]:
-    """``{name: value}`` of every ``glue`` in the notebook's outputs (myst-nb's ``scrapbook`` metadata)."""
-    out: dict[str, object] = {}
-    for o in (o for cell in nb.get("cells", []) for o in cell.get("outputs", []) or []):
-        name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
-        text = (o.get("data") or {}).get("text/plain")
-        if name is not None and text is not None:
-            text = "".join(text) if isinstance(text, list) else text
-            try:
-                out[name] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                out[name] = text.strip("'\"")
+def glued_values(nb: dict) -> dict[str, str]:
+    """``{name: text/plain}`` of every ``glue`` in the notebook's outputs, as myst-nb reads them."""
+    from myst_nb.ext.glue import extract_glue_data_cell
+    from nbformat import from_dict
+
+    out: dict[str, str] = {}
+    for cell in from_dict(copy.deepcopy(nb)).get("cells", []):
+        for name, output in extract_glue_data_cell(cell) if cell.get("cell_type") == "code" else []:
+            out[name] = "".join(output["data"].get("text/plain", ""))
     return out
 
 
@@ -72,27 +65,21 @@ def figure_numbers(nb: dict) -> dict[str, int]:
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
-    """``{key: (authors, year)}`` from a BibTeX file: "Xu and Fang", "Vaswani et al.".
+    """``{key: (authors, year)}`` from a BibTeX file, as pybtex reads it: "Xu and Fang", "Akyürek et al.".
 
     >>> bib_labels("@misc{k,\\n  author = {Xu, Haoren and Fang, Guanhua},\\n  year = {2026}\\n}")
     {'k': ('Xu and Fang', '2026')}
     """
+    from pybtex.database import parse_string
+    from pybtex.richtext import Text
+
     out = {}
-    for m in _BIB_ENTRY.finditer(bib_text):
-        fields = {f["name"]: f["value"] for f in _BIB_FIELD.finditer(m["body"])}
-        names = [a.split(",")[0].strip(" {}") for a in fields.get("author", "").split(" and ") if a.strip()]
+    for key, entry in parse_string(bib_text, "bibtex").entries.items():
+        names = [Text.from_latex(" ".join(p.prelast_names + p.last_names)).render_as("text")
+                 for p in entry.persons.get("author", [])]
         who = " and ".join(names) if len(names) <= 2 else f"{names[0]} et al."
-        out[m["key"]] = (who or m["key"], fields.get("year", "n.d."))
+        out[key] = (who or key, entry.fields.get("year", "n.d."))
     return out
-
-
-def _number(value: object, spec: str) -> str:
-    if spec:
-        try:
-            return format(value, spec)
-        except (TypeError, ValueError):
-            pass
-    return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
 
 
 def standalone(
@@ -105,7 +92,10 @@ def standalone(
     to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links);
     ``install_source`` fills the setup cell (:func:`fill_setup_source`; None: left as it is).
     """
+    from myst_nb.core.variables import format_plain_text
+
     from covbook.book.checks import split_target
+    from covbook.claims import fmt
 
     glued, figures = glued_values(nb), figure_numbers(nb)
     base = book_url.rstrip("/") + "/" if book_url else None
@@ -123,12 +113,12 @@ def standalone(
             except (KeyError, ValueError):
                 return f"`{text}`"
             value = c.get("measured")
-            shown = _number(value, "") if isinstance(value, (int, float)) else str(value)
+            shown = fmt(value) if isinstance(value, (int, float)) else str(value)
             return link(f"**{shown}** {'✓' if c.get('passed') else '✗'}",
                         f"generated/reproduction.html#claim-{chap.split('_', 1)[0]}-{cid}")
         if role.startswith("glue"):
             name, _, spec = text.partition(":")
-            return _number(glued[name], spec) if name in glued else f"`{name}`"
+            return format_plain_text(glued[name], spec) if name in glued else f"`{name}`"
         if role.startswith("cite"):
             parts = [bib.get(k.strip(), (k.strip(), "n.d.")) for k in text.split(",")]
             if role == "cite:t":
