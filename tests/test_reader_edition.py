@@ -17,8 +17,7 @@ from importlib.metadata import requires, version
 import pytest
 import yaml
 
-from covbook.book.repository import SETUP_CELL, fill_setup_source
-from covbook.book.standalone import bib_labels, standalone
+from covbook.book.standalone import SETUP_CELL, bib_labels, fill_setup_source, standalone
 from covbook.session import apply_profile, profile_sizes
 from helpers import ROOT, covbook
 

@@ -16,25 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covbook.book.records import git
-from covbook.book.standalone import (
-    INSTALL_CELL,
-    SETUP_CELL,
-    SETUP_PLACEHOLDER,
-    fill_setup_source,
-)
 
-__all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "Repository", "parse_github",
-           "resolve_repository", "fill_setup_source"]
+__all__ = ["ENV", "NOTEBOOKS_BRANCH", "Repository", "parse_github", "resolve_repository"]
 
 ENV = "COVBOOK_REPOSITORY"
 NOTEBOOKS_BRANCH = "executed-notebooks"
-_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
-_REPO = r"[A-Za-z0-9._-]+"
-_PATTERNS = (
-    re.compile(rf"^(?P<owner>{_NAME})/(?P<name>{_REPO})$"),
-    re.compile(rf"^https?://(?:[^@/]+@)?github\.com/(?P<owner>{_NAME})/(?P<name>{_REPO}?)(?:\.git)?/?$"),
-    re.compile(rf"^(?:ssh://)?git@github\.com[:/](?P<owner>{_NAME})/(?P<name>{_REPO}?)(?:\.git)?/?$"),
-)
+#: ``owner/name``, or that behind ``https://[token@]github.com/``, ``git@github.com:`` or ``ssh://git@github.com/``
+_GITHUB = re.compile(r"^(?:(?:https?://(?:[^@/]+@)?|(?:ssh://)?git@)github\.com[:/])?"
+                     r"(?P<owner>[A-Za-z0-9][A-Za-z0-9-]{0,38})/(?P<name>[A-Za-z0-9._-]+?)(?:\.git)?/?$")
 
 
 @dataclass(frozen=True)
@@ -68,11 +57,8 @@ def parse_github(text: str) -> Repository | None:
     >>> parse_github("git@github.com:octo/covbook.git"), parse_github("https://gitlab.com/octo/covbook")
     (Repository(owner='octo', name='covbook'), None)
     """
-    for pattern in _PATTERNS:
-        m = pattern.match(text.strip())
-        if m and m["name"] not in ("", ".", ".."):
-            return Repository(m["owner"], m["name"])
-    return None
+    m = _GITHUB.match(text.strip())
+    return Repository(m["owner"], m["name"]) if m and m["name"] not in (".", "..") else None
 
 
 def resolve_repository(
