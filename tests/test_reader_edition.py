@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from covbook.book.standalone import SETUP_CELL, bib_labels, fill_setup_source, standalone
+from covbook.claims import Claim
 from covbook.session import apply_profile, profile_sizes
 from helpers import ROOT, covbook
 
@@ -160,7 +161,9 @@ def _nb() -> dict:
 
 
 def test_published_notebook_has_its_roles_resolved_and_no_papermill_cell():
-    claims = {"01_covariance_readout": {"slope": {"id": "slope", "measured": -0.98765, "passed": True}}}
+    slope = Claim(id="slope", notebook="01_covariance_readout", statement="the slope is -1", measured=-0.98765,
+                  expected=-1.0, tolerance=0.05, lower=None, upper=None, passed=True)
+    claims = {"01_covariance_readout": {"slope": slope}}
     bib = bib_labels((ROOT / "book" / "references.bib").read_text(encoding="utf-8"))
     assert bib["akyurek2023what"] == ("Akyürek et al.", "2023")  # LaTeX accents as text
     out = standalone(_nb(), "01_covariance_readout", claims=claims, bib=bib, book_url="https://o.github.io/r/")

@@ -5,7 +5,7 @@ or launches is rewritten by :func:`standalone`: each role becomes Markdown text 
 a glued name its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its
 label), linked into the online book when its address is known; papermill's injected-parameters cell goes (the
 reader's ``parameters`` cell is what runs), the kernel is the standard ``python3``, and the setup cell installs
-covbook where it is missing (Colab).  Standard library only.
+covbook where it is missing (Colab).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import copy
 import json
 import re
 from pathlib import Path
+
+from covbook.claims import Claim, anchor, fmt, load_claims
 
 __all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "glued_values",
            "figure_numbers", "bib_labels", "standalone_file"]
@@ -29,7 +31,7 @@ SETUP_CELL = f"""\
 INSTALL_CELL = (Path(__file__).with_name("templates") / "install_cell.py").read_text(encoding="utf-8").rstrip("\n")
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
-_PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
+_PLACEHOLDER_LINE = re.compile(rf"^\s*{re.escape(SETUP_PLACEHOLDER)}\b", re.MULTILINE)
 
 
 def fill_setup_source(source: str, install_source: str) -> str:
@@ -37,13 +39,7 @@ def fill_setup_source(source: str, install_source: str) -> str:
     any other cell is returned unchanged."""
     if not _PLACEHOLDER_LINE.search(source):
         return source
-    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
-                                 INSTALL_CELL)
-
-
-def _text(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
+    return INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
 
 
 def glued_values(nb: dict) -> dict[str, str]:
@@ -83,19 +79,17 @@ def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
 
 
 def standalone(
-    nb: dict, chapter: str, *, claims: dict[str, dict[str, dict]], bib: dict[str, tuple[str, str]],
+    nb: dict, chapter: str, *, claims: dict[str, dict[str, Claim]], bib: dict[str, tuple[str, str]],
     book_url: str | None = None, install_source: str | None = None,
 ) -> dict:
-    """A copy of the executed notebook ``nb`` of ``chapter`` with its roles resolved (module docstring).
+    """A copy of the executed notebook ``nb`` of ``chapter`` (as nbformat reads it) with its roles resolved.
 
-    ``claims`` maps chapter names to ``{id: claim record}`` (the claims JSON of the run), ``bib`` citation keys
-    to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links);
-    ``install_source`` fills the setup cell (:func:`fill_setup_source`; None: left as it is).
+    ``claims``: the run's claims by chapter and id, ``bib``: ``(authors, year)`` by citation key (:func:`book_context`);
+    ``book_url``: the online book's root (None: no links); ``install_source`` fills the setup cell (None: left).
     """
     from myst_nb.core.variables import format_plain_text
 
     from covbook.book.checks import split_target
-    from covbook.claims import fmt
 
     glued, figures = glued_values(nb), figure_numbers(nb)
     base = book_url.rstrip("/") + "/" if book_url else None
@@ -112,10 +106,8 @@ def standalone(
                 c = claims[chap][cid]
             except (KeyError, ValueError):
                 return f"`{text}`"
-            value = c.get("measured")
-            shown = fmt(value) if isinstance(value, (int, float)) else str(value)
-            return link(f"**{shown}** {'✓' if c.get('passed') else '✗'}",
-                        f"generated/reproduction.html#claim-{chap.split('_', 1)[0]}-{cid}")
+            mark = {"pass": "✓", "FAIL": "✗", "compatible": "≈"}[c.verdict]
+            return link(f"**{fmt(c.measured)}** {mark}", f"generated/reproduction.html#{anchor(chap, cid)}")
         if role.startswith("glue"):
             name, _, spec = text.partition(":")
             return format_plain_text(glued[name], spec) if name in glued else f"`{name}`"
@@ -136,7 +128,7 @@ def standalone(
                     ((c.get("metadata") or {}).get("tags") or [])]
     for cell in out["cells"]:
         tags = (cell.get("metadata") or {}).get("tags") or []
-        text = _text(cell)
+        text = cell.get("source", "")
         if cell.get("cell_type") == "markdown":
             cell["source"] = ROLE.sub(resolve, text)
         elif cell.get("cell_type") == "code" and install_source and _PLACEHOLDER_LINE.search(text):
@@ -148,15 +140,15 @@ def standalone(
     return out
 
 
-def book_context(root: Path) -> tuple[dict[str, dict[str, dict]], dict[str, tuple[str, str]]]:
-    """What the published notebooks cite: each chapter's claims by id (the run's, ``book/generated/claims``) and
-    the bibliography's labels (``book/references.bib``); read once for all chapters."""
+def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tuple[str, str]]]:
+    """What the published notebooks cite, read once for all chapters: the run's claims (``book/generated/claims``,
+    judged by their rules) and the bibliography's labels (``book/references.bib``)."""
     bib_file = root / "book" / "references.bib"
-    claims: dict[str, dict[str, dict]] = {}
+    claims: dict[str, dict[str, Claim]] = {}
     for f in sorted((root / "book" / "generated" / "claims").glob("[0-9][0-9]_*.json")):
         try:
-            claims[f.stem] = {c["id"]: c for c in json.loads(f.read_text(encoding="utf-8"))}
-        except (json.JSONDecodeError, KeyError, TypeError):
+            claims[f.stem] = {c.id: c for c in load_claims(f, root)}
+        except (ValueError, TypeError):  # `covbook check` reports it; its citations stay ids
             continue
     return claims, bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
 
@@ -164,17 +156,14 @@ def book_context(root: Path) -> tuple[dict[str, dict[str, dict]], dict[str, tupl
 def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
                     install_source: str | None = None,
                     context: tuple[dict, dict] | None = None) -> bool:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, as nbformat writes it;
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, with nbformat;
     ``context``: :func:`book_context` of ``root``, read here when not given); True when a setup cell was filled."""
+    import nbformat
+
     from covbook._jsonio import atomic_write
 
     claims, bib = context if context is not None else book_context(root)
-    nb = json.loads(src.read_text(encoding="utf-8"))
+    nb = nbformat.read(src, as_version=4)
     new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-    atomic_write(dst, write)
-    return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
-                                        for c in nb.get("cells", []))
+    atomic_write(dst, lambda tmp: nbformat.write(new, tmp))
+    return bool(install_source) and any(c.cell_type == "code" and _PLACEHOLDER_LINE.search(c.source) for c in nb.cells)
