@@ -35,10 +35,6 @@ CLAIMS_DIR = "generated/claims"
 REPORT_DOC = "generated/reproduction"
 
 
-class claim_link(nodes.inline):
-    """A claim citation waiting for its link (resolved once every page is known)."""
-
-
 def _paths(app: Sphinx) -> Paths:
     return Paths(Path(app.srcdir).parent)
 
@@ -115,7 +111,7 @@ def _title(cid: str, c: Claim) -> str:
 
 
 class _ClaimRole(SphinxRole):
-    def claim(self, role: str) -> tuple[str, str, Claim] | None:
+    def claim(self) -> tuple[str, str, Claim] | None:
         """``(chapter, id, claim)`` the role's text cites, or None after a warning naming the page and line
         (myst-nb numbers a notebook's lines as (cell + 1) × 10000 + line: the warning names the cell)."""
         store: dict[str, dict[str, Claim]] = getattr(self.env.app, "covbook_claims", {})
@@ -127,59 +123,49 @@ class _ClaimRole(SphinxRole):
         except ValueError as err:
             cell = f" (in markdown cell {self.lineno // 10000} of the notebook, counting from 1)" \
                 if self.lineno >= 10000 else ""
-            logger.warning(f"{{{role}}}`{self.text}`: {err}{cell}", location=self.get_location(), type="covbook",
-                           subtype="claim")
+            logger.warning(f"{{{self.name}}}`{self.text}`: {err}{cell}", location=self.get_location(),
+                           type="covbook", subtype="claim")
             return None
         self.env.note_dependency(str(Path(self.env.srcdir) / CLAIMS_DIR / f"{chap}.json"))
         return chap, cid, store[chap][cid]
+
+    def link(self, target: str, fragment: str, title: str, children: list[nodes.Node], **attrs) -> nodes.Element:
+        """``children`` linked to ``target#fragment`` (HTML builders; else plain), in an inline with ``attrs``
+        (``ids``) or with their ``classes`` on the link."""
+        builder = self.env.app.builder
+        if builder.format != "html" or target not in self.env.found_docs:
+            return nodes.inline("", "", *children, **attrs)
+        uri = f"{builder.get_relative_uri(self.env.docname, target)}#{fragment}"
+        ref = nodes.reference("", "", *children, refuri=uri, reftitle=title, internal=True)
+        if "ids" in attrs:
+            return nodes.inline("", "", ref, **attrs)
+        ref["classes"] = attrs["classes"]
+        return ref
 
 
 class ClaimRole(_ClaimRole):
     """``{claim}`[chapter:]id``` — the measured value and verdict, linked to the report."""
 
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        found = self.claim("claim")
-        if found is None:
+        if (found := self.claim()) is None:
             return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
                                  classes=["covbook-claim", "covbook-claim-missing"])], []
         chap, cid, claim = found
-        node = claim_link("", "", classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"],
-                          target=REPORT_DOC, anchor=anchor(chap, cid), title=_title(cid, claim))
-        node += nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"])
-        node += _mark(claim)
-        node += nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])
-        return [node], []
+        chip = [nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"]), _mark(claim),
+                nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])]
+        return [self.link(REPORT_DOC, anchor(chap, cid), _title(cid, claim), chip,
+                          classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"])], []
 
 
 class ClaimRowRole(_ClaimRole):
     """``{claim-row}`chapter:id``` — the report's anchor for a claim, linked back to the chapter."""
 
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        found = self.claim("claim-row")
-        if found is None:
+        if (found := self.claim()) is None:
             return [nodes.literal(self.rawtext, self.text)], []
         chap, cid, _ = found
-        node = claim_link("", "", ids=[anchor(chap, cid)], classes=["covbook-claim-row"], target=f"generated/{chap}",
-                          anchor=anchor(chap, cid), title=f"where {chap} records {cid}")
-        node += nodes.literal(text=cid)
-        return [node], []
-
-
-def _resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """Turn each :class:`claim_link` into a link (HTML builders) or plain inline text (others)."""
-    for node in list(doctree.findall(claim_link)):
-        new: nodes.Element
-        if app.builder.format == "html" and node["target"] in app.env.all_docs:
-            uri = app.builder.get_relative_uri(docname, node["target"]) + "#" + node["anchor"]
-            new = nodes.reference("", "", refuri=uri, reftitle=node["title"], internal=True)
-            new.extend(node.children)
-            if node["ids"]:
-                new = nodes.inline("", "", new, ids=node["ids"], classes=node["classes"])
-            else:
-                new["classes"] = node["classes"]
-        else:
-            new = nodes.inline("", "", *node.children, ids=node["ids"], classes=node["classes"])
-        node.replace_self(new)
+        return [self.link(f"generated/{chap}", anchor(chap, cid), f"where {chap} records {cid}",
+                          [nodes.literal(text=cid)], ids=[anchor(chap, cid)], classes=["covbook-claim-row"])], []
 
 
 def _static(app: Sphinx, config) -> None:
@@ -187,13 +173,11 @@ def _static(app: Sphinx, config) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, object]:
-    app.add_node(claim_link)
     app.add_role("claim", ClaimRole())
     app.add_role("claim-row", ClaimRowRole())
     app.connect("builder-inited", _load)
     app.connect("env-get-outdated", _outdated)
     app.connect("source-read", _source)
-    app.connect("doctree-resolved", _resolve)
     app.connect("config-inited", _static)
     app.add_css_file(CSS_FILE)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
