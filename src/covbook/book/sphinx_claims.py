@@ -10,7 +10,6 @@ Imports no torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def _paths(app: Sphinx) -> Paths:
 
 def _load(app: Sphinx) -> None:
     """At ``builder-inited``: every chapter's claims (a current edition chapter's from the edition), and a key
-    per chapter page of the run it shows (the edition's state and the stored files' bytes)."""
+    per chapter page of the run it shows (the edition's state and run record, which names its files' digests)."""
     store: dict[str, dict[str, Claim]] = {}
     for f in sorted((Path(app.srcdir) / CLAIMS_DIR).glob("*.json")):
         try:
@@ -56,16 +55,13 @@ def _load(app: Sphinx) -> None:
         return
     app.covbook_shown = statuses  # type: ignore[attr-defined]  # each chapter page's, at source-read
     for name, st in statuses.items():
-        h = hashlib.sha256(f"{st.state}{json.dumps(dict(st.record or {}), sort_keys=True)}".encode())
         if st.current:
-            for f in (paths.root / edition.EDITION / f"{name}.ipynb",
-                      paths.root / edition.EDITION / "claims" / f"{name}.json"):
-                h.update(f.read_bytes() if f.is_file() else b"")
             try:
                 store[name] = {c.id: c for c in edition.edition_claims(paths, name, st.profile)}
             except (UsageError, ValueError, OSError):  # `covbook check` reports it; the role keeps the book's run
                 pass
-        app.covbook_edition[f"generated/{name}"] = h.hexdigest()  # type: ignore[attr-defined]
+        key = f"{st.state} {json.dumps(dict(st.record or {}), sort_keys=True)}"
+        app.covbook_edition[f"generated/{name}"] = key  # type: ignore[attr-defined]
 
 
 def _outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
