@@ -205,6 +205,8 @@ def test_book_buttons_follow_the_repository(tmp_path: Path) -> None:
         assert download in page and (html / download).is_file()
     published = json.loads((html / "_sources" / "generated" / "01_alpha.ipynb").read_text())
     assert 'COVBOOK_SOURCE = "git+https://github.com/octo/covbook@executed-notebooks"' in _source(published["cells"][1])
+    index = (html / "index.html").read_text()  # the root redirect, with the book's title (and icon, if any)
+    assert '<title>mini</title>' in index and 'content="0; url=intro.html"' in index
 
     html = _build(root, "")  # unknown: no buttons, no dead links
     for page_file in (html / "generated" / "01_alpha.html", html / "intro.html"):

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from covbook.book.records import git_commit, versions
-from covbook.book.render import render
 from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 
 __all__ = ["theme_options", "unique_scripts", "setup"]
 
-STATIC = Path(__file__).resolve().parent / "static"
+HERE = Path(__file__).resolve().parent
 COLAB_URL = "https://colab.research.google.com"
 BINDER_URL = "https://mybinder.org"
 _BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button", "use_source_button")
@@ -65,8 +64,11 @@ def _configure(app, config) -> None:
     line = html.escape(f"Built by covbook {version} from commit {git_commit(root)}.")
     options["extra_footer"] = f'{options.get("extra_footer") or ""}<p class="covbook-build">{line}</p>'
     config.html_theme_options = options
-    config.html_static_path = [*config.html_static_path, str(STATIC)]
+    config.html_static_path = [*config.html_static_path, str(HERE / "static")]
     config.html_context = {"default_mode": "light", **(config.html_context or {})}
+    if config.root_doc != "index":  # the root redirect, written before sphinx-external-toc's (which has no icon)
+        config.templates_path = [*config.templates_path, str(HERE / "templates")]
+        config.html_additional_pages = {"index": "redirect.html.j2", **config.html_additional_pages}
 
 
 def _md_source(app, pagename: str) -> Path | None:
@@ -89,17 +91,6 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
                 "icon": "fas fa-file-lines", "label": "download-md-button"})
 
 
-def _write_index(app, exception: Exception | None) -> None:
-    """Write the root redirect (templates/redirect.html.j2) before sphinx-external-toc does (it keeps an index.html)."""
-    index = Path(app.outdir) / "index.html"
-    if exception is not None or app.builder.format != "html" or app.config.root_doc == "index" or index.exists():
-        return
-    favicon = app.config.html_favicon
-    icon = f"_static/{Path(favicon).name}" if favicon and "://" not in str(favicon) else favicon
-    index.write_text(render("redirect.html.j2", title=app.config.html_title or app.config.project,
-                            target=f"{app.config.root_doc}.html", icon=icon), encoding="utf-8")
-
-
 def _publish_sources(app, exception: Exception | None) -> None:
     """Each chapter's MyST source next to its ``.ipynb`` in ``_sources``; the notebooks as published."""
     if exception is not None or app.builder.format != "html":
@@ -119,10 +110,9 @@ def _publish_sources(app, exception: Exception | None) -> None:
 
 
 def setup(app) -> dict[str, Any]:
-    app.connect("config-inited", _configure, priority=600)
+    app.connect("config-inited", _configure, priority=950)  # after sphinx-external-toc names the root page (900)
     app.add_css_file("covbook.css")
     app.add_js_file("covbook.js")
     app.connect("html-page-context", _page_context, priority=900)  # after the theme's buttons (501)
-    app.connect("build-finished", _write_index, priority=400)
     app.connect("build-finished", _publish_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
