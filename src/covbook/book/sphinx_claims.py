@@ -106,24 +106,35 @@ def _title(cid: str, c: Claim) -> str:
     return f"{cid} ({kind}, {c.verdict}): {c.statement} Window {c.expected_text()}.{alts}{basis}"
 
 
-class _ClaimRole(SphinxRole):
-    def claim(self) -> tuple[str, str, Claim] | None:
-        """``(chapter, id, claim)`` the role's text cites, or None after a warning naming the page and line
-        (myst-nb numbers a notebook's lines as (cell + 1) × 10000 + line: the warning names the cell)."""
+class ClaimRole(SphinxRole):
+    """``{claim}`[chapter:]id```: the measured value, verdict and window, linked to the report;
+    ``{claim-row}`chapter:id```: the report's anchor for a claim, linked back to the chapter."""
+
+    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
         store: dict[str, dict[str, Claim]] = getattr(self.env.app, "covbook_claims", {})
         try:
             chap, cid = split_target(self.text, self.env.docname, list(store))
             if cid not in store[chap]:
                 raise ValueError(f"the run did not record claim {cid!r} in {chap} "
                                  f"(recorded: {', '.join(sorted(store[chap])) or 'none'})")
-        except ValueError as err:
+        except ValueError as err:  # myst-nb numbers a notebook's lines (cell + 1) × 10000 + line: name the cell
             cell = f" (in markdown cell {self.lineno // 10000} of the notebook, counting from 1)" \
                 if self.lineno >= 10000 else ""
             logger.warning(f"{{{self.name}}}`{self.text}`: {err}{cell}", location=self.get_location(),
                            type="covbook", subtype="claim")
-            return None
+            if self.name == "claim-row":
+                return [nodes.literal(self.rawtext, self.text)], []
+            return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
+                                 classes=["covbook-claim", "covbook-claim-missing"])], []
         self.env.note_dependency(str(Path(self.env.srcdir) / CLAIMS_DIR / f"{chap}.json"))
-        return chap, cid, store[chap][cid]
+        claim, here = store[chap][cid], anchor(chap, cid)
+        if self.name == "claim-row":
+            return [self.link(f"generated/{chap}", here, f"where {chap} records {cid}", [nodes.literal(text=cid)],
+                              ids=[here], classes=["covbook-claim-row"])], []
+        chip = [nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"]), _mark(claim),
+                nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])]
+        return [self.link(REPORT_DOC, here, _title(cid, claim), chip,
+                          classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"])], []
 
     def link(self, target: str, fragment: str, title: str, children: list[nodes.Node], **attrs) -> nodes.Element:
         """``children`` linked to ``target#fragment`` (HTML builders; else plain), in an inline with ``attrs``
@@ -139,38 +150,13 @@ class _ClaimRole(SphinxRole):
         return ref
 
 
-class ClaimRole(_ClaimRole):
-    """``{claim}`[chapter:]id``` — the measured value and verdict, linked to the report."""
-
-    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        if (found := self.claim()) is None:
-            return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
-                                 classes=["covbook-claim", "covbook-claim-missing"])], []
-        chap, cid, claim = found
-        chip = [nodes.inline(text=fmt(claim.measured), classes=["covbook-claim-value"]), _mark(claim),
-                nodes.inline(text=f"\u00a0{claim.expected_text()}", classes=["covbook-claim-window"])]
-        return [self.link(REPORT_DOC, anchor(chap, cid), _title(cid, claim), chip,
-                          classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"])], []
-
-
-class ClaimRowRole(_ClaimRole):
-    """``{claim-row}`chapter:id``` — the report's anchor for a claim, linked back to the chapter."""
-
-    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        if (found := self.claim()) is None:
-            return [nodes.literal(self.rawtext, self.text)], []
-        chap, cid, _ = found
-        return [self.link(f"generated/{chap}", anchor(chap, cid), f"where {chap} records {cid}",
-                          [nodes.literal(text=cid)], ids=[anchor(chap, cid)], classes=["covbook-claim-row"])], []
-
-
 def _static(app: Sphinx, config) -> None:
     config.html_static_path = [*config.html_static_path, str(STATIC / CSS_FILE)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
     app.add_role("claim", ClaimRole())
-    app.add_role("claim-row", ClaimRowRole())
+    app.add_role("claim-row", ClaimRole())
     app.connect("builder-inited", _load)
     app.connect("env-get-outdated", _outdated)
     app.connect("source-read", _source)
