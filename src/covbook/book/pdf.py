@@ -8,6 +8,7 @@ jupyter-book's ``pdfhtml``: it needs playwright's Chromium, downloaded at first 
 
 from __future__ import annotations
 
+import argparse
 import html
 import os
 import re
@@ -20,10 +21,9 @@ from pathlib import Path
 __all__ = ["CHROMIUM_FLAGS", "find_chromium", "toc_pages", "build_pdf", "main"]
 
 PDF_NAME = "covbook.pdf"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-                  "--disable-extensions", "--disable-sync", "--no-default-browser-check", "--no-pdf-header-footer",
-                  "--allow-file-access-from-files",
-                  "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-pdf-header-footer", "--run-all-compositor-stages-before-draw",
+                  "--virtual-time-budget=10000")  # time for MathJax to typeset
 INSTALL = "apt-get install chromium  (Debian/Ubuntu)"
 
 
@@ -77,17 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m covbook.book.pdf``: write ``_build/html/covbook.pdf`` from the built book."""
     from covbook.book.config import UsageError, project_root
 
-    if argv if argv is not None else sys.argv[1:]:
-        print("usage: python -m covbook.book.pdf   (after `covbook build`)", file=sys.stderr)
-        return 2
+    argparse.ArgumentParser(prog="python -m covbook.book.pdf",
+                            description="Print the built book to _build/html/covbook.pdf (after `covbook build`).",
+                            ).parse_args(argv)
     try:
         root = project_root()
+        html_dir = root / "_build" / "html"
+        out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / PDF_NAME)
     except UsageError as err:
         print(f"covbook pdf: error: {err}", file=sys.stderr)
         return 2
-    html_dir = root / "_build" / "html"
-    try:
-        out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / PDF_NAME)
     except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as err:
         print(f"covbook pdf: error: {err}", file=sys.stderr)
         return 1
