@@ -10,15 +10,14 @@ covbook where it is missing (Colab).
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
 
 from covbook.claims import Claim, anchor, fmt, load_claims
 
-__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "glued_values",
-           "figure_numbers", "bib_labels", "standalone_file"]
+__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "bib_labels",
+           "book_context", "standalone_file"]
 
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
@@ -40,24 +39,6 @@ def fill_setup_source(source: str, install_source: str) -> str:
     if not _PLACEHOLDER_LINE.search(source):
         return source
     return INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
-
-
-def glued_values(nb: dict) -> dict[str, str]:
-    """``{name: text/plain}`` of every ``glue`` in the notebook's outputs, as myst-nb reads them."""
-    from myst_nb.ext.glue import extract_glue_data_cell
-    from nbformat import from_dict
-
-    out: dict[str, str] = {}
-    for cell in from_dict(copy.deepcopy(nb)).get("cells", []):
-        for name, output in extract_glue_data_cell(cell) if cell.get("cell_type") == "code" else []:
-            out[name] = "".join(output["data"].get("text/plain", ""))
-    return out
-
-
-def figure_numbers(nb: dict) -> dict[str, int]:
-    """``{label: n}``: the chapter's figures (code cells with ``mystnb.figure.name``) numbered in order."""
-    names = [((c.get("metadata") or {}).get("mystnb") or {}).get("figure", {}).get("name") for c in nb.get("cells", [])]
-    return {name: i for i, name in enumerate(dict.fromkeys(n for n in names if n), 1)}
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
@@ -88,10 +69,18 @@ def standalone(
     ``book_url``: the online book's root (None: no links); ``install_source`` fills the setup cell (None: left).
     """
     from myst_nb.core.variables import format_plain_text
+    from myst_nb.ext.glue import extract_glue_data_cell
+    from nbformat import from_dict
 
     from covbook.book.checks import split_target
 
-    glued, figures = glued_values(nb), figure_numbers(nb)
+    out = from_dict(nb)  # a copy
+    glued: dict[str, str] = {}  # each glue's text as myst-nb reads it (from another copy: it takes glue outputs out)
+    for cell in from_dict(nb).cells:
+        for name, output in extract_glue_data_cell(cell) if cell.cell_type == "code" else []:
+            glued[name] = "".join(output.data.get("text/plain", ""))
+    names = [cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name") for cell in out.cells]
+    figures = {name: i for i, name in enumerate(dict.fromkeys(n for n in names if n), 1)}  # label: Figure i
     base = book_url.rstrip("/") + "/" if book_url else None
 
     def link(text: str, path: str) -> str:
@@ -123,20 +112,17 @@ def standalone(
             return link("the theorem" if label.startswith("thm") else label, f"generated/{chapter}.html#{label}")
         return re.sub(r"^(.*)<.+>$", r"\1", text).strip() or text  # {doc}, {ref}: the link text
 
-    out = copy.deepcopy(nb)
-    out["cells"] = [c for c in out.get("cells", []) if "injected-parameters" not in
-                    ((c.get("metadata") or {}).get("tags") or [])]
-    for cell in out["cells"]:
-        tags = (cell.get("metadata") or {}).get("tags") or []
-        text = cell.get("source", "")
-        if cell.get("cell_type") == "markdown":
-            cell["source"] = ROLE.sub(resolve, text)
-        elif cell.get("cell_type") == "code" and install_source and _PLACEHOLDER_LINE.search(text):
-            cell["source"] = fill_setup_source(text, install_source)
+    out.cells = [c for c in out.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    for cell in out.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "markdown":
+            cell.source = ROLE.sub(resolve, cell.source)
+        elif cell.cell_type == "code" and install_source:
+            cell.source = fill_setup_source(cell.source, install_source)
         if "parameters" in tags:
-            cell["metadata"]["tags"] = [t for t in tags if t != "remove-cell"]
+            cell.metadata.tags = [t for t in tags if t != "remove-cell"]
     out.setdefault("metadata", {})["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    out["metadata"].pop("papermill", None)
+    out.metadata.pop("papermill", None)
     return out
 
 
