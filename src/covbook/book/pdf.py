@@ -84,12 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         root = project_root()
         html_dir = root / "_build" / "html"
         out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / PDF_NAME)
-    except UsageError as err:
+    except (UsageError, FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as err:
         print(f"covbook pdf: error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as err:
-        print(f"covbook pdf: error: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, UsageError) else 1
     print(f"covbook pdf: wrote {out.relative_to(root)}")
     return 0
 

@@ -61,12 +61,11 @@ def parse_github(text: str) -> Repository | None:
     return Repository(m["owner"], m["name"]) if m and m["name"] not in (".", "..") else None
 
 
-def resolve_repository(
-    root: str | os.PathLike, configured: str | None = None, environ: Mapping[str, str] | None = None
-) -> Repository | None:
-    """The book's GitHub repository, or None when it is not known (module docstring): from ``environ``
-    (default ``os.environ``), ``configured`` (``repository.url`` of ``_config.yml``) or the checkout at ``root``.
-    Raises ``ValueError`` when ``COVBOOK_REPOSITORY`` or ``configured`` is set but is not a GitHub repository."""
+def resolve_repository(root: str | os.PathLike, configured: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> Repository | None:
+    """The book's GitHub repository, or None (module docstring): from ``environ`` (default ``os.environ``),
+    ``configured`` (``repository.url`` of ``_config.yml``) or the checkout at ``root``; ``ValueError`` when
+    ``COVBOOK_REPOSITORY`` or ``configured`` is set but is not a GitHub repository."""
     environ = os.environ if environ is None else environ
     if ENV in environ:
         value = environ[ENV].strip()

@@ -1,11 +1,9 @@
 """Sphinx extension: the prose cites its claims, and each chapter shows the run its claims come from.
 
-``{claim}`id``` (a claim of the page's chapter), ``{claim}`NN_name:id``` or ``{claim}`NN:id``` renders the
-measured value, verdict and window, linked to the claim's row in the report (the rest in the tooltip); a claim
-the run did not record is a build warning naming the page and line.  ``{claim-row}`NN_name:id``` is that row's
-anchor, linked back to the chapter.  A chapter page (``generated/NN_name``) is
+``{claim}`[NN_name:]id``` (or ``NN:id``) renders the measured value, verdict and window, linked to the claim's
+row in the report; ``{claim-row}`NN_name:id``` is that row's anchor, linked back to the chapter; a claim the run
+did not record is a build warning naming the page and line.  A chapter page is
 :func:`covbook.book.edition.published_notebook`, citing the edition's claims where it shows the edition's run.
-Imports no torch.
 """
 
 from __future__ import annotations
@@ -34,10 +32,6 @@ CLAIMS_DIR = "generated/claims"
 REPORT_DOC = "generated/reproduction"
 
 
-def _paths(app: Sphinx) -> Paths:
-    return Paths(Path(app.srcdir).parent)
-
-
 def _load(app: Sphinx) -> None:
     """At ``builder-inited``: every chapter's claims (a current edition chapter's from the edition), and a key
     per chapter page of the run it shows (the edition's state and run record, which names its files' digests)."""
@@ -48,7 +42,7 @@ def _load(app: Sphinx) -> None:
         except (ValueError, TypeError) as err:
             logger.warning(f"covbook claims: cannot read {f}: {err}", type="covbook", subtype="claims")
     app.covbook_claims, app.covbook_edition = store, {}  # type: ignore[attr-defined]
-    paths = _paths(app)
+    paths = Paths(Path(app.srcdir).parent)
     try:
         statuses = edition.status(paths)
     except (ValueError, OSError):
@@ -80,7 +74,7 @@ def _source(app: Sphinx, docname: str, source: list[str]) -> None:
         own = json.loads(source[0])
     except ValueError:
         return  # not a notebook: myst-nb reports it
-    paths = _paths(app)
+    paths = Paths(Path(app.srcdir).parent)
     try:
         record = read_run(paths.runs / f"{name}.json")
     except (ValueError, OSError):

@@ -1,11 +1,10 @@
 """Sphinx extension: the book's pages, with the buttons its repository allows and no console errors.
 
-The repository, issue and launch (Colab, Binder) buttons follow :func:`covbook.book.repository.resolve_repository`
-(none when it is unknown: no dead links); chapters offer their MyST source for download, and the downloadable
-notebooks are the published edition (:mod:`covbook.book.standalone`).  Identical inline scripts are kept once
-(sphinx-thebe's and sphinx-togglebutton's ``const`` twice is a SyntaxError), the colour mode is light (else
-pydata-sphinx-theme logs an error), ``index.html`` names the icon (else a favicon 404), and every footer names
-the covbook version and commit.
+Repository, issue and launch (Colab, Binder) buttons where :func:`covbook.book.repository.resolve_repository`
+knows the repository (else none: no dead links); each chapter's MyST source and published notebook
+(:mod:`covbook.book.standalone`) to download; inline scripts once (sphinx-thebe's and sphinx-togglebutton's
+``const`` twice is a SyntaxError); the light colour mode (else pydata-sphinx-theme logs an error); a root
+``index.html`` naming the icon (else a favicon 404); the covbook version and commit in every footer.
 """
 
 from __future__ import annotations
@@ -102,8 +101,7 @@ def _publish_sources(app, exception: Exception | None) -> None:
         if (md := _md_source(app, pagename)) is not None:
             (sources / pagename).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(md, sources / f"{pagename}.md")
-    repo: Repository | None = getattr(app, "covbook_repository", None)
-    context = book_context(_root(app))
+    repo, context = app.covbook_repository, book_context(_root(app))
     for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
         standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None,
                         context)

@@ -59,10 +59,8 @@ def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def standalone(
-    nb: dict, chapter: str, *, claims: dict[str, dict[str, Claim]], bib: dict[str, tuple[str, str]],
-    book_url: str | None = None, install_source: str | None = None,
-) -> dict:
+def standalone(nb: dict, chapter: str, *, claims: dict[str, dict[str, Claim]], bib: dict[str, tuple[str, str]],
+               book_url: str | None = None, install_source: str | None = None) -> dict:
     """A copy of the executed notebook ``nb`` of ``chapter`` (as nbformat reads it) with its roles resolved.
 
     ``claims``: the run's claims by chapter and id, ``bib``: ``(authors, year)`` by citation key (:func:`book_context`);
@@ -139,8 +137,7 @@ def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tup
     return claims, bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
 
 
-def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
-                    install_source: str | None = None,
+def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None, install_source: str | None = None,
                     context: tuple[dict, dict] | None = None) -> bool:
     """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, with nbformat;
     ``context``: :func:`book_context` of ``root``, read here when not given); True when a setup cell was filled."""
