@@ -20,7 +20,6 @@ from pathlib import Path
 
 __all__ = ["CHROMIUM_FLAGS", "find_chromium", "toc_pages", "build_pdf", "main"]
 
-PDF_NAME = "covbook.pdf"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-pdf-header-footer", "--run-all-compositor-stages-before-draw",
                   "--virtual-time-budget=10000")  # time for MathJax to typeset
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = project_root()
         html_dir = root / "_build" / "html"
-        out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / PDF_NAME)
+        out = build_pdf(html_dir, root / "book" / "_toc.yml", html_dir / "covbook.pdf")
     except (UsageError, FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as err:
         print(f"covbook pdf: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1

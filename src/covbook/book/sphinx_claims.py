@@ -20,14 +20,14 @@ from covbook.book import edition
 from covbook.book.checks import split_target
 from covbook.book.config import Paths, UsageError
 from covbook.book.records import read_run
-from covbook.claims import Claim, anchor, fmt, load_claims
+from covbook.book.standalone import run_claims
+from covbook.claims import Claim, anchor, fmt
 
 __all__ = ["setup"]
 
 logger = logging.getLogger(__name__)
 
-CSS_FILE = "covbook-claims.css"
-STATIC = Path(__file__).resolve().parent / "static"
+CSS = Path(__file__).resolve().parent / "static" / "covbook-claims.css"
 CLAIMS_DIR = "generated/claims"
 REPORT_DOC = "generated/reproduction"
 
@@ -35,14 +35,10 @@ REPORT_DOC = "generated/reproduction"
 def _load(app: Sphinx) -> None:
     """At ``builder-inited``: every chapter's claims (a current edition chapter's from the edition), and a key
     per chapter page of the run it shows (the edition's state and run record, which names its files' digests)."""
-    store: dict[str, dict[str, Claim]] = {}
-    for f in sorted((Path(app.srcdir) / CLAIMS_DIR).glob("*.json")):
-        try:
-            store[f.stem] = {c.id: c for c in load_claims(f)}
-        except (ValueError, TypeError) as err:
-            logger.warning(f"covbook claims: cannot read {f}: {err}", type="covbook", subtype="claims")
-    app.covbook_claims, app.covbook_edition = store, {}  # type: ignore[attr-defined]
     paths = Paths(Path(app.srcdir).parent)
+    store = run_claims(paths.root, lambda f, err: logger.warning(f"covbook claims: cannot read {f}: {err}",
+                                                                 type="covbook", subtype="claims"))
+    app.covbook_claims, app.covbook_edition = store, {}  # type: ignore[attr-defined]
     try:
         statuses = edition.status(paths)
     except (ValueError, OSError):
@@ -54,8 +50,7 @@ def _load(app: Sphinx) -> None:
                 store[name] = {c.id: c for c in edition.edition_claims(paths, name, st.profile)}
             except (UsageError, ValueError, OSError):  # `covbook check` reports it; the role keeps the book's run
                 pass
-        key = f"{st.state} {json.dumps(dict(st.record or {}), sort_keys=True)}"
-        app.covbook_edition[f"generated/{name}"] = key  # type: ignore[attr-defined]
+        app.covbook_edition[f"generated/{name}"] = (st.state, dict(st.record or {}))  # type: ignore[attr-defined]
 
 
 def _outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
@@ -145,7 +140,7 @@ class ClaimRole(SphinxRole):
 
 
 def _static(app: Sphinx, config) -> None:
-    config.html_static_path = [*config.html_static_path, str(STATIC / CSS_FILE)]
+    config.html_static_path = [*config.html_static_path, str(CSS)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
@@ -155,5 +150,5 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.connect("env-get-outdated", _outdated)
     app.connect("source-read", _source)
     app.connect("config-inited", _static)
-    app.add_css_file(CSS_FILE)
+    app.add_css_file(CSS.name)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

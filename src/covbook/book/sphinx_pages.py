@@ -20,8 +20,6 @@ from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_reposi
 __all__ = ["theme_options", "unique_scripts", "setup"]
 
 HERE = Path(__file__).resolve().parent
-COLAB_URL = "https://colab.research.google.com"
-BINDER_URL = "https://mybinder.org"
 _BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button", "use_source_button")
 _LAUNCHERS = ("colab_url", "binderhub_url", "jupyterhub_url", "deepnote_url", "jupyterlite_url")
 #: Jupyter Book's built-in default ``repository.url``: not this book's repository.
@@ -36,7 +34,7 @@ def theme_options(options: dict[str, Any], repo: Repository | None, path_to_book
     if repo is not None:
         out.update(repository_url=repo.url, repository_branch=NOTEBOOKS_BRANCH, path_to_docs=path_to_book,
                    use_repository_button=True, use_issues_button=True)
-        launch.update(colab_url=COLAB_URL, binderhub_url=BINDER_URL)
+        launch.update(colab_url="https://colab.research.google.com", binderhub_url="https://mybinder.org")
     out["launch_buttons"] = launch
     return out
 

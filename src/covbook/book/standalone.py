@@ -1,10 +1,9 @@
-"""The published edition of a chapter: an executed notebook that reads well outside the book.
+"""The published edition of a chapter: an executed notebook that reads well outside the book (Jupyter, Colab).
 
-Jupyter, Colab and Binder would show the prose's Sphinx roles as raw markup, so the notebook a reader downloads
-or launches is rewritten by :func:`standalone`: each role becomes Markdown text (a claim its value and verdict,
-a glued name its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its
-label), linked into the online book when its address is known; papermill's injected-parameters cell goes (the
-reader's ``parameters`` cell is what runs), the kernel is the standard ``python3``, and the setup cell installs
+:func:`standalone` turns each Sphinx role of the prose into Markdown (a claim its value and verdict, a glued name
+its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its label), linked into
+the online book when its address is known; drops papermill's injected-parameters cell (the reader's
+``parameters`` cell is what runs); sets the standard ``python3`` kernel; and fills the setup cell to install
 covbook where it is missing (Colab).
 """
 
@@ -17,7 +16,7 @@ from pathlib import Path
 from covbook.claims import Claim, anchor, fmt, load_claims
 
 __all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "bib_labels",
-           "book_context", "standalone_file"]
+           "run_claims", "book_context", "standalone_file"]
 
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
@@ -36,9 +35,8 @@ _PLACEHOLDER_LINE = re.compile(rf"^\s*{re.escape(SETUP_PLACEHOLDER)}\b", re.MULT
 def fill_setup_source(source: str, install_source: str) -> str:
     """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
     any other cell is returned unchanged."""
-    if not _PLACEHOLDER_LINE.search(source):
-        return source
-    return INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
+    filled = INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
+    return filled if _PLACEHOLDER_LINE.search(source) else source
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
@@ -124,17 +122,23 @@ def standalone(nb: dict, chapter: str, *, claims: dict[str, dict[str, Claim]], b
     return out
 
 
-def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tuple[str, str]]]:
-    """What the published notebooks cite, read once for all chapters: the run's claims (``book/generated/claims``,
-    judged by their rules) and the bibliography's labels (``book/references.bib``)."""
-    bib_file = root / "book" / "references.bib"
+def run_claims(root: Path, warn=lambda file, err: None) -> dict[str, dict[str, Claim]]:
+    """Each chapter's claims by id: the run's measurements (``book/generated/claims``) judged by their rules; a
+    file that cannot be judged is left out after ``warn(file, err)`` (``covbook check`` reports it too)."""
     claims: dict[str, dict[str, Claim]] = {}
     for f in sorted((root / "book" / "generated" / "claims").glob("[0-9][0-9]_*.json")):
         try:
             claims[f.stem] = {c.id: c for c in load_claims(f, root)}
-        except (ValueError, TypeError):  # `covbook check` reports it; its citations stay ids
-            continue
-    return claims, bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
+        except (ValueError, TypeError) as err:
+            warn(f, err)
+    return claims
+
+
+def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tuple[str, str]]]:
+    """What the published notebooks cite, read once for all chapters: :func:`run_claims` and the bibliography's
+    labels (``book/references.bib``)."""
+    bib_file = root / "book" / "references.bib"
+    return run_claims(root), bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
 
 
 def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None, install_source: str | None = None,
