@@ -32,8 +32,7 @@ def find_chromium() -> str | None:
 
 
 def toc_pages(toc_file: Path) -> list[str]:
-    """The book's pages in reading order, as docnames (``intro``, ``generated/01_...``), from ``_toc.yml`` as
-    jupyter-book reads it (sphinx-external-toc's site map lists them depth first)."""
+    """The book's pages (``intro``, ``generated/01_...``) in reading order: sphinx-external-toc's, depth first."""
     from sphinx_external_toc.parsing import parse_toc_yaml
 
     return [doc.removesuffix(".md").removesuffix(".ipynb") for doc in parse_toc_yaml(toc_file)]

@@ -1,10 +1,9 @@
-"""Where the book lives online: its GitHub repository, from one place.
+"""Where the book lives online: its GitHub repository, from one place (:func:`resolve_repository`).
 
-:func:`resolve_repository` decides the repository: ``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL;
-empty or ``none``: no repository), else ``repository.url`` in ``_config.yml``, else ``git remote get-url
-origin`` when the project root is the top of a checkout whose origin is on GitHub, else none (the book then
-shows no repository, issue or launch buttons).  The book workflow publishes the executed notebooks on the
-branch :data:`NOTEBOOKS_BRANCH`, their setup cell filled to install covbook from there (``covbook publish``).
+``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL; empty or ``none``: no repository), else ``repository.url``
+in ``_config.yml``, else ``git remote get-url origin`` of a checkout whose top is the project root, when it is
+on GitHub; else none, and the book shows no repository, issue or launch buttons.  ``covbook publish`` fills the
+notebooks' setup cell to install covbook from the branch :data:`NOTEBOOKS_BRANCH`, where the workflow publishes them.
 """
 
 from __future__ import annotations

@@ -126,8 +126,7 @@ class ClaimRole(SphinxRole):
                           classes=["covbook-claim", f"covbook-claim-{claim.verdict.lower()}"])], []
 
     def link(self, target: str, fragment: str, title: str, children: list[nodes.Node], **attrs) -> nodes.Element:
-        """``children`` linked to ``target#fragment`` (HTML builders; else plain), in an inline with ``attrs``
-        (``ids``) or with their ``classes`` on the link."""
+        """``children`` linked to ``target#fragment`` (HTML builders), with ``ids`` on an inline around it."""
         builder = self.env.app.builder
         if builder.format != "html" or target not in self.env.found_docs:
             return nodes.inline("", "", *children, **attrs)

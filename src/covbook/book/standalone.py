@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+from covbook._jsonio import atomic_write
 from covbook.claims import Claim, anchor, fmt, load_claims
 
 __all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "bib_labels",
@@ -29,14 +30,13 @@ SETUP_CELL = f"""\
 INSTALL_CELL = (Path(__file__).with_name("templates") / "install_cell.py").read_text(encoding="utf-8").rstrip("\n")
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
-_PLACEHOLDER_LINE = re.compile(rf"^\s*{re.escape(SETUP_PLACEHOLDER)}\b", re.MULTILINE)
 
 
 def fill_setup_source(source: str, install_source: str) -> str:
     """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
     any other cell is returned unchanged."""
     filled = INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
-    return filled if _PLACEHOLDER_LINE.search(source) else source
+    return filled if SETUP_PLACEHOLDER in source else source
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
@@ -135,8 +135,7 @@ def run_claims(root: Path, warn=lambda file, err: None) -> dict[str, dict[str, C
 
 
 def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tuple[str, str]]]:
-    """What the published notebooks cite, read once for all chapters: :func:`run_claims` and the bibliography's
-    labels (``book/references.bib``)."""
+    """What the published notebooks cite: :func:`run_claims` and the labels of ``book/references.bib``."""
     bib_file = root / "book" / "references.bib"
     return run_claims(root), bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
 
@@ -147,10 +146,8 @@ def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = Non
     ``context``: :func:`book_context` of ``root``, read here when not given); True when a setup cell was filled."""
     import nbformat
 
-    from covbook._jsonio import atomic_write
-
     claims, bib = context if context is not None else book_context(root)
     nb = nbformat.read(src, as_version=4)
     new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
     atomic_write(dst, lambda tmp: nbformat.write(new, tmp))
-    return bool(install_source) and any(c.cell_type == "code" and _PLACEHOLDER_LINE.search(c.source) for c in nb.cells)
+    return bool(install_source) and any(c.cell_type == "code" and SETUP_PLACEHOLDER in c.source for c in nb.cells)
