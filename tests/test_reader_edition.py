@@ -180,6 +180,19 @@ def test_published_notebook_has_its_roles_resolved_and_no_papermill_cell():
     assert "(Xu and Fang, 2026)" in offline["cells"][-1]["source"]
 
 
+def test_published_citations_are_the_runs_measurements_judged_by_their_rules(tmp_path):
+    from claims_fixtures import claim, fake_project
+    from covbook.book.standalone import book_context
+
+    fake_project(tmp_path, {"01_alpha": [claim("x_is_x", "01_alpha", measured=1.23456),
+                                         claim("off", "01_alpha", passed=False, measured=7.0)]})
+    claims, bib = book_context(tmp_path)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": "{claim}`x_is_x` and {claim}`01:off`"}]}
+    text = standalone(nb, "01_alpha", claims=claims, bib=bib)["cells"][0]["source"]
+    assert text == "**1.235** ✓ and **7** ✗" and bib == {}
+
+
 # ----------------------------------------------------------------------------- citing the book
 
 
