@@ -3,7 +3,7 @@ that are numbered, captioned, referenced and described (issue 10, "Pages that re
 
 Fast: nothing is executed.  The notebooks are read with jupytext and their cells checked statically:
 
-* the first code cell is the Colab setup cell (``covbook.book.repository.SETUP_CELL``), tagged
+* the first code cell is the Colab setup cell (``covbook.book.standalone.SETUP_CELL``), tagged
   ``remove-cell``;
 * the imports cell (the code cell after ``parameters``) and every cell whose code is only
   ``claims.*`` calls are hidden behind myst-nb's "show code" toggle (``hide-input``) or removed
@@ -93,11 +93,11 @@ def test_every_chapter_is_checked() -> None:
 
 
 def test_setup_cell_comes_first(chapter: Path) -> None:
-    from covbook.book.repository import SETUP_CELL
+    from covbook.book.standalone import SETUP_CELL
 
     first = _code_cells(chapter)[0]
     assert first.source.strip() == SETUP_CELL.strip(), (
-        f"{chapter.name}: the first code cell is not covbook.book.repository.SETUP_CELL (paste it, verbatim, "
+        f"{chapter.name}: the first code cell is not covbook.book.standalone.SETUP_CELL (paste it, verbatim, "
         "before the parameters cell)")
     assert "remove-cell" in _tags(first), f"{chapter.name}: tag the setup cell remove-cell"
 

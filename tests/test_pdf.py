@@ -2,7 +2,7 @@
 
 Every chapter's title and a sample of the glued numbers of the prose are in the PDF's text;
 the PDF holds a figure for every figure of the HTML book (each an SVG image in the pages, which
-Chromium embeds as a form XObject, or a raster image); the contents page lists every page.
+Chromium embeds as a form XObject, or a raster image); every page is a bookmark, titled and in order.
 
 Needs Debian's ``chromium``; skipped with that hint without it, unless ``COVBOOK_BROWSER_REQUIRED``
 is set (``.ci/run`` sets it after installing Chromium).
@@ -75,12 +75,16 @@ def _figures(pdf: Path) -> int:
     return len(seen)
 
 
+def _title(root: Path, page: str) -> str:
+    m = re.search(r"<h1[^>]*>(.*?)</h1>", _html(root, page), re.DOTALL)
+    return _plain(m.group(1)).replace("#", "").strip()
+
+
 def test_pdf_has_every_chapter_and_the_glued_numbers(pdf: Path, smoke_project: Path) -> None:
     text = _text(pdf)
     pages = toc_pages(smoke_project / "book" / "_toc.yml")
     for page in pages:
-        m = re.search(r"<h1[^>]*>(.*?)</h1>", _html(smoke_project, page), re.DOTALL)
-        title = _plain(m.group(1)).replace("#", "").strip()
+        title = _title(smoke_project, page)
         assert title[:40] in text, f"chapter title {title!r} of {page} not in the PDF's text"
     glued = []
     for page in pages:
@@ -91,7 +95,18 @@ def test_pdf_has_every_chapter_and_the_glued_numbers(pdf: Path, smoke_project: P
     assert len(glued) >= 10, glued
     missing = [g for g in glued if g not in text]
     assert not missing, f"glued numbers not in the PDF's text: {missing}"
-    assert "Contents" in text[:3000]
+
+
+def test_pdf_bookmarks_every_page_in_order(pdf: Path, smoke_project: Path) -> None:
+    from pypdf import PdfReader
+
+    reader = PdfReader(pdf)
+    marks = [(o.title, reader.get_destination_page_number(o)) for o in reader.outline]
+    pages = toc_pages(smoke_project / "book" / "_toc.yml")
+    assert [title for title, _ in marks] == [_title(smoke_project, page) for page in pages]
+    first = [n for _, n in marks]
+    assert first[0] == 0 and first == sorted(set(first)) and first[-1] < len(reader.pages)
+    assert reader.metadata.title == marks[0][0]
 
 
 def test_pdf_embeds_every_figure(pdf: Path, smoke_project: Path) -> None:

@@ -1,10 +1,10 @@
-"""covbook.book.pdf without Chromium: a stand-in printer checks what the PDF build serves and writes.
+"""covbook.book.pdf without Chromium: a stand-in printer checks what the PDF build prints and writes.
 
 The real printing is tests/test_pdf.py's (the smoke book through Debian's Chromium); here a fake
-``chromium`` (a Python script) fetches the page it is asked to print and writes a one-page PDF, so
-the build's own logic is tested in a second: every page of the table of contents is printed in
-order, the contents page is served from a temporary folder, and the book's folder is not written
-except for the finished PDF (the browser test reads it at the same time).
+``chromium`` (a Python script) reads the page it is asked to print and writes a one-page PDF, so the
+build's own logic is tested in a second: every page of the table of contents is printed in order, each
+is bookmarked with its heading, and the book's folder is not written except for the finished PDF (the
+browser test reads it at the same time).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ url = sys.argv[-1]
 page = urllib.request.urlopen(url, timeout=10).read().decode()
 with open({log!r}, "a") as fh:
     files = sum(len(f) for _, _, f in os.walk({html!r}))  # the book's folder while a page is printed
-    fh.write(url.rsplit("/", 1)[-1] + " " + str("Contents" in page) + " " + str(files) + "\\n")
+    fh.write(url.rsplit("/", 1)[-1] + " " + str(files) + "\\n")
 w = PdfWriter()
 w.add_blank_page(width=595, height=842)
 with open(out, "wb") as fh:
@@ -51,9 +51,11 @@ def test_pdf_prints_every_page_and_writes_only_the_pdf(tmp_path: Path) -> None:
     after = sorted(p.relative_to(html) for p in html.rglob("*"))
     assert after == sorted([*before, Path("covbook.pdf")])  # nothing else written into the book's folder
     printed = log.read_text().split("\n")[:-1]
-    assert printed == ["intro.html False 3", "01_x.html False 3", "02_y.html False 3", ".covbook-contents.html True 3"]
+    assert printed == ["intro.html 3", "01_x.html 3", "02_y.html 3"]
     from pypdf import PdfReader
 
     reader = PdfReader(out)
-    assert len(reader.pages) == 4  # the contents page, then one per page of the book
-    assert [o.title for o in reader.outline] == ["A book", "One", "Two"]
+    assert len(reader.pages) == 3  # one per page of the book
+    assert [(o.title, reader.get_destination_page_number(o)) for o in reader.outline] == [
+        ("A book", 0), ("One", 1), ("Two", 2)]
+    assert reader.metadata.title == "A book"

@@ -17,8 +17,8 @@ from importlib.metadata import requires, version
 import pytest
 import yaml
 
-from covbook.book.repository import SETUP_CELL, fill_setup_source
-from covbook.book.standalone import bib_labels, standalone
+from covbook.book.standalone import SETUP_CELL, bib_labels, fill_setup_source, standalone
+from covbook.claims import Claim
 from covbook.session import apply_profile, profile_sizes
 from helpers import ROOT, covbook
 
@@ -139,8 +139,9 @@ def test_every_chapter_passes_its_name_and_parameters_to_setup():
 
 
 def _nb() -> dict:
-    glue = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "t_max", "mime_prefix": ""}},
-            "data": {"text/plain": "20000"}}
+    prefix = "application/papermill.record/"  # covbook.claims.glue's (not displayed where it runs)
+    glue = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "t_max", "mime_prefix": prefix}},
+            "data": {f"{prefix}text/plain": "20000"}}
     glue2 = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "rho", "mime_prefix": ""}},
              "data": {"text/plain": "0.123456"}}
     return {"nbformat": 4, "nbformat_minor": 5,
@@ -160,8 +161,11 @@ def _nb() -> dict:
 
 
 def test_published_notebook_has_its_roles_resolved_and_no_papermill_cell():
-    claims = {"01_covariance_readout": {"slope": {"id": "slope", "measured": -0.98765, "passed": True}}}
+    slope = Claim(id="slope", notebook="01_covariance_readout", statement="the slope is -1", measured=-0.98765,
+                  expected=-1.0, tolerance=0.05, lower=None, upper=None, passed=True)
+    claims = {"01_covariance_readout": {"slope": slope}}
     bib = bib_labels((ROOT / "book" / "references.bib").read_text(encoding="utf-8"))
+    assert bib["akyurek2023what"] == ("Akyürek et al.", "2023")  # LaTeX accents as text
     out = standalone(_nb(), "01_covariance_readout", claims=claims, bib=bib, book_url="https://o.github.io/r/")
     assert [c["source"] for c in out["cells"] if "injected-parameters" in c["metadata"].get("tags", [])] == []
     text = out["cells"][-1]["source"]
@@ -174,6 +178,19 @@ def test_published_notebook_has_its_roles_resolved_and_no_papermill_cell():
     offline = standalone(_nb(), "01_covariance_readout", claims=claims, bib=bib)
     assert "](" not in offline["cells"][-1]["source"]  # no address known: text without links
     assert "(Xu and Fang, 2026)" in offline["cells"][-1]["source"]
+
+
+def test_published_citations_are_the_runs_measurements_judged_by_their_rules(tmp_path):
+    from claims_fixtures import claim, fake_project
+    from covbook.book.standalone import book_context
+
+    fake_project(tmp_path, {"01_alpha": [claim("x_is_x", "01_alpha", measured=1.23456),
+                                         claim("off", "01_alpha", passed=False, measured=7.0)]})
+    claims, bib = book_context(tmp_path)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": "{claim}`x_is_x` and {claim}`01:off`"}]}
+    text = standalone(nb, "01_alpha", claims=claims, bib=bib)["cells"][0]["source"]
+    assert text == "**1.235** ✓ and **7** ✗" and bib == {}
 
 
 # ----------------------------------------------------------------------------- citing the book

@@ -17,11 +17,11 @@ from covbook.book.repository import (
     ENV,
     NOTEBOOKS_BRANCH,
     Repository,
-    fill_setup_source,
     parse_github,
     resolve_repository,
 )
 from covbook.book.sphinx_pages import theme_options
+from covbook.book.standalone import fill_setup_source
 from helpers import ROOT
 
 OCTO = Repository("octo", "covbook")
@@ -87,7 +87,7 @@ def test_bad_repository_setting_is_a_clear_error(tmp_path: Path, bad: str) -> No
 
 
 def test_fill_setup_source_makes_the_setup_cell_the_install_cell() -> None:
-    from covbook.book.repository import INSTALL_CELL, SETUP_CELL
+    from covbook.book.standalone import INSTALL_CELL, SETUP_CELL
 
     out = fill_setup_source(SETUP_CELL, OCTO.install_source)
     filled = 'COVBOOK_SOURCE = "git+https://github.com/octo/covbook@executed-notebooks"'
@@ -205,6 +205,8 @@ def test_book_buttons_follow_the_repository(tmp_path: Path) -> None:
         assert download in page and (html / download).is_file()
     published = json.loads((html / "_sources" / "generated" / "01_alpha.ipynb").read_text())
     assert 'COVBOOK_SOURCE = "git+https://github.com/octo/covbook@executed-notebooks"' in _source(published["cells"][1])
+    index = (html / "index.html").read_text()  # the root redirect, with the book's title (and icon, if any)
+    assert '<title>mini</title>' in index and 'content="0; url=intro.html"' in index
 
     html = _build(root, "")  # unknown: no buttons, no dead links
     for page_file in (html / "generated" / "01_alpha.html", html / "intro.html"):
@@ -219,7 +221,7 @@ def test_book_buttons_follow_the_repository(tmp_path: Path) -> None:
 # --- the notebooks' setup cell ------------------------------------------------------------------
 
 def test_setup_cell_is_a_no_op_where_covbook_is_importable() -> None:
-    from covbook.book.repository import SETUP_CELL
+    from covbook.book.standalone import SETUP_CELL
 
     namespace: dict = {}
     exec(compile(fill_setup_source(SETUP_CELL, "git+https://invalid.invalid/never-used"), "setup", "exec"), namespace)
@@ -227,7 +229,7 @@ def test_setup_cell_is_a_no_op_where_covbook_is_importable() -> None:
 
 
 def test_unpublished_setup_cell_runs_without_covbook_and_calls_no_pip() -> None:
-    from covbook.book.repository import SETUP_CELL
+    from covbook.book.standalone import SETUP_CELL
 
     assert len(SETUP_CELL.splitlines()) <= 3  # the chapters repeat it: a few lines, the logic in INSTALL_CELL
     # -I -S: no site-packages, so covbook is not importable; the unpublished cell only names the placeholder

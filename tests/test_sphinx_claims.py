@@ -51,8 +51,7 @@ def _book(root: Path, chapter_md: str, notation: str = "") -> Path:
     (src / "conf.py").write_text(CONF)
     (src / "index.md").write_text("# Book\n\n```{toctree}\nnotation\ngenerated/01_alpha\ngenerated/02_beta\n"
                                   "generated/reproduction\ngenerated/calibration\n```\n")
-    (src / "notation.md").write_text("# Notation\n\n" + (notation or "Level {claimstat}`level`, "
-                                     "{claimstat}`n_evidence` evidence claims, {claimstat}`familywise`.\n"))
+    (src / "notation.md").write_text("# Notation\n\n" + (notation or "See the {doc}`generated/reproduction`.\n"))
     return src
 
 
@@ -80,8 +79,6 @@ def test_role_renders_value_verdict_and_links_both_ways(tmp_path):
     report = (out / "reproduction.html").read_text()
     assert 'id="claim-01-x_is_x"' in report and 'href="01_alpha.html#claim-01-x_is_x"' in report
     assert 'href="01_alpha.html#thm-01_alpha"' in report  # {prf:ref} to the theorem box
-    notation = (src / "_build" / "notation.html").read_text()
-    assert "0.0005" in notation and "0.1 %" in notation  # 2 evidence claims: 1-(1-5e-4)^2
     assert (src / "_build" / "_static" / "covbook-claims.css").is_file()
     assert "No sweep has been run" in (out / "calibration.html").read_text()
 
@@ -125,7 +122,7 @@ def test_book_build_resolves_claims(project):
     (project / "book" / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nchapters:\n  - file: generated/01_alpha\n  - file: generated/02_beta\n"
         "  - file: generated/reproduction\n  - file: generated/calibration\n")
-    (project / "book" / "intro.md").write_text("# Intro\n\n{claimstat}`n_claims` claims.\n")
+    (project / "book" / "intro.md").write_text("# Intro\n\nThe claims: {claim}`01:x_is_x`.\n")
     (project / "book" / "references.bib").write_text("")
     for asset in (ROOT / "book").glob("*.svg"):  # files _config.yml names (the favicon)
         shutil.copy(asset, project / "book" / asset.name)

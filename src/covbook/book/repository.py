@@ -1,10 +1,9 @@
-"""Where the book lives online: its GitHub repository, from one place.
+"""Where the book lives online: its GitHub repository, from one place (:func:`resolve_repository`).
 
-:func:`resolve_repository` decides the repository: ``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL;
-empty or ``none``: no repository), else ``repository.url`` in ``_config.yml``, else ``git remote get-url
-origin`` when the project root is the top of a checkout whose origin is on GitHub, else none (the book then
-shows no repository, issue or launch buttons).  The book workflow publishes the executed notebooks on the
-branch :data:`NOTEBOOKS_BRANCH`, their setup cell filled to install covbook from there (``covbook publish``).
+``COVBOOK_REPOSITORY`` (``owner/name`` or a GitHub URL; empty or ``none``: no repository), else ``repository.url``
+in ``_config.yml``, else ``git remote get-url origin`` of a checkout whose top is the project root, when it is
+on GitHub; else none, and the book shows no repository, issue or launch buttons.  ``covbook publish`` fills the
+notebooks' setup cell to install covbook from the branch :data:`NOTEBOOKS_BRANCH`, where the workflow publishes them.
 """
 
 from __future__ import annotations
@@ -16,25 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covbook.book.records import git
-from covbook.book.standalone import (
-    INSTALL_CELL,
-    SETUP_CELL,
-    SETUP_PLACEHOLDER,
-    fill_setup_source,
-)
 
-__all__ = ["ENV", "NOTEBOOKS_BRANCH", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "Repository", "parse_github",
-           "resolve_repository", "fill_setup_source"]
+__all__ = ["ENV", "NOTEBOOKS_BRANCH", "Repository", "parse_github", "resolve_repository"]
 
 ENV = "COVBOOK_REPOSITORY"
 NOTEBOOKS_BRANCH = "executed-notebooks"
-_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
-_REPO = r"[A-Za-z0-9._-]+"
-_PATTERNS = (
-    re.compile(rf"^(?P<owner>{_NAME})/(?P<name>{_REPO})$"),
-    re.compile(rf"^https?://(?:[^@/]+@)?github\.com/(?P<owner>{_NAME})/(?P<name>{_REPO}?)(?:\.git)?/?$"),
-    re.compile(rf"^(?:ssh://)?git@github\.com[:/](?P<owner>{_NAME})/(?P<name>{_REPO}?)(?:\.git)?/?$"),
-)
+#: ``owner/name``, or that behind ``https://[token@]github.com/``, ``git@github.com:`` or ``ssh://git@github.com/``
+_GITHUB = re.compile(r"^(?:(?:https?://(?:[^@/]+@)?|(?:ssh://)?git@)github\.com[:/])?"
+                     r"(?P<owner>[A-Za-z0-9][A-Za-z0-9-]{0,38})/(?P<name>[A-Za-z0-9._-]+?)(?:\.git)?/?$")
 
 
 @dataclass(frozen=True)
@@ -68,19 +56,15 @@ def parse_github(text: str) -> Repository | None:
     >>> parse_github("git@github.com:octo/covbook.git"), parse_github("https://gitlab.com/octo/covbook")
     (Repository(owner='octo', name='covbook'), None)
     """
-    for pattern in _PATTERNS:
-        m = pattern.match(text.strip())
-        if m and m["name"] not in ("", ".", ".."):
-            return Repository(m["owner"], m["name"])
-    return None
+    m = _GITHUB.match(text.strip())
+    return Repository(m["owner"], m["name"]) if m and m["name"] not in (".", "..") else None
 
 
-def resolve_repository(
-    root: str | os.PathLike, configured: str | None = None, environ: Mapping[str, str] | None = None
-) -> Repository | None:
-    """The book's GitHub repository, or None when it is not known (module docstring): from ``environ``
-    (default ``os.environ``), ``configured`` (``repository.url`` of ``_config.yml``) or the checkout at ``root``.
-    Raises ``ValueError`` when ``COVBOOK_REPOSITORY`` or ``configured`` is set but is not a GitHub repository."""
+def resolve_repository(root: str | os.PathLike, configured: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> Repository | None:
+    """The book's GitHub repository, or None (module docstring): from ``environ`` (default ``os.environ``),
+    ``configured`` (``repository.url`` of ``_config.yml``) or the checkout at ``root``; ``ValueError`` when
+    ``COVBOOK_REPOSITORY`` or ``configured`` is set but is not a GitHub repository."""
     environ = os.environ if environ is None else environ
     if ENV in environ:
         value = environ[ENV].strip()

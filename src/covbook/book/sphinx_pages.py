@@ -1,11 +1,10 @@
 """Sphinx extension: the book's pages, with the buttons its repository allows and no console errors.
 
-The repository, issue and launch (Colab, Binder) buttons follow :func:`covbook.book.repository.resolve_repository`
-(none when it is unknown: no dead links); chapters offer their MyST source for download, and the downloadable
-notebooks are the published edition (:mod:`covbook.book.standalone`).  Identical inline scripts are kept once
-(sphinx-thebe's and sphinx-togglebutton's ``const`` twice is a SyntaxError), the colour mode is light (else
-pydata-sphinx-theme logs an error), ``index.html`` names the icon (else a favicon 404), and every footer names
-the covbook version and commit.
+Repository, issue and launch (Colab, Binder) buttons where :func:`covbook.book.repository.resolve_repository`
+knows the repository (else none: no dead links); each chapter's MyST source and published notebook
+(:mod:`covbook.book.standalone`) to download; inline scripts once (sphinx-thebe's and sphinx-togglebutton's
+``const`` twice is a SyntaxError); the light colour mode (else pydata-sphinx-theme logs an error); a root
+``index.html`` naming the icon (else a favicon 404); the covbook version and commit in every footer.
 """
 
 from __future__ import annotations
@@ -16,14 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from covbook.book.records import git_commit, versions
-from covbook.book.render import render
 from covbook.book.repository import NOTEBOOKS_BRANCH, Repository, resolve_repository
 
 __all__ = ["theme_options", "unique_scripts", "setup"]
 
-STATIC = Path(__file__).resolve().parent / "static"
-COLAB_URL = "https://colab.research.google.com"
-BINDER_URL = "https://mybinder.org"
+HERE = Path(__file__).resolve().parent
 _BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button", "use_source_button")
 _LAUNCHERS = ("colab_url", "binderhub_url", "jupyterhub_url", "deepnote_url", "jupyterlite_url")
 #: Jupyter Book's built-in default ``repository.url``: not this book's repository.
@@ -38,7 +34,7 @@ def theme_options(options: dict[str, Any], repo: Repository | None, path_to_book
     if repo is not None:
         out.update(repository_url=repo.url, repository_branch=NOTEBOOKS_BRANCH, path_to_docs=path_to_book,
                    use_repository_button=True, use_issues_button=True)
-        launch.update(colab_url=COLAB_URL, binderhub_url=BINDER_URL)
+        launch.update(colab_url="https://colab.research.google.com", binderhub_url="https://mybinder.org")
     out["launch_buttons"] = launch
     return out
 
@@ -65,8 +61,11 @@ def _configure(app, config) -> None:
     line = html.escape(f"Built by covbook {version} from commit {git_commit(root)}.")
     options["extra_footer"] = f'{options.get("extra_footer") or ""}<p class="covbook-build">{line}</p>'
     config.html_theme_options = options
-    config.html_static_path = [*config.html_static_path, str(STATIC)]
+    config.html_static_path = [*config.html_static_path, str(HERE / "static")]
     config.html_context = {"default_mode": "light", **(config.html_context or {})}
+    if config.root_doc != "index":  # the root redirect, written before sphinx-external-toc's (which has no icon)
+        config.templates_path = [*config.templates_path, str(HERE / "templates")]
+        config.html_additional_pages = {"index": "redirect.html.j2", **config.html_additional_pages}
 
 
 def _md_source(app, pagename: str) -> Path | None:
@@ -89,17 +88,6 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
                 "icon": "fas fa-file-lines", "label": "download-md-button"})
 
 
-def _write_index(app, exception: Exception | None) -> None:
-    """Write the root redirect (templates/redirect.html.j2) before sphinx-external-toc does (it keeps an index.html)."""
-    index = Path(app.outdir) / "index.html"
-    if exception is not None or app.builder.format != "html" or app.config.root_doc == "index" or index.exists():
-        return
-    favicon = app.config.html_favicon
-    icon = f"_static/{Path(favicon).name}" if favicon and "://" not in str(favicon) else favicon
-    index.write_text(render("redirect.html.j2", title=app.config.html_title or app.config.project,
-                            target=f"{app.config.root_doc}.html", icon=icon), encoding="utf-8")
-
-
 def _publish_sources(app, exception: Exception | None) -> None:
     """Each chapter's MyST source next to its ``.ipynb`` in ``_sources``; the notebooks as published."""
     if exception is not None or app.builder.format != "html":
@@ -111,18 +99,16 @@ def _publish_sources(app, exception: Exception | None) -> None:
         if (md := _md_source(app, pagename)) is not None:
             (sources / pagename).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(md, sources / f"{pagename}.md")
-    repo: Repository | None = getattr(app, "covbook_repository", None)
-    context = book_context(_root(app))
+    repo, context = app.covbook_repository, book_context(_root(app))
     for nb in sorted((sources / "generated").glob("[0-9][0-9]_*.ipynb")):
         standalone_file(nb, nb, _root(app), repo.pages_url if repo else None, repo.install_source if repo else None,
                         context)
 
 
 def setup(app) -> dict[str, Any]:
-    app.connect("config-inited", _configure, priority=600)
+    app.connect("config-inited", _configure, priority=950)  # after sphinx-external-toc names the root page (900)
     app.add_css_file("covbook.css")
     app.add_js_file("covbook.js")
     app.connect("html-page-context", _page_context, priority=900)  # after the theme's buttons (501)
-    app.connect("build-finished", _write_index, priority=400)
     app.connect("build-finished", _publish_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,24 +1,23 @@
-"""The published edition of a chapter: an executed notebook that reads well outside the book.
+"""The published edition of a chapter: an executed notebook that reads well outside the book (Jupyter, Colab).
 
-Jupyter, Colab and Binder would show the prose's Sphinx roles as raw markup, so the notebook a reader downloads
-or launches is rewritten by :func:`standalone`: each role becomes Markdown text (a claim its value and verdict,
-a glued name its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its
-label), linked into the online book when its address is known; papermill's injected-parameters cell goes (the
-reader's ``parameters`` cell is what runs), the kernel is the standard ``python3``, and the setup cell installs
-covbook where it is missing (Colab).  Standard library only.
+:func:`standalone` turns each Sphinx role of the prose into Markdown (a claim its value and verdict, a glued name
+its value, a citation "Author (year)", a figure reference "Figure N", a theorem reference its label), linked into
+the online book when its address is known; drops papermill's injected-parameters cell (the reader's
+``parameters`` cell is what runs); sets the standard ``python3`` kernel; and fills the setup cell to install
+covbook where it is missing (Colab).
 """
 
 from __future__ import annotations
 
-import ast
-import copy
 import json
-import math
 import re
 from pathlib import Path
 
-__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "glued_values",
-           "figure_numbers", "bib_labels", "standalone_file"]
+from covbook._jsonio import atomic_write
+from covbook.claims import Claim, anchor, fmt, load_claims
+
+__all__ = ["ROLE", "SETUP_PLACEHOLDER", "SETUP_CELL", "INSTALL_CELL", "fill_setup_source", "standalone", "bib_labels",
+           "run_claims", "book_context", "standalone_file"]
 
 #: The line of the notebooks' setup cell that publishing replaces by the install source.
 SETUP_PLACEHOLDER = "COVBOOK_SOURCE = None"
@@ -31,83 +30,53 @@ SETUP_CELL = f"""\
 INSTALL_CELL = (Path(__file__).with_name("templates") / "install_cell.py").read_text(encoding="utf-8").rstrip("\n")
 
 ROLE = re.compile(r"\{(?P<role>claim|glue:text|glue|cite:t|cite:p|cite|numref|prf:ref|doc|ref)\}`(?P<text>[^`]+)`")
-_BIB_ENTRY = re.compile(r"@\w+\s*\{\s*(?P<key>[^,\s]+)\s*,(?P<body>.*?)\n\}", re.DOTALL)
-_BIB_FIELD = re.compile(r"(?P<name>author|year)\s*=\s*[{\"](?P<value>[^\n]*?)[}\"]\s*,?\s*$", re.MULTILINE)
-_PLACEHOLDER_LINE = re.compile(rf"^(?P<indent>[ \t]*){re.escape(SETUP_PLACEHOLDER)}\b.*$", re.MULTILINE)
 
 
 def fill_setup_source(source: str, install_source: str) -> str:
     """A code cell with the setup placeholder becomes :data:`INSTALL_CELL` installing from ``install_source``;
     any other cell is returned unchanged."""
-    if not _PLACEHOLDER_LINE.search(source):
-        return source
-    return _PLACEHOLDER_LINE.sub(lambda m: f"{m['indent']}COVBOOK_SOURCE = {json.dumps(install_source)}",
-                                 INSTALL_CELL)
-
-
-def _text(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def glued_values(nb: dict) -> dict[str, object]:
-    """``{name: value}`` of every ``glue`` in the notebook's outputs (myst-nb's ``scrapbook`` metadata)."""
-    out: dict[str, object] = {}
-    for o in (o for cell in nb.get("cells", []) for o in cell.get("outputs", []) or []):
-        name = (o.get("metadata") or {}).get("scrapbook", {}).get("name")
-        text = (o.get("data") or {}).get("text/plain")
-        if name is not None and text is not None:
-            text = "".join(text) if isinstance(text, list) else text
-            try:
-                out[name] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                out[name] = text.strip("'\"")
-    return out
-
-
-def figure_numbers(nb: dict) -> dict[str, int]:
-    """``{label: n}``: the chapter's figures (code cells with ``mystnb.figure.name``) numbered in order."""
-    names = [((c.get("metadata") or {}).get("mystnb") or {}).get("figure", {}).get("name") for c in nb.get("cells", [])]
-    return {name: i for i, name in enumerate(dict.fromkeys(n for n in names if n), 1)}
+    filled = INSTALL_CELL.replace(SETUP_PLACEHOLDER, f"COVBOOK_SOURCE = {json.dumps(install_source)}")
+    return filled if SETUP_PLACEHOLDER in source else source
 
 
 def bib_labels(bib_text: str) -> dict[str, tuple[str, str]]:
-    """``{key: (authors, year)}`` from a BibTeX file: "Xu and Fang", "Vaswani et al.".
+    """``{key: (authors, year)}`` from a BibTeX file, as pybtex reads it: "Xu and Fang", "Akyürek et al.".
 
     >>> bib_labels("@misc{k,\\n  author = {Xu, Haoren and Fang, Guanhua},\\n  year = {2026}\\n}")
     {'k': ('Xu and Fang', '2026')}
     """
-    out = {}
-    for m in _BIB_ENTRY.finditer(bib_text):
-        fields = {f["name"]: f["value"] for f in _BIB_FIELD.finditer(m["body"])}
-        names = [a.split(",")[0].strip(" {}") for a in fields.get("author", "").split(" and ") if a.strip()]
+    from pybtex.backends.plaintext import Backend  # not render_as("text"): a plugin look-up per name (20 ms)
+    from pybtex.database import parse_string
+    from pybtex.richtext import Text
+
+    out, plain = {}, Backend()
+    for key, entry in parse_string(bib_text, "bibtex").entries.items():
+        names = [Text.from_latex(" ".join(p.prelast_names + p.last_names)).render(plain)
+                 for p in entry.persons.get("author", [])]
         who = " and ".join(names) if len(names) <= 2 else f"{names[0]} et al."
-        out[m["key"]] = (who or m["key"], fields.get("year", "n.d."))
+        out[key] = (who or key, entry.fields.get("year", "n.d."))
     return out
 
 
-def _number(value: object, spec: str) -> str:
-    if spec:
-        try:
-            return format(value, spec)
-        except (TypeError, ValueError):
-            pass
-    return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+def standalone(nb: dict, chapter: str, *, claims: dict[str, dict[str, Claim]], bib: dict[str, tuple[str, str]],
+               book_url: str | None = None, install_source: str | None = None) -> dict:
+    """A copy of the executed notebook ``nb`` of ``chapter`` (as nbformat reads it) with its roles resolved.
 
-
-def standalone(
-    nb: dict, chapter: str, *, claims: dict[str, dict[str, dict]], bib: dict[str, tuple[str, str]],
-    book_url: str | None = None, install_source: str | None = None,
-) -> dict:
-    """A copy of the executed notebook ``nb`` of ``chapter`` with its roles resolved (module docstring).
-
-    ``claims`` maps chapter names to ``{id: claim record}`` (the claims JSON of the run), ``bib`` citation keys
-    to ``(authors, year)`` (:func:`bib_labels`); ``book_url`` is the online book's root (None: no links);
-    ``install_source`` fills the setup cell (:func:`fill_setup_source`; None: left as it is).
+    ``claims``: the run's claims by chapter and id, ``bib``: ``(authors, year)`` by citation key (:func:`book_context`);
+    ``book_url``: the online book's root (None: no links); ``install_source`` fills the setup cell (None: left).
     """
+    from myst_nb.core.variables import format_plain_text
+    from nbformat import from_dict
+
     from covbook.book.checks import split_target
 
-    glued, figures = glued_values(nb), figure_numbers(nb)
+    out = from_dict(nb)  # a copy
+    glued: dict[str, str] = {}  # each glue's text (myst-nb's: its name and mime prefix in the scrapbook metadata)
+    for output in (o for cell in out.cells for o in cell.get("outputs", [])):
+        if glue := output.get("metadata", {}).get("scrapbook"):
+            glued[glue["name"]] = "".join(output["data"].get(f"{glue.get('mime_prefix', '')}text/plain", ""))
+    names = [cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name") for cell in out.cells]
+    figures = {name: i for i, name in enumerate(dict.fromkeys(n for n in names if n), 1)}  # label: Figure i
     base = book_url.rstrip("/") + "/" if book_url else None
 
     def link(text: str, path: str) -> str:
@@ -122,13 +91,11 @@ def standalone(
                 c = claims[chap][cid]
             except (KeyError, ValueError):
                 return f"`{text}`"
-            value = c.get("measured")
-            shown = _number(value, "") if isinstance(value, (int, float)) else str(value)
-            return link(f"**{shown}** {'✓' if c.get('passed') else '✗'}",
-                        f"generated/reproduction.html#claim-{chap.split('_', 1)[0]}-{cid}")
+            mark = {"pass": "✓", "FAIL": "✗", "compatible": "≈"}[c.verdict]
+            return link(f"**{fmt(c.measured)}** {mark}", f"generated/reproduction.html#{anchor(chap, cid)}")
         if role.startswith("glue"):
             name, _, spec = text.partition(":")
-            return _number(glued[name], spec) if name in glued else f"`{name}`"
+            return format_plain_text(glued[name], spec) if name in glued else f"`{name}`"
         if role.startswith("cite"):
             parts = [bib.get(k.strip(), (k.strip(), "n.d.")) for k in text.split(",")]
             if role == "cite:t":
@@ -141,50 +108,46 @@ def standalone(
             return link("the theorem" if label.startswith("thm") else label, f"generated/{chapter}.html#{label}")
         return re.sub(r"^(.*)<.+>$", r"\1", text).strip() or text  # {doc}, {ref}: the link text
 
-    out = copy.deepcopy(nb)
-    out["cells"] = [c for c in out.get("cells", []) if "injected-parameters" not in
-                    ((c.get("metadata") or {}).get("tags") or [])]
-    for cell in out["cells"]:
-        tags = (cell.get("metadata") or {}).get("tags") or []
-        text = _text(cell)
-        if cell.get("cell_type") == "markdown":
-            cell["source"] = ROLE.sub(resolve, text)
-        elif cell.get("cell_type") == "code" and install_source and _PLACEHOLDER_LINE.search(text):
-            cell["source"] = fill_setup_source(text, install_source)
+    out.cells = [c for c in out.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    for cell in out.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "markdown":
+            cell.source = ROLE.sub(resolve, cell.source)
+        elif cell.cell_type == "code" and install_source:
+            cell.source = fill_setup_source(cell.source, install_source)
         if "parameters" in tags:
-            cell["metadata"]["tags"] = [t for t in tags if t != "remove-cell"]
+            cell.metadata.tags = [t for t in tags if t != "remove-cell"]
     out.setdefault("metadata", {})["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    out["metadata"].pop("papermill", None)
+    out.metadata.pop("papermill", None)
     return out
 
 
-def book_context(root: Path) -> tuple[dict[str, dict[str, dict]], dict[str, tuple[str, str]]]:
-    """What the published notebooks cite: each chapter's claims by id (the run's, ``book/generated/claims``) and
-    the bibliography's labels (``book/references.bib``); read once for all chapters."""
-    bib_file = root / "book" / "references.bib"
-    claims: dict[str, dict[str, dict]] = {}
+def run_claims(root: Path, warn=lambda file, err: None) -> dict[str, dict[str, Claim]]:
+    """Each chapter's claims by id: the run's measurements (``book/generated/claims``) judged by their rules; a
+    file that cannot be judged is left out after ``warn(file, err)`` (``covbook check`` reports it too)."""
+    claims: dict[str, dict[str, Claim]] = {}
     for f in sorted((root / "book" / "generated" / "claims").glob("[0-9][0-9]_*.json")):
         try:
-            claims[f.stem] = {c["id"]: c for c in json.loads(f.read_text(encoding="utf-8"))}
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    return claims, bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
+            claims[f.stem] = {c.id: c for c in load_claims(f, root)}
+        except (ValueError, TypeError) as err:
+            warn(f, err)
+    return claims
 
 
-def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None,
-                    install_source: str | None = None,
+def book_context(root: Path) -> tuple[dict[str, dict[str, Claim]], dict[str, tuple[str, str]]]:
+    """What the published notebooks cite: :func:`run_claims` and the labels of ``book/references.bib``."""
+    bib_file = root / "book" / "references.bib"
+    return run_claims(root), bib_labels(bib_file.read_text(encoding="utf-8")) if bib_file.is_file() else {}
+
+
+def standalone_file(src: Path, dst: Path, root: Path, book_url: str | None = None, install_source: str | None = None,
                     context: tuple[dict, dict] | None = None) -> bool:
-    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, as nbformat writes it;
+    """Write the published edition of the executed notebook ``src`` to ``dst`` (atomically, with nbformat;
     ``context``: :func:`book_context` of ``root``, read here when not given); True when a setup cell was filled."""
-    from covbook._jsonio import atomic_write
+    import nbformat
 
     claims, bib = context if context is not None else book_context(root)
-    nb = json.loads(src.read_text(encoding="utf-8"))
+    nb = nbformat.v4.reads(src.read_text(encoding="utf-8"))  # as nbformat.read, without its slow validation
     new = standalone(nb, src.stem, claims=claims, bib=bib, book_url=book_url, install_source=install_source)
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-    atomic_write(dst, write)
-    return bool(install_source) and any(c.get("cell_type") == "code" and _PLACEHOLDER_LINE.search(_text(c))
-                                        for c in nb.get("cells", []))
+    atomic_write(dst, lambda tmp: Path(tmp).write_text(nbformat.v4.writes(new) + "\n", encoding="utf-8"))
+    return bool(install_source) and any(c.cell_type == "code" and SETUP_PLACEHOLDER in c.source for c in nb.cells)
