@@ -30,7 +30,6 @@ try:  # importing the configuration reads the profiles table of notebooks/profil
         Paths,
         Terminated,
         UsageError,
-        die_with_parent,
         discover,
         oserror_text,
         project_root,
@@ -125,10 +124,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", required=True,
                    help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help=sizes + " (default: %(default)s)")
-    s.add_argument("--rejudge", action="store_true",
-                   help="run nothing: judge the sweep's stored measurements against the current rules")
-    s.add_argument("--replace", action="store_true", help="replace a notebook's calibration in "
-                   "book/calibration.json made with more seeds or another profile")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
     e = sub.add_parser("edition", parents=[wait, runs],
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
@@ -303,14 +298,13 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
 
 
 def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
-    """Run the book build as a child that dies with covbook; returns its status and the chapters it warned about.
+    """Run the book build in a process group of its own; returns its status and the chapters it warned about.
     On Ctrl-C or SIGTERM its process group is stopped before the exception goes on."""
     from covbook.book.runner import kill_group
 
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, start_new_session=True,
-                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+                            errors="replace", bufsize=1, start_new_session=True)
     warned: set[str] = set()
     try:
         for line in proc.stdout:
@@ -387,35 +381,14 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
-def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
-    """A :class:`UsageError`, unless ``--replace``, when the sweep (or the rejudge of stored seeds) would replace
-    a calibration of this profile at more seeds, or an out-of-sample one by one at development seeds; and, before
-    anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
-    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles, _read_json
-
-    old = _profiles(_read_json(paths)).get(args.profile, {})
-    in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
-    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds" + (", out of sample)" if old[n].get("out_of_sample") else ")")
-             for n in names if isinstance(old.get(n), dict) and not args.replace
-             and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
-    if worse:
-        raise UsageError(f"book/calibration.json holds a {args.profile} calibration this "
-                         f"{'rejudge' if args.rejudge else 'sweep'} ({len(seeds)} seeds"
-                         + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
-                         "pass --replace to replace it")
-
-
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
+    from covbook.book.sweep import parse_seeds, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    _refuse_smaller_calibration(paths, _inputs(paths, args.notebooks), seeds, args)
-    with _writer(args, paths, cluster=not args.rejudge) as engine:
-        if args.rejudge:
-            data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
-        else:
-            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
-                             jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
+    _inputs(paths, args.notebooks)
+    with _writer(args, paths) as engine:
+        data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                         jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "

@@ -22,7 +22,7 @@ __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
     "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
     "discover", "select", "load_profiles", "myst_code_cells", "notebook_parameters", "resolve_parameters", "Terminated",
-    "stop_on_sigterm", "die_with_parent", "oserror_text",
+    "stop_on_sigterm", "oserror_text",
 ]
 
 
@@ -146,17 +146,6 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def stop_on_sigterm() -> None:
     """Make SIGTERM raise :class:`Terminated` in the main thread, as Ctrl-C raises ``KeyboardInterrupt``."""
     signal.signal(signal.SIGTERM, _raise_terminated)
-
-
-def die_with_parent() -> None:
-    """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing):
-    a child of a covbook command killed with ``kill -9`` does not outlive it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "generated": "book/generated",

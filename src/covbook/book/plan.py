@@ -196,7 +196,6 @@ def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehe
                workers: int | None = None) -> int:
     """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
-    from covbook.book.power import plan_lines
     from covbook.book.render import render
 
     dev = jobs[0].device if jobs else planned_device(device)
@@ -207,7 +206,4 @@ def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehe
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
                  total=_fmt_seconds(sum(known)), unknown=[job.name for job in jobs if job.expected is None],
                  workers=workers, wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
-    lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
-    if lines:
-        print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import errno
 import json
 import math
 import os
@@ -30,13 +29,7 @@ from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
-from covbook.book.config import (
-    DEFAULT_PROFILE,
-    Paths,
-    Terminated,
-    die_with_parent,
-    oserror_text,
-)
+from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, oserror_text
 from covbook.book.records import git_commit
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
@@ -44,8 +37,6 @@ __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "ru
            "prune_checkpoints", "record_timings", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
-#: glibc keeps freed memory instead of unmapping large blocks (measured: a third of the system time)
-KERNEL_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34), "MALLOC_TOP_PAD_": str(1 << 28)}
 STOP_GRACE_S = 3.0  # SIGTERM, then SIGKILL, for a notebook's process group
 POLL_S = 0.5  # how often a job looks at the run's stop signal
 #: the folder a notebook keeps its checkpoints in (read by covbook.session.checkpoint_dir)
@@ -153,8 +144,6 @@ def execute(job: dict) -> dict:
     os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
     if job.get("threads"):
         os.environ["COVBOOK_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(job["threads"])
-    for key, value in KERNEL_MALLOC.items():  # read by the kernel's C library when it starts
-        os.environ.setdefault(key, value)
     error = None
     try:
         for var, sub in KERNEL_HOMES.items():
@@ -194,14 +183,9 @@ def _kill_kernel(signum: int, frame: object) -> None:
 
 
 def _child(job_file: str) -> int:
-    """The notebook's process: run the job in ``job_file``, write its outcome next to it; it dies with the thread
-    that waits for it (Linux), and its kernel a second later (ipykernel watches its parent)."""
-    die_with_parent()
-    job = read_json(job_file, dict)
-    if os.getppid() != job["parent"]:  # the parent died before it could be watched
-        return 1
+    """The notebook's process: run the job in ``job_file``, write its outcome next to it."""
     signal.signal(signal.SIGTERM, _kill_kernel)
-    write_json_atomic(Path(job_file).with_name("outcome.json"), execute(job))
+    write_json_atomic(Path(job_file).with_name("outcome.json"), execute(read_json(job_file, dict)))
     return 0
 
 
@@ -235,20 +219,18 @@ def run_job(job: dict, stop) -> dict:
     Path(job["rundir"]).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=job["rundir"]))
     job_file = folder / f"{name}.job.json"
-    write_json_atomic(job_file, {**job, "dir": str(folder), "parent": os.getpid()})
+    write_json_atomic(job_file, {**job, "dir": str(folder)})
     start = time.monotonic()
     with open(folder / "log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     overdue = False
     try:
-        while not overdue:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=POLL_S)
-                break
+        while proc.poll() is None and not (overdue := bool(limit) and time.monotonic() - start > limit):
             if stop.is_set():
                 raise Stopped(name)
-            overdue = bool(limit) and time.monotonic() - start > limit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_S)
     finally:
         kill_group(proc)
     try:
@@ -267,19 +249,9 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically: renamed, or (across filesystems) copied next to ``dst`` first."""
+    """Move file ``src`` to ``dst`` atomically (both in the tree: the temporaries are its ``.covbook/tmp``)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(src, dst)
-    except OSError as err:
-        if err.errno != errno.EXDEV:
-            raise
-        tmp = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}")
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
-        finally:
-            tmp.unlink(missing_ok=True)
+    os.replace(src, dst)
 
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
@@ -376,27 +348,22 @@ def clean_stale(paths: Paths) -> list[str]:
 @dataclass
 class LocalPool:
     """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
-    does).  :class:`covbook.book.distributed.Cluster` has the same methods."""
+    does).  :class:`covbook.book.distributed.Cluster` has the same attributes."""
 
     jobs: int = 1
     label: str = ""
+    resolve_device = staticmethod(resolve_device)
 
     @property
     def threads(self) -> int | None:
         """COVBOOK_THREADS of each notebook: the cores shared out between the jobs (``None``: one job, all)."""
         return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else None
 
-    def resolve_device(self, device: str) -> str:
-        return resolve_device(device)
-
     def executor(self, n_jobs: int) -> cf.Executor:
         return cf.ThreadPoolExecutor(min(self.jobs, n_jobs), thread_name_prefix="covbook-job")
 
     def stop_signal(self, run_id: str) -> threading.Event:
         return threading.Event()
-
-    def submit(self, executor: cf.Executor, job: dict, stop) -> cf.Future:
-        return executor.submit(run_job, job, stop)
 
 
 def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *, profile: str, device: str,
@@ -454,9 +421,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         for i, job in todo:
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force, "timeout": job.limit,
-                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(rundirs[i]),
-                       "key": f"seed{trees[i][1]}-{run_id}"}
-            pending[engine.submit(executor, payload, stop)] = (i, job)
+                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(rundirs[i])}
+            pending[executor.submit(run_job, payload, stop)] = (i, job)
         while pending:
             for fut in cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)[0]:
                 i, job = pending.pop(fut)

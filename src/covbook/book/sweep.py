@@ -24,10 +24,10 @@ from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.records import git, git_commit, run_ok
-from covbook.book.render import render, seed_text, write_page
+from covbook.book.render import render, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
-__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate",
+__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "calibrate",
            "binomial_tail", "write_calibration_page", "CALIBRATION_JSON"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
@@ -130,6 +130,7 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
+    _read_json(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
     failed: dict[str, list[int]] = {}
     if cluster is not None:
         start = time.perf_counter()
@@ -151,40 +152,6 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
         log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed"
             + ("" if cluster else f" ({time.perf_counter() - start:.1f} s)"))
     return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
-
-
-def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
-    """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
-
-    A seed whose notebook failed counts as failed, as in :func:`run_sweep`; one that never ran is refused.
-    """
-    if not seeds:
-        raise UsageError("--seeds names no seed")
-    chosen = list(select(paths, names))
-    failed: dict[str, list[int]] = {}
-    never: dict[str, list[int]] = {}
-    for seed in seeds:
-        sp = Paths(seed_root(paths, profile, seed))
-        for name in chosen:
-            if not (sp.runs / f"{name}.json").is_file() and last_failure(sp, name) is None:
-                never.setdefault(name, []).append(seed)
-            elif not run_ok(sp.runs / f"{name}.json") or last_failure(sp, name) is not None:
-                failed.setdefault(name, []).append(seed)
-    again = f"covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}"
-    if all(len(never.get(n, [])) == len(seeds) for n in chosen):
-        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run `{again}` "
-                         "first")
-    if never:
-        raise UsageError("; ".join(f"{n} never ran at seed(s) {seed_text(s)}" for n, s in never.items())
-                         + f" (profile {profile}): rejudge only the stored seeds, or run them: `{again} "
-                         + " ".join(n.split("_", 1)[0] for n in never) + "`")
-    data = calibrate(paths, profile, seeds, chosen)
-    before = _profiles(_read_json(paths)).get(profile, {})
-    for name, entry in data.items():  # the measurements are the stored sweep's: keep the commit that made them
-        old = before.get(name, {})
-        if old.get("seeds") == entry["seeds"] and old.get("commit"):
-            entry["commit"] = old["commit"]
-    return _write(paths, data, failed)
 
 
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
