@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from claims_fixtures import claim, fake_project, fake_run, write_rules
+from claims_fixtures import claim, fake_project, fake_run
 from covbook._jsonio import DamagedFile
 from covbook.book.config import Paths, UsageError
 from covbook.book.sweep import (
@@ -139,7 +139,8 @@ def test_a_stored_seeds_claims_edited_by_hand_are_refused(tmp_path):
     proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
     paths = Paths(proj)
     for seed in (0, 1):
-        fake_run(seed_root(paths, "smoke", seed) / "book" / "generated", "01_alpha", [claim("a", "01_alpha")], seed=seed)
+        gen = seed_root(paths, "smoke", seed) / "book" / "generated"
+        fake_run(gen, "01_alpha", [claim("a", "01_alpha")], seed=seed)
     f = seed_root(paths, "smoke", 1) / "book" / "generated" / "claims" / "01_alpha.json"
     data = json.loads(f.read_text())
     data[0]["value"] = 1.2345  # edited; its run record still names the measured file's SHA-256
