@@ -42,6 +42,7 @@ except ValueError as _err:  # a damaged profiles table: one line, a usage error,
 
 __all__ = ["main", "parser"]
 
+
 def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
 
@@ -55,24 +56,6 @@ def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[
         return x
 
     return parse
-
-
-def _seed(text: str) -> int:
-    """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
-    from covbook.book.sweep import SEED_MAX
-
-    return _number(int, "a non-negative integer below 2**63", lambda n: 0 <= n <= SEED_MAX)(text)
-
-
-def _cluster_spec(text: str) -> str:
-    """An argparse ``type`` for ``--cluster``: :func:`covbook.book.distributed.parse_cluster` accepts it."""
-    from covbook.book.distributed import parse_cluster
-
-    try:
-        parse_cluster(text)
-    except UsageError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("--cluster: ").removeprefix("--cluster ")) from None
-    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--no-progress", action="store_true", help="no progress bar")
     runs.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     cluster = _Parser(add_help=False)
-    cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=(
+    cluster.add_argument("--cluster", metavar="SPEC", help=(
         "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
         "cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or PATH.json (its "
         "--scheduler-file); workers share this filesystem and run this checkout; needs the cluster extra: "
@@ -109,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated")
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
     r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes + " (default: %(default)s)")
-    r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator (default: %(default)s)")
+    r.add_argument("--seed", type=_number(int, "a non-negative integer below 2**63", lambda n: 0 <= n < 2**63),
+                   default=0, help="seed of every random generator (default: %(default)s)")
     r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
                         "without an estimate 20 min smoke, 2 h quick, 12 h full)")
@@ -156,17 +140,15 @@ def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
 
 
 @contextmanager
-def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[object]:
-    """Hold the tree's lock and the ``--cluster``'s Dask executor (``None``: local processes) for the block.
-
-    A bad ``--cluster`` (or one with ``--jobs``) is a usage error before the lock.  An interrupted run says what
-    finished and is kept and what did not, and exits 130 (143 for SIGTERM).
-    """
+def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
+    """Hold the tree's lock and the ``--cluster``'s Dask cluster (``None``: local processes) for the block; a bad
+    ``--cluster`` is a usage error.  An interrupted run says what finished and is kept and what did not, and exits
+    130 (143 for SIGTERM)."""
     from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted
 
     engine = nullcontext(None)
-    if cluster and getattr(args, "cluster", None) is not None:
+    if getattr(args, "cluster", None) is not None:
         if args.jobs is not None:
             raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
         from covbook.book.distributed import open_cluster
@@ -201,8 +183,7 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
                          rehearse=args.rehearse, resolved_device=planned_device(args.device))
-        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse,
-                          workers=args.jobs)
+        return print_plan(jobs, profile=args.profile, device=args.device, rehearse=args.rehearse, workers=args.jobs)
     from covbook.book.runner import run_notebooks
 
     with _writer(args, paths) as engine:
@@ -245,13 +226,9 @@ def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
 
 def _broken(paths: Paths, command: str, find: Callable[[Paths, list[str]], list[str]]) -> list[str]:
     """The notebooks ``find`` (``cache.damaged_outputs`` or ``cache.failed_runs``) reports; its lines printed."""
-    names = []
-    for name in discover(paths):
-        lines = find(paths, [name])
-        _say(lines, f"covbook {command}: ")
-        if lines:
-            names.append(name)
-    return names
+    found = {name: find(paths, [name]) for name in discover(paths)}
+    _say([line for lines in found.values() for line in lines], f"covbook {command}: ")
+    return [name for name, lines in found.items() if lines]
 
 
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
@@ -399,19 +376,12 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.runner import clean_stale
-
     with _writer(args, paths):
-        stale = clean_stale(paths)
         targets = [p for p in (paths.generated, paths.root / "_build", paths.tmp) if p.exists()]
         for p in targets:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    if targets:
-        print(f"covbook clean: removed {', '.join(str(p.relative_to(paths.root)) for p in targets)}")
-    elif stale:
-        print(f"covbook clean: removed {len(stale)} leftover(s) of interrupted runs")
-    else:
-        print("covbook clean: nothing to remove")
+    removed = ", ".join(str(p.relative_to(paths.root)) for p in targets)
+    print(f"covbook clean: {'removed ' + removed if targets else 'nothing to remove'}")
     return 0
 
 

@@ -256,17 +256,28 @@ def myst_code_cells(text: str) -> list[tuple[dict, str]]:
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
-    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text)."""
-    text = Path(path).read_text(encoding="utf-8")
-    cells = [src for opts, src in myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
-    if len(cells) != 1:
-        raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
-    try:
-        body = ast.parse(cells[0]).body
-    except SyntaxError as err:
-        raise UsageError(f"{path.name}: the parameters cell is not valid Python: {err.msg}") from None
+    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text).
+
+    Every code cell must parse (line magics and shell escapes are skipped, and cells under a cell magic): a syntax
+    error is a :class:`UsageError`, before any kernel starts.
+    """
+    tagged = []
+    for index, (opts, source) in enumerate(myst_code_cells(Path(path).read_text(encoding="utf-8"))):
+        if source.lstrip().startswith("%%"):
+            continue
+        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                 for ln in source.splitlines()]
+        try:
+            body = ast.parse("\n".join(lines), filename=path.name).body
+        except SyntaxError as err:
+            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
+                             "(found before any kernel started)") from None
+        if "parameters" in (opts.get("tags") or []):
+            tagged.append(body)
+    if len(tagged) != 1:
+        raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(tagged)}")
     params: dict[str, object] = {}
-    for node in body:
+    for node in tagged[0]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 params[node.targets[0].id] = ast.literal_eval(node.value)

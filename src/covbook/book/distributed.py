@@ -140,12 +140,8 @@ class Cluster:
     """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine (the attributes of its ``LocalPool``)."""
 
     client: object  # distributed.Client
-    spec: str
+    label: str  # its --cluster SPEC
     threads: int | None  # COVBOOK_THREADS of each notebook; None: the worker's own environment decides
-
-    @property
-    def label(self) -> str:
-        return self.spec
 
     def resolve_device(self, device: str) -> str:
         """``auto`` resolved where the notebooks run: on a worker (waits for one)."""

@@ -6,7 +6,6 @@ scaled by the work ratio (:func:`estimate`), an upper end.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 from dataclasses import dataclass, field
@@ -22,13 +21,12 @@ from covbook.book.config import (
     discover,
     expression_value,
     load_profiles,
-    myst_code_cells,
     notebook_parameters,
     resolve_parameters,
     select,
 )
 
-__all__ = ["Job", "plan_jobs", "check_cells", "work_of", "estimate", "print_plan", "limit_for", "DEFAULT_LIMITS",
+__all__ = ["Job", "plan_jobs", "work_of", "estimate", "print_plan", "limit_for", "DEFAULT_LIMITS",
            "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time", "planned_device"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
@@ -75,7 +73,6 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
     dev = resolved_device or resolve_device(device)
     jobs = []
     for name, path in chosen.items():
-        check_cells(path)
         defaults = notebook_parameters(path)
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
         job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
@@ -97,22 +94,6 @@ def _estimate(paths: Paths, job: Job, spec: dict | None) -> None:
                                                                  job.defaults))
     except (UsageError, OSError, TypeError, ValueError) as err:
         job.how = f"cannot estimate: {err}"
-
-
-def check_cells(path: Path) -> None:
-    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
-    Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
-    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
-    for index, source in enumerate(cells):
-        if source.lstrip().startswith("%%"):
-            continue
-        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-                 for ln in source.splitlines()]
-        try:
-            ast.parse("\n".join(lines), filename=path.name)
-        except SyntaxError as err:
-            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
-                             f"(found before any kernel started)") from None
 
 
 def work_of(expr: str, params: dict) -> float:
@@ -192,7 +173,7 @@ def planned_device(device: str) -> str:
     return "cuda" if device == "cuda" else resolve_device(device)
 
 
-def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
+def print_plan(jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
     """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""

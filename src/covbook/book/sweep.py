@@ -121,36 +121,25 @@ def _shadow(paths: Paths, root: Path) -> Paths:
 def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke",
               device: str = "auto", jobs: int = 1, force: bool = False, progress: bool = True, log=print,
               cluster: object | None = None) -> dict:
-    """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page.
-
-    On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
-    """
-    from covbook.book.runner import run_notebooks, run_trees  # the execution machinery, only when a sweep runs
+    """Run ``names`` (default all) at every seed, every (notebook, seed) job at once on ``jobs`` local processes
+    or the ``cluster`` (:class:`covbook.book.distributed.Cluster`), then calibrate and write the JSON and the page."""
+    from covbook.book.runner import LocalPool, run_trees  # the execution machinery, only when a sweep runs
 
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     _read_json(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
+    engine = cluster if cluster is not None else LocalPool(jobs, f"{jobs} local job(s)")
+    trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
+    start = time.perf_counter()
+    by_seed = run_trees(engine, trees, chosen, profile=profile, device=device, force=force, progress=progress)
+    log(f"covbook sweep: {len(seeds)} seed(s) on {engine.label} ({time.perf_counter() - start:.1f} s)")
     failed: dict[str, list[int]] = {}
-    if cluster is not None:
-        start = time.perf_counter()
-        trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
-        by_seed = dict(zip(seeds, run_trees(cluster, trees, chosen, profile=profile, device=device, force=force,
-                                            progress=progress)))
-        log(f"covbook sweep: {len(seeds)} seed(s) on {cluster.spec} ({time.perf_counter() - start:.1f} s)")
-    for seed in seeds:
-        start = time.perf_counter()
-        if cluster is None:
-            sp = _shadow(paths, seed_root(paths, profile, seed))
-            results = run_notebooks(sp, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
-                                    progress=progress)
-        else:
-            results = by_seed[seed]
+    for seed, results in zip(seeds, by_seed, strict=True):
         bad = [r.name for r in results if r.status == "failed"]
         for name in bad:
             failed.setdefault(name, []).append(seed)
-        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed"
-            + ("" if cluster else f" ({time.perf_counter() - start:.1f} s)"))
+        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed")
     return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
 
 
