@@ -211,16 +211,13 @@ def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict 
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key
-    ``digest``."""
-    if not all(p.is_file() for p in (paths.runs / f"{name}.json", paths.claims / f"{name}.json",
-                                     paths.generated / f"{name}.ipynb")):
-        return False
+    """True if the outputs of ``name`` parse, are those its run record names, and were made by a successful run with
+    key ``digest``."""
     try:
         rec = verify_outputs(paths, name)
     except (OSError, DamagedFile):
         return False
-    return rec is not None and rec.ok and rec.key == digest
+    return rec is not None and rec.ok and rec.key == digest and set(rec.outputs) >= {"claims", "notebook"}
 
 
 def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:

@@ -313,7 +313,6 @@ def _copy_mathjax(paths: Paths) -> None:
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.cache import damaged_outputs, failed_runs, source_text
     from covbook.book.report import write_report
-    from covbook.book.runner import clean_stale
 
     for src in discover(paths).values():
         source_text(src, paths.root)  # each chapter UTF-8 text (a usage error naming the file otherwise)
@@ -331,7 +330,7 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
             print(f"covbook build: {len(missing)} notebook(s) not run yet ({', '.join(missing)}): "
                   "run `covbook run` first (e.g. `covbook run --profile smoke`)", file=sys.stderr)
             return 1
-        clean_stale(paths)  # what an interrupted run left must not reach the book
+        shutil.rmtree(paths.tmp, ignore_errors=True)  # what an interrupted run left must not reach the book
         print(f"covbook build: wrote {write_report(paths).relative_to(paths.root)}")
         _copy_mathjax(paths)
         jb = Path(sys.executable).with_name("jupyter-book")

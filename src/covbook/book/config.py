@@ -35,7 +35,7 @@ class Profile:
     """One profile of ``notebooks/profiles.yml``'s ``profiles:`` table (smallest first)."""
 
     name: str  # --profile NAME
-    description: str  # what it is for
+    description: str = ""  # what it is for
     defaults: bool = False  # its sizes are the notebooks' own parameters cells (one profile: the default)
     power: bool = False  # the book is built at it: an evidence claim without power fails `covbook check`
     time_limit: int = 3600  # a notebook's time limit in seconds when `covbook run --plan` has no estimate
@@ -43,19 +43,19 @@ class Profile:
 
 def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile]:
     """``{name: Profile}`` from the ``profiles:`` mapping of a profiles file; :class:`UsageError` if malformed."""
-    keys = {"description", "defaults", "power", "time_limit"}
+    keys = "description, defaults, power, time_limit"
     if not isinstance(raw, dict) or not raw:
-        raise UsageError(f"{where}: `profiles:` must map profile names to {{description, defaults, power, time_limit}}")
+        raise UsageError(f"{where}: `profiles:` must map profile names to {{{keys}}}")
     table = {}
     for name, spec in raw.items():
-        if not isinstance(name, str) or not name.isidentifier() or not isinstance(spec, dict) \
-                or not set(spec) <= keys or not isinstance(spec.get("description", ""), str):
-            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {sorted(keys)}")
-        limit = spec.get("time_limit", 3600)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        try:
+            table[name] = p = Profile(name, **spec)
+        except TypeError:  # not a mapping, or a key that is no field of Profile
+            p = None
+        if p is None or not str(name).isidentifier() or not isinstance(p.description, str):
+            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {{{keys}}}")
+        if isinstance(p.time_limit, bool) or not isinstance(p.time_limit, int) or p.time_limit < 1:
             raise UsageError(f"{where}: profile {name}.time_limit must be a positive number of seconds")
-        table[name] = Profile(name, spec.get("description", ""), bool(spec.get("defaults", False)),
-                              bool(spec.get("power", False)), limit)
     if sum(p.defaults for p in table.values()) != 1:
         raise UsageError(f"{where}: exactly one profile must have `defaults: true` (the notebooks' own parameters)")
     return table
@@ -71,8 +71,7 @@ def _read_yaml(path: Path) -> object:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
+        raise UsageError(f"{path}{where}: YAML syntax error: {getattr(err, 'problem', None) or err}") from None
     except UnicodeDecodeError as err:
         raise UsageError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
@@ -209,22 +208,10 @@ def select(paths: Paths, names: list[str] | None) -> dict[str, Path]:
     return chosen or available
 
 
-def _entry_problem(key: str, value: object) -> str | None:
-    """What is wrong with a notebook's ``lengths`` or ``work`` entry, or ``None`` (``replicates``: see power)."""
-    if key == "lengths" and not (isinstance(value, (list, dict)) and all(isinstance(v, str) for v in value)):
-        return ("must be a list of parameter names, or a mapping of parameter names to rehearsal values "
-                "(null: the smoke value)")
-    if key == "work" and not (isinstance(value, dict) and isinstance(value.get("expr"), str)
-                              and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
-        return "must be a mapping {expr: '...', unit: '...'}"
-    return None
-
-
 def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
-    """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``.
-
-    Raises :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed.
-    """
+    """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``; a
+    :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed
+    (``replicates``: checked by :mod:`covbook.book.power`)."""
     path = Path(path)
     raw = _read_yaml(path) or {}
     if not isinstance(raw, dict):
@@ -236,15 +223,19 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
         if not isinstance(per, dict):
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
         for key, value in per.items():
+            if key == "lengths" and not (isinstance(value, (list, dict)) and all(isinstance(v, str) for v in value)):
+                raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of parameter "
+                                 "names to rehearsal values (null: the smoke value)")
+            if key == "work" and not (isinstance(value, dict) and isinstance(value.get("expr"), str)
+                                      and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
+                raise UsageError(f"{path}: {nb}.work must be a mapping {{expr: '...', unit: '...'}}")
             if key in entry_keys:
-                if problem := _entry_problem(key, value):
-                    raise UsageError(f"{path}: {nb}.{key} {problem}")
-            elif key not in PROFILES:
+                continue
+            if key not in PROFILES:
                 raise UsageError(f"{path}: {nb}: unknown profile {key!r}; valid: {', '.join(PROFILES + entry_keys)}")
-            elif value is not None and not isinstance(value, dict):
+            if value is not None and not isinstance(value, dict):
                 raise UsageError(f"{path}: {nb}.{key} must be a mapping of parameter names to values")
-            else:
-                per[key] = value or {}
+            per[key] = value or {}
     return raw
 
 

@@ -33,7 +33,7 @@ from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, oserror_text
 from covbook.book.records import git_commit
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
-           "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
+           "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
            "prune_checkpoints", "record_timings", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
@@ -337,14 +337,6 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
     return here
 
 
-def clean_stale(paths: Paths) -> list[str]:
-    """Remove (holding the tree's lock) and return the temporary folders earlier runs left in ``.covbook/tmp``."""
-    removed = sorted(paths.tmp.iterdir()) if paths.tmp.is_dir() else []
-    for d in removed:
-        shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    return [str(d) for d in removed]
-
-
 @dataclass
 class LocalPool:
     """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
@@ -408,8 +400,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
 
     try:
-        for paths, _ in trees:
-            clean_stale(paths)
+        for paths, _ in trees:  # what earlier runs left (we hold the tree's lock)
+            shutil.rmtree(paths.tmp, ignore_errors=True)
         for i, job in order:
             if job.cached:
                 _forget_failure(trees[i][0], job.name)  # a failure under this key no longer applies

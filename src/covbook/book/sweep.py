@@ -128,7 +128,7 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
     if not seeds:
         raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
-    _read_json(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
+    _calibrations(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
     engine = cluster if cluster is not None else LocalPool(jobs, f"{jobs} local job(s)")
     trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
     start = time.perf_counter()
@@ -147,7 +147,7 @@ def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     """Merge ``data`` (one profile's entries) into ``book/calibration.json``, then write the page."""
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
-    profiles = _profiles(_read_json(paths))
+    profiles = _calibrations(paths)
     profile = next(iter(data.values()))["profile"] if data else "smoke"
     profiles[profile] = dict(sorted({**profiles.get(profile, {}), **data}.items()))
     write_json_atomic(paths.root / CALIBRATION_JSON,
@@ -209,15 +209,14 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
     A seed's outputs that are not what its run record was committed with (a claims file edited by hand) are
     refused, a :class:`DamagedFile`, never judged as measured.
     """
-    manifest = {}
-    for name in names:
-        try:
-            manifest[name] = sorted(read_rules(paths, name))
-        except UsageError:
-            manifest[name] = []
-    commit, rules = git_commit(paths.root), rules_commit(paths.root)
+    commit = git_commit(paths.root)
+    rules = git(paths.root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"  # the rules' commit
     out: dict[str, dict] = {}
     for name in names:
+        try:
+            ruled = sorted(read_rules(paths, name))  # a claim no seed recorded is missing, not absent
+        except UsageError:
+            ruled = []
         per_seed: dict[int, dict[str, Claim]] = {}
         for seed in seeds:
             sp = Paths(seed_root(paths, profile, seed))
@@ -230,15 +229,15 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
                                                 f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
                                                 f"{name.split('_', 1)[0]}") from None
                 per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
-        ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + manifest[name])
-        out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
-                     "rules_commit": rules,
+        ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + ruled)
+        out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit, "rules_commit": rules,
                      "out_of_sample": not any(s in DEVELOPMENT_SEEDS for s in seeds),
                      "date": time.strftime("%Y-%m-%d"), "claims": [_claim_row(cid, per_seed, seeds) for cid in ids]}
     return out
 
 
-def _read_json(paths: Paths) -> dict:
+def _calibrations(paths: Paths) -> dict[str, dict]:
+    """``{profile: {notebook: entry}}`` of ``book/calibration.json``; a :class:`UsageError` when it is damaged."""
     f = paths.root / CALIBRATION_JSON
     if not f.is_file():
         return {}
@@ -251,17 +250,7 @@ def _read_json(paths: Paths) -> dict:
     except (UnicodeDecodeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
                          f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
-    return data
-
-
-def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` of a calibration file (:func:`_read_json` checked its shape)."""
-    return {p: dict(e) for p, e in data.get("profiles", {}).items()}
-
-
-def rules_commit(root: Path) -> str:
-    """The last commit that changed ``notebooks/rules`` (the rules a calibration judges), or ``"unknown"``."""
-    return git(root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"
+    return tables
 
 
 def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bool:
@@ -334,7 +323,7 @@ def _summary(profile: str, entries: dict) -> dict:
 
 def write_calibration_page(paths: Paths) -> Path:
     """Write ``book/generated/calibration.md`` from ``book/calibration.json`` (or say that none was run)."""
-    profiles = sorted(_profiles(_read_json(paths)).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
+    profiles = sorted(_calibrations(paths).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
     return write_page(paths.generated / "calibration.md",
                       render("calibration.md.j2", level=LEVEL, flag_failures=FLAG_FAILURES, flag_spread=FLAG_SPREAD,
                              development_seeds=DEVELOPMENT_SEEDS.text(),
