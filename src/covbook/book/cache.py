@@ -169,11 +169,7 @@ def content_hash(nb_path: Path, params: dict, science: str, device: str, env: di
 
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes (what a run record says it was committed with)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict | None:

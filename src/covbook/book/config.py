@@ -100,12 +100,9 @@ _FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
 
 def expression_value(expr: str, params: dict, *, where: str, calls: bool = True,
                      error: type[Exception] = UsageError) -> object:
-    """Evaluate an expression of a notebook's parameters from ``profiles.yml`` (``work:``, ``replicates:``).
-
-    Names, numbers and ``+ - * / // **``; with ``calls`` also lists and ``len``/``sum``/``max``/``min``
-    (without, every name must be a number).  Nothing else is evaluated.  A bad expression raises ``error``
-    with a message that starts with ``where``; the caller checks the value's type and range.
-    """
+    """Evaluate an expression of a notebook's parameters from ``profiles.yml`` (``work:``, ``replicates:``): names,
+    numbers and ``+ - * / // **``; with ``calls`` also lists and ``len``/``sum``/``max``/``min`` (without, every name
+    must be a number).  Nothing else is evaluated; a bad expression raises ``error``, its message led by ``where``."""
 
     def ev(node: ast.AST) -> object:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
@@ -155,13 +152,9 @@ _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "gene
 
 @dataclass(frozen=True)
 class Paths:
-    """Where the pipeline reads and writes under the project ``root`` (``_LAYOUT``: ``paths.runs`` is
-    ``root/book/generated/runs``).
-
-    ``generated``: the executed notebooks, their ``claims``, run records (``runs``), ``failed`` runs and training
-    ``checkpoints`` (one folder per notebook and cache key).  ``state`` (``.covbook/``, never read by the book
-    build): the ``lock``, run temporaries (``tmp/<run-id>/``) and measured run ``timings`` (for ``--plan``).
-    """
+    """Where the pipeline reads and writes under the project ``root``: ``paths.runs`` is ``root/book/generated/runs``
+    (``_LAYOUT``); ``.covbook/`` (``state``: the lock, run temporaries, measured ``timings``) is never read by the
+    book build."""
 
     root: Path
 
@@ -247,11 +240,8 @@ def myst_code_cells(text: str) -> list[tuple[dict, str]]:
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
-    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text).
-
-    Every code cell must parse (line magics and shell escapes are skipped, and cells under a cell magic): a syntax
-    error is a :class:`UsageError`, before any kernel starts.
-    """
+    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text);
+    a syntax error in any code cell (magics and shell escapes aside) is a :class:`UsageError`, before any kernel."""
     tagged = []
     for index, (opts, source) in enumerate(myst_code_cells(Path(path).read_text(encoding="utf-8"))):
         if source.lstrip().startswith("%%"):
@@ -288,12 +278,8 @@ def _kind(v: object) -> str:
 
 
 def check_value(where: str, value: object, default: object) -> None:
-    """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
-
-    int where the default is an int; int or float where it is a float; the same for each element of a list; a
-    positive (negative) default wants a positive (negative) value; no number exceeds :data:`PARAMETER_MAX` in size
-    (nor is NaN).  A default of ``None`` or another type is not checked.
-    """
+    """Raise :class:`UsageError` unless ``value`` has the type (an int is a float too; each element of a list) and
+    sign of the notebook's ``default``, and no number exceeds :data:`PARAMETER_MAX` in size (nor is NaN)."""
     dk, vk = _kind(default), _kind(value)
     if dk not in ("bool", "int", "float", "str", "list"):
         return
@@ -312,12 +298,9 @@ def check_value(where: str, value: object, default: object) -> None:
 
 def resolve_parameters(name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
                        *, rehearse: bool = False) -> dict[str, object]:
-    """Parameters injected into notebook ``name`` for ``profile``.
-
-    With ``rehearse``, the parameters listed under the notebook's ``lengths`` key take the value given there
-    (when ``lengths`` is a mapping), else their ``smoke`` value, else the notebook's default: the profile's
-    shapes at short lengths.  Unknown names, and values of the wrong type or sign, are usage errors.
-    """
+    """Parameters injected into notebook ``name`` for ``profile``; unknown names, and values of the wrong type or
+    sign, are usage errors.  With ``rehearse`` (the profile's shapes at short lengths) each parameter under the
+    notebook's ``lengths`` takes the value given there, else its ``smoke`` value, else the notebook's default."""
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     entry = profiles.get(name, {})

@@ -26,7 +26,7 @@ from covbook.book.config import (
     select,
 )
 
-__all__ = ["Job", "plan_jobs", "work_of", "estimate", "print_plan", "limit_for", "DEFAULT_LIMITS",
+__all__ = ["Job", "plan_jobs", "work_of", "estimate", "print_plan", "DEFAULT_LIMITS",
            "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time", "planned_device"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
@@ -35,8 +35,6 @@ DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
-#: a measured run that cannot be used is skipped
-UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
 
 
 @dataclass
@@ -64,8 +62,7 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
     every usage error is raised here, before any kernel."""
     chosen = select(paths, names)
     profiles = load_profiles(paths.profiles)
-    unknown_nb = sorted(set(profiles) - set(discover(paths)))
-    if unknown_nb:
+    if unknown_nb := sorted(set(profiles) - set(discover(paths))):
         raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
     if rehearse and profile == DEFAULT_PROFILE:
         raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
@@ -77,23 +74,18 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
         job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
         job.cached = not force and is_cached(paths, name, job.digest)
-        _estimate(paths, job, profiles.get(name, {}).get("work"))
-        job.limit = float(timeout) if timeout else limit_for(job.expected, profile)
+        spec, job.how = profiles.get(name, {}).get("work"), "cannot estimate without a work expression"
+        try:
+            if spec:
+                job.work, job.unit = work_of(spec["expr"], {**defaults, **params}), spec.get("unit", "")
+                job.expected, job.how = estimate(job.work, measured_runs(paths, name, dev, spec["expr"], defaults))
+        except (UsageError, OSError, TypeError, ValueError) as err:
+            job.how = f"cannot estimate: {err}"
+        # the time limit: --timeout, else LIMIT_FACTOR times the estimate (at least LIMIT_FLOOR), else the profile's
+        limit = DEFAULT_LIMITS[profile] if job.expected is None else max(LIMIT_FLOOR, LIMIT_FACTOR * job.expected)
+        job.limit = float(timeout or limit)
         jobs.append(job)
     return jobs
-
-
-def _estimate(paths: Paths, job: Job, spec: dict | None) -> None:
-    """Fill ``job``'s work (its ``work:`` ``spec`` on its parameters), estimated seconds and how (:func:`estimate`)."""
-    if not spec:
-        job.how = "cannot estimate without a work expression"
-        return
-    try:
-        job.work, job.unit = work_of(spec["expr"], {**job.defaults, **job.params}), spec.get("unit", "")
-        job.expected, job.how = estimate(job.work, measured_runs(paths, job.name, job.device, spec["expr"],
-                                                                 job.defaults))
-    except (UsageError, OSError, TypeError, ValueError) as err:
-        job.how = f"cannot estimate: {err}"
 
 
 def work_of(expr: str, params: dict) -> float:
@@ -116,7 +108,7 @@ def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dic
         except (DamagedFile, AttributeError):
             continue
         for key, t in runs.items() if isinstance(runs, dict) else ():
-            with contextlib.suppress(*UNREADABLE):
+            with contextlib.suppress(UsageError, KeyError, TypeError, ValueError, AttributeError):  # unusable: skip
                 found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
                               key + (f", {f.stem}" if f != paths.timings else ""))
     return sorted(found.values())
@@ -151,13 +143,6 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     for s in sorted(seconds, reverse=True):
         loads[loads.index(min(loads))] += s
     return max(loads)
-
-
-def limit_for(high: float | None, profile: str) -> float:
-    """The time limit of a job whose estimate is ``high`` seconds (``None``: no estimate)."""
-    if high is None:
-        return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
-    return max(LIMIT_FLOOR, LIMIT_FACTOR * high)
 
 
 def _fmt_seconds(s: float | None) -> str:

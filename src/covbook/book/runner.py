@@ -30,7 +30,7 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
 from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, oserror_text
-from covbook.book.records import git_commit
+from covbook.book.records import git_commit, read_run
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
            "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
@@ -144,7 +144,6 @@ def execute(job: dict) -> dict:
     os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
     if job.get("threads"):
         os.environ["COVBOOK_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(job["threads"])
-    error = None
     try:
         for var, sub in KERNEL_HOMES.items():
             os.environ[var] = str(paths.state / "home" / sub)
@@ -206,11 +205,9 @@ def kill_group(proc: subprocess.Popen) -> None:
 def run_job(job: dict, stop) -> dict:
     """Run one notebook in a child process; returns its outcome, not yet in the tree (for :func:`commit_outcome`).
 
-    ``job``: name, params, digest, device, threads, rehearse, force, ``timeout`` (seconds, or ``None``), ``root``,
-    ``rundir`` (where its temporary folder goes).  ``stop.is_set()``: true once the run is stopped; then the child
-    is killed and :class:`Stopped` raised.  Each call has a folder of its own: a job run again (its cluster
-    worker died) never meets the files of the first attempt.
-    """
+    ``job``: :func:`run_trees`' payload.  Once ``stop.is_set()`` the child is killed and :class:`Stopped` raised.
+    Each call has a folder of its own under ``job["rundir"]``: a job run again (its cluster worker died) never meets
+    the files of the first attempt."""
     name, limit = job["name"], job.get("timeout")
     if stop.is_set():
         raise Stopped(name)
@@ -258,9 +255,8 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
     """The one place where a run's outputs enter a tree: its notebook and claims, then its run record (naming their
     SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs.  The record is
     written in the job's own folder first (no one else reads it there), so every move is one rename."""
-    name, error, folder = outcome["name"], outcome["error"], Path(outcome["dir"])
-    meta = outcome["meta"]
-    nb, claims, record = (folder / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
+    name, error, meta = outcome["name"], outcome["error"], outcome["meta"]
+    nb, claims, record = (Path(outcome["dir"]) / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
     if error is None:
         try:
             outputs = {"notebook": file_digest(nb), "claims": file_digest(claims)}
@@ -308,8 +304,6 @@ def commit_job(fut: cf.Future, paths: Paths, name: str) -> Result | None:
 def commit_rewritten(paths: Paths, name: str, new_nb: Path) -> None:
     """Put ``new_nb``, a rewritten copy of chapter ``name``'s executed notebook, in its place, then its run record
     (naming ``new_nb``'s SHA-256, written next to it) when that named the old one: it stays served from the cache."""
-    from covbook.book.records import read_run
-
     nb_path, rec_path = paths.generated / f"{name}.ipynb", paths.runs / f"{name}.json"
     rec = read_run(rec_path)
     outputs = rec.outputs if rec is not None else None
@@ -362,12 +356,9 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
               force: bool = False, progress: bool = True, rehearse: bool = False,
               timeout: float | None = None) -> list[list[Result]]:
     """Run ``names`` in every (tree, seed) of ``trees`` on ``engine`` (a :class:`LocalPool` or a
-    :class:`covbook.book.distributed.Cluster`), all jobs at once, holding every tree's lock; Results per tree, in
-    the notebooks' order.
-
-    The jobs (:func:`covbook.book.plan.plan_jobs`) are submitted longest first by the plan's estimate (unknown ones
-    first).  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error stops the jobs before it goes on.
-    """
+    :class:`covbook.book.distributed.Cluster`), all jobs at once, longest first by the plan's estimate (unknown ones
+    first); Results per tree, in the notebooks' order.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other
+    error stops the jobs before it goes on."""
     from tqdm import tqdm
 
     from covbook.book.plan import plan_jobs

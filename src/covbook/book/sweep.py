@@ -1,13 +1,10 @@
 """Calibration: run the notebooks at many seeds and compare each claim's failure rate with its level.
 
 ``covbook sweep --seeds A-B`` runs the chosen notebooks at every seed, each seed in a shadow project
-``book/generated/sweep/<profile>/seed-N/`` (its ``notebooks`` links to the real ones, so the runner and its
-cache serve it and the book's own outputs are untouched), then writes ``book/calibration.json`` (per
-notebook and claim: passes, failing and missing seeds, mean, SD, SD/SE and the binomial tail of the
-failures; committed, so that a fresh clone's book shows it) and ``book/generated/calibration.md``.  A claim
-is *flagged* when it fails at :data:`FLAG_FAILURES` seeds or more, when its SD/SE exceeds
-:data:`FLAG_SPREAD`, or when some seed did not record it: fix its window, prediction or statistic, never
-the seed.
+``book/generated/sweep/<profile>/seed-N/`` (its ``notebooks`` links to the real ones), then writes
+``book/calibration.json`` (committed, so that a fresh clone's book shows it) and ``book/generated/calibration.md``.
+A claim is *flagged* when it fails at :data:`FLAG_FAILURES` seeds or more, when its SD/SE exceeds
+:data:`FLAG_SPREAD`, or when some seed did not record it: fix its window, prediction or statistic, never the seed.
 """
 
 from __future__ import annotations
@@ -204,11 +201,8 @@ def _claim_row(cid: str, per_seed: dict[int, dict[str, Claim]], seeds: list[int]
 
 
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
-    """Per notebook, its entry of ``book/calibration.json``: the sweep and one row per claim.
-
-    A seed's outputs that are not what its run record was committed with (a claims file edited by hand) are
-    refused, a :class:`DamagedFile`, never judged as measured.
-    """
+    """Per notebook, its entry of ``book/calibration.json``: the sweep and one row per claim.  A seed's outputs that
+    are not those its run record was committed with are a :class:`DamagedFile`, never judged as measured."""
     commit = git_commit(paths.root)
     rules = git(paths.root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"  # the rules' commit
     out: dict[str, dict] = {}
