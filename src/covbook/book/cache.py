@@ -27,7 +27,6 @@ __all__ = ["PACKAGE", "portable", "source_text", "science_hash", "science_module
            "verify_outputs", "file_digest", "failed_runs", "last_failure"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
-PIPELINE = PACKAGE / "book"
 
 
 @lru_cache(maxsize=4096)

@@ -276,7 +276,7 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
 
 def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
     """Run the book build in a process group of its own; returns its status and the chapters it warned about.
-    On Ctrl-C or SIGTERM its process group is stopped before the exception goes on."""
+    On Ctrl-C or SIGTERM its process group is stopped, and Sphinx's memory of the pages it read forgotten."""
     from covbook.book.runner import kill_group
 
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
@@ -293,6 +293,7 @@ def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         kill_group(proc)
+        shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
         raise
 
 
@@ -336,15 +337,10 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
         jb = Path(sys.executable).with_name("jupyter-book")
         if not jb.is_file():
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
-        doctrees = paths.root / "_build" / ".doctrees"  # Sphinx's memory of the pages it read
-        try:
-            status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
-                                            "--keep-going"], paths)
-        except KeyboardInterrupt:
-            shutil.rmtree(doctrees, ignore_errors=True)
-            raise
+        status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
+                                        "--keep-going"], paths)
         if status:  # Sphinx re-reads only changed pages: the next build must read them all, or -W would pass
-            shutil.rmtree(doctrees, ignore_errors=True)
+            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
             _forget_pages(paths, sorted(warned))
             if warned:
                 print(f"covbook build: failed; removed the pages of {', '.join(sorted(warned))} from _build/html",

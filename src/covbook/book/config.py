@@ -78,14 +78,10 @@ def _read_yaml(path: Path) -> object:
         raise UsageError(f"{path}: cannot read: {err.strerror}") from None
 
 
-def _packaged_profiles() -> dict[str, Profile]:
-    path = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
-    raw = _read_yaml(path)
-    return profile_table(raw.get("profiles") if isinstance(raw, dict) else None, str(path))
-
-
+_PACKAGED = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
+_RAW = _read_yaml(_PACKAGED)
 #: Every profile, smallest first, from the ``profiles:`` table of notebooks/profiles.yml.
-PROFILE_TABLE = _packaged_profiles()
+PROFILE_TABLE = profile_table(_RAW.get("profiles") if isinstance(_RAW, dict) else None, str(_PACKAGED))
 PROFILES = tuple(PROFILE_TABLE)
 #: The profile whose sizes are the notebooks' own parameters cells (``covbook run``'s default).
 DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)

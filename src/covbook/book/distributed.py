@@ -21,7 +21,6 @@ from covbook.book.config import UsageError
 
 __all__ = ["Cluster", "parse_cluster", "open_cluster", "ALLOWED_FAILURES"]
 
-EXTRA = "pip install -e '.[cluster]'"
 ALLOWED_FAILURES = 3  # worker deaths a job survives on a local cluster before it is reported failed
 CONNECT_TIMEOUT_S = 20
 LOCAL_WORKERS_PER_CPU = 4  # ``local:N`` starts N worker processes on this machine: at most this many per CPU
@@ -65,7 +64,7 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
         import dask
         from distributed import Client, LocalCluster
     except ImportError as err:
-        raise UsageError(f"--cluster needs Dask distributed, the optional cluster extra: {EXTRA}") from err
+        raise UsageError("--cluster needs Dask distributed (the cluster extra): pip install -e '.[cluster]'") from err
     with contextlib.ExitStack() as stack:  # closed in reverse: the client, the local cluster, its scratch folder
         stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}))
         if kind == "local":
