@@ -105,6 +105,22 @@ def test_the_run_record_is_moved_into_place_last(project, monkeypatch):
     assert is_cached(paths, "02_beta", "key-seed-5")
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a tmpfs at /dev/shm")
+def test_outputs_onto_a_real_tmpfs(tmp_path):
+    other = Path("/dev/shm") / f"covbook-test-{os.getpid()}"
+    other.mkdir()
+    try:
+        if other.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("/dev/shm is on the same filesystem here")
+        src = tmp_path / "a.json"
+        src.write_text("[1]")
+        runner._put(src, other / "claims" / "a.json")
+        assert (other / "claims" / "a.json").read_text() == "[1]"
+        assert [p.name for p in (other / "claims").iterdir()] == ["a.json"]  # no temporary left beside it
+    finally:
+        shutil.rmtree(other)
+
+
 def test_a_failed_last_run_is_refused_by_check_and_build_and_its_old_page_removed(project):
     paths = Paths(project)
     fake_run(project, "01_alpha", digest="k1")

@@ -171,7 +171,7 @@ def test_cache_serves_only_whole_outputs_and_stale_leftovers_are_cleaned(project
     res = covbook(project, "run", "01", "--profile", "smoke", "--no-progress", check=True)
     assert "0 executed, 1 cached" in res.stdout
     assert not (gen / "failed" / "01_alpha.ipynb").exists()
-    assert not list((project / ".covbook" / "tmp").iterdir())
+    assert not any((project / ".covbook" / "tmp").glob("*"))
 
 
 def test_a_success_removes_the_failed_copy(project):

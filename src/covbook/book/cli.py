@@ -83,10 +83,8 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     cluster = _Parser(add_help=False)
     cluster.add_argument("--cluster", metavar="SPEC", help=(
-        "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
-        "cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or PATH.json (its "
-        "--scheduler-file); workers share this filesystem and run this checkout; needs the cluster extra: "
-        "pip install -e '.[cluster]'"))
+        "run each (notebook, seed) job on a Dask cluster: local:N (N worker processes here), tcp://HOST:PORT (a "
+        "`dask scheduler`) or PATH.json (its --scheduler-file), its workers on this filesystem and checkout"))
     sizes = "sizes from notebooks/profiles.yml"
     seconds = _number(float, "a positive number of seconds", lambda x: 0 < x < math.inf)
     r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated")
@@ -96,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
                    default=0, help="seed of every random generator (default: %(default)s)")
     r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
-                        "without an estimate 20 min smoke, 2 h quick, 12 h full)")
+                        "without one, the profile's time_limit in profiles.yml)")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at short lengths (the parameters under `lengths:` in profiles.yml)")

@@ -113,27 +113,6 @@ def _own_process_group():
     return OwnProcessGroup()
 
 
-@dataclass(frozen=True)
-class DaskStop:
-    """A cluster run's stop signal, read on a worker: the run's Dask ``Event`` is set, or the scheduler no longer
-    wants this task (cancelled, or its client is gone)."""
-
-    name: str
-
-    def is_set(self) -> bool:
-        from distributed import Event, get_worker
-        from distributed.worker import thread_state
-
-        task = get_worker().state.tasks.get(getattr(thread_state, "key", None))
-        return Event(self.name).is_set() or (task is not None and task.state == "cancelled")
-
-    def set(self) -> None:
-        """Stop the run (on the client)."""
-        from distributed import Event
-
-        Event(self.name).set()
-
-
 @dataclass
 class Cluster:
     """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine (the attributes of its ``LocalPool``)."""
@@ -154,5 +133,8 @@ class Cluster:
     def executor(self, n_jobs: int):
         return self.client.get_executor(pure=False)
 
-    def stop_signal(self, run_id: str) -> DaskStop:
-        return DaskStop(f"covbook-stop-{run_id}")
+    def stop_signal(self, run_id: str):
+        """The run's stop signal, read by its jobs on the workers: a Dask ``Event``."""
+        from distributed import Event
+
+        return Event(f"covbook-stop-{run_id}")

@@ -170,20 +170,8 @@ def execute(job: dict) -> dict:
     return {"error": error, "device_used": _device_name(job["device"]), "cpu_seconds": _cpu_seconds() - cpu}
 
 
-def _kill_kernel(signum: int, frame: object) -> None:
-    """SIGTERM in the notebook's process: SIGKILL its kernel (a session of its own, which the group's kill does
-    not reach), then exit."""
-    import psutil  # ipykernel's own dependency
-
-    for kid in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
-    os._exit(128 + signum)
-
-
 def _child(job_file: str) -> int:
     """The notebook's process: run the job in ``job_file``, write its outcome next to it."""
-    signal.signal(signal.SIGTERM, _kill_kernel)
     write_json_atomic(Path(job_file).with_name("outcome.json"), execute(read_json(job_file, dict)))
     return 0
 
@@ -192,7 +180,16 @@ def _child(job_file: str) -> int:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM ``proc``'s process group (a notebook's handler kills its kernel), SIGKILL after :data:`STOP_GRACE_S`."""
+    """SIGKILL ``proc``'s descendants (a notebook's kernel runs in a session of its own, which the group's kill does
+    not reach), then SIGTERM its process group, SIGKILL after :data:`STOP_GRACE_S`."""
+    import psutil  # ipykernel's own dependency
+
+    if proc.poll() is not None:  # reaped: its pid may be another process's now
+        return
+    with contextlib.suppress(psutil.Error):
+        for kid in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                kid.kill()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.poll() is not None:
             return
@@ -246,9 +243,11 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically (both in the tree: the temporaries are its ``.covbook/tmp``)."""
+    """Move file ``src`` to ``dst`` atomically: moved next to it first (a copy where ``book/generated`` is a link to
+    another filesystem), then renamed."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(src, dst)
+    shutil.move(src, tmp := dst.with_name(f".{dst.name}.tmp"))
+    os.replace(tmp, dst)
 
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:

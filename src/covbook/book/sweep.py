@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -79,13 +80,10 @@ def parse_seeds(text: str) -> list[int]:
     >>> parse_seeds("0-3")
     [0, 1, 2, 3]
     """
-    expected = f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}"
-    parts = text.strip().split("-")
-    if len(parts) > 2 or not all(p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 19 for p in parts):
-        raise UsageError(expected)  # 19 digits hold SEED_MAX (and int() refuses thousands of digits)
-    lo, hi = int(parts[0]), int(parts[-1])
+    m = re.fullmatch(r"\s*(\d{1,19})\s*(?:-\s*(\d{1,19})\s*)?", text, re.ASCII)  # 19 digits hold SEED_MAX
+    lo, hi = (int(m[1]), int(m[2] or m[1])) if m else (1, 0)
     if hi < lo or hi > SEED_MAX:
-        raise UsageError(expected)
+        raise UsageError(f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}")
     if hi - lo + 1 > SEEDS_MAX:
         raise UsageError(f"--seeds {text} names {hi - lo + 1} seeds; a sweep runs at most {SEEDS_MAX}")
     return list(range(lo, hi + 1))
