@@ -178,9 +178,8 @@ def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict 
     a run record, or the record of a failed run)."""
     from covbook.claims import measurement_from_json
 
-    folder = paths.generated if folder is None else folder
-    rec_path, claims_path, nb_path = folder / "runs" / f"{name}.json", folder / "claims" / f"{name}.json", \
-        folder / f"{name}.ipynb"
+    folder = folder or paths.generated
+    rec_path, claims_path, nb_path = (folder / f for f in (f"runs/{name}.json", f"claims/{name}.json", f"{name}.ipynb"))
     rec = read_run(rec_path)
     if folder != paths.generated and (rec is None or not rec.ok):
         if rec is not None or claims_path.is_file() or nb_path.is_file():

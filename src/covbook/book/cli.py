@@ -156,15 +156,10 @@ def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
     try:
         with tree_lock(paths.lock, command, wait=args.wait), engine as executor:
             yield executor
-    except Interrupted as stop:
-        if args.command == "edition":
-            kept = "stored: " + (", ".join(r.name for r in stop.results if r.status != "failed") or "none")
-        elif args.command == "sweep":
-            kept = f"finished and kept: {len(stop.results)} notebook run(s)"
-        else:
-            kept = "finished and kept: " + (", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none")
-        print(f"covbook {args.command}: {stop.how}; {kept}; not finished: {', '.join(stop.unfinished) or 'none'}",
-              file=sys.stderr)
+    except Interrupted as stop:  # (an edition stores the chapters that finished ok)
+        kept = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
+        print(f"covbook {args.command}: {stop.how}; finished and kept: {kept}; not finished: "
+              f"{', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
         raise SystemExit(stop.exit_status) from None
 
 

@@ -299,8 +299,7 @@ def resolve_parameters(name: str, defaults: dict[str, object], profiles: dict, p
     notebook's ``lengths`` takes the value given there, else its ``smoke`` value, else the notebook's default."""
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-    entry = profiles.get(name, {})
-    where = f"notebooks/profiles.yml: {name}"
+    entry, where = profiles.get(name, {}), f"notebooks/profiles.yml: {name}"
     overrides = dict(entry.get(profile, {}))
     if unknown := sorted(set(overrides) - set(defaults)):
         raise UsageError(f"{where}.{profile} sets unknown parameter(s) {', '.join(unknown)}; "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covbook.book.config import UsageError
+from covbook.book.runner import LocalPool
 
 __all__ = ["Cluster", "parse_cluster", "open_cluster", "ALLOWED_FAILURES"]
 
@@ -85,8 +86,7 @@ def open_cluster(spec: str) -> Iterator[Cluster]:
                 where = "at the address its file names" if kind == "file" else "at that address"
                 raise UsageError(f"--cluster {spec}: cannot connect to the scheduler {where} "
                                  f"({type(err).__name__}: {err})") from None
-        n = value if kind == "local" else 0
-        yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
+        yield Cluster(value if kind == "local" else 1, spec, client)
 
 
 def _own_process_group():
@@ -114,12 +114,11 @@ def _own_process_group():
 
 
 @dataclass
-class Cluster:
-    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine (the attributes of its ``LocalPool``)."""
+class Cluster(LocalPool):
+    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine: ``jobs`` local workers share the cores
+    (``local:N``; a remote cluster: 1, its workers' environment decides), ``label`` its ``--cluster SPEC``."""
 
-    client: object  # distributed.Client
-    label: str  # its --cluster SPEC
-    threads: int | None  # COVBOOK_THREADS of each notebook; None: the worker's own environment decides
+    client: object = None  # distributed.Client
 
     def resolve_device(self, device: str) -> str:
         """``auto`` resolved where the notebooks run: on a worker (waits for one)."""

@@ -333,7 +333,7 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
 @dataclass
 class LocalPool:
     """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
-    does).  :class:`covbook.book.distributed.Cluster` has the same attributes."""
+    does).  :class:`covbook.book.distributed.Cluster` extends it."""
 
     jobs: int = 1
     label: str = ""
