@@ -163,12 +163,6 @@ def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
         raise SystemExit(stop.exit_status) from None
 
 
-def _failures(failed: list, problems: list[str]) -> int:
-    """Print the failed notebooks (with their errors) and the problems on stderr; 1 if there is any, else 0."""
-    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
-    return 1 if failed or problems else 0
-
-
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     _inputs(paths, args.notebooks)
     if args.plan:
@@ -200,7 +194,8 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     print(f"covbook run: {sum(r.status == 'ok' for r in results)} executed, "
           f"{sum(r.status == 'cached' for r in results)} cached, {len(failed)} failed "
           f"({sum(r.seconds for r in results):.1f} s of notebook time){claims_text}")
-    return _failures(failed, problems)
+    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
+    return 1 if failed or problems else 0
 
 
 def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
@@ -214,7 +209,9 @@ def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
     size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
     print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
           f"({args.profile}, {device}; {size / 2**20:.1f} MiB)")
-    return _failures(failed, edition.edition_problems(paths)[0])
+    problems = edition.edition_problems(paths)[0]
+    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
+    return 1 if failed or problems else 0
 
 
 def _broken(paths: Paths, command: str, find: Callable[[Paths, list[str]], list[str]]) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths
 
-__all__ = ["RunRecord", "read_run", "run_ok", "versions", "git", "git_commit", "run_costs_markdown"]
+__all__ = ["RunRecord", "read_run", "versions", "git", "git_commit", "run_costs_markdown"]
 
 
 def _typed(key: str, kind: type | tuple[type, ...], cast=lambda x: x, default=None) -> property:
@@ -59,15 +59,6 @@ def read_run(path: str | os.PathLike) -> RunRecord | None:
     """The run record at ``path``; ``None`` when there is none.  Raises :class:`DamagedFile` if it does not parse."""
     p = Path(path)
     return RunRecord(read_json(p, dict), p) if p.is_file() else None
-
-
-def run_ok(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds the record of a successful run (a missing or damaged record is not)."""
-    try:
-        rec = read_run(path)
-    except (OSError, DamagedFile):
-        return False
-    return rec is not None and rec.ok
 
 
 def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",

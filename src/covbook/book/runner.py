@@ -266,7 +266,8 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
         except OSError as err:
             error = f"could not write the outputs: {oserror_text(err)}; the run is not served"
         else:
-            _forget_failure(paths, name)  # a failed copy no longer applies
+            for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):  # no longer applies
+                stale.unlink(missing_ok=True)
             return Result(name, "ok", meta["seconds"], None, meta["device_used"], meta["cpu_seconds"])
     with contextlib.suppress(OSError):  # best effort: the error still reaches the summary
         try:
@@ -280,12 +281,6 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
         record.write_text(json.dumps({**meta, "status": "failed", "error": error}, indent=1))
         _put(record, paths.failed / f"{name}.json")
     return Result(name, "failed", meta["seconds"], error, meta["device_used"], meta["cpu_seconds"])
-
-
-def _forget_failure(paths: Paths, name: str) -> None:
-    """Remove the failed copy of ``name`` and its record from ``failed/``."""
-    for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
-        stale.unlink(missing_ok=True)
 
 
 def commit_job(fut: cf.Future, paths: Paths, name: str) -> Result | None:
@@ -393,12 +388,11 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         for paths, _ in trees:  # what earlier runs left (we hold the tree's lock)
             shutil.rmtree(paths.tmp, ignore_errors=True)
         for i, job in order:
-            if job.cached:
-                _forget_failure(trees[i][0], job.name)  # a failure under this key no longer applies
+            if job.cached:  # a failure under this key no longer applies
+                for stale in (trees[i][0].failed / f"{job.name}.ipynb", trees[i][0].failed / f"{job.name}.json"):
+                    stale.unlink(missing_ok=True)
                 finished(i, job.name, Result(job.name, "cached", 0.0))
-        if todo:
-            for d in rundirs:
-                d.mkdir(parents=True, exist_ok=True)
+        if todo:  # (each job makes its tree's folder of the run, rundir)
             stop, executor = engine.stop_signal(run_id), engine.executor(len(todo))
         for i, job in todo:
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,

@@ -21,7 +21,7 @@ from covbook._jsonio import DamagedFile
 from covbook.book.cache import last_failure, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
-from covbook.book.records import git, git_commit, run_ok
+from covbook.book.records import git, git_commit
 from covbook.book.render import render, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
@@ -212,14 +212,13 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
         per_seed: dict[int, dict[str, Claim]] = {}
         for seed in seeds:
             sp = Paths(seed_root(paths, profile, seed))
-            if run_ok(sp.runs / f"{name}.json") and (sp.claims / f"{name}.json").is_file() \
-                    and last_failure(sp, name) is None:
-                try:
-                    verify_outputs(sp, name)
-                except DamagedFile as err:
-                    raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
-                                                f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
-                                                f"{name.split('_', 1)[0]}") from None
+            try:
+                rec = verify_outputs(sp, name)
+            except DamagedFile as err:
+                raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
+                                            f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
+                                            f"{name.split('_', 1)[0]}") from None
+            if rec is not None and rec.ok and (sp.claims / f"{name}.json").is_file() and last_failure(sp, name) is None:
                 per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
         ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + ruled)
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit, "rules_commit": rules,
