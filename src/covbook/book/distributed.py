@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from covbook.book.config import UsageError
 from covbook.book.runner import LocalPool
@@ -50,9 +51,14 @@ def parse_cluster(spec: str) -> tuple[str, object]:
             raise UsageError(f"--cluster: no scheduler file {spec} (start one with "
                              f"`dask scheduler --scheduler-file {spec}`)")
         return "file", Path(spec)
-    if "://" not in spec:
-        raise UsageError("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
-                         f"or a scheduler file PATH.json; got {spec!r}")
+    try:  # no host, or a port out of 1-65535: Dask would try to connect until its timeout
+        url = urlsplit(spec)
+        ok = "://" in spec and bool(url.hostname) and url.port != 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError("--cluster must be local:N (N worker processes here), a scheduler file PATH.json or a "
+                         f"scheduler address SCHEME://HOST:PORT with a port from 1 to 65535; got {spec!r}")
     return "address", spec
 
 
