@@ -375,7 +375,6 @@ def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
     installing from the repository; its run record follows it (:func:`covbook.book.runner.commit_rewritten`)."""
     import tempfile
 
-    from covbook._jsonio import read_json
     from covbook.book.cache import verify_outputs
     from covbook.book.repository import ENV, resolve_repository
     from covbook.book.runner import commit_rewritten
@@ -389,9 +388,8 @@ def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
         raise UsageError(f"the repository is not known; set {ENV}=owner/name")
     notebooks, filled = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb")), []
     with _writer(args, paths):
-        for nb in notebooks:  # every input checked before the first is rewritten
+        for nb in notebooks:  # every input checked (parsed, the file its record names) before the first is rewritten
             verify_outputs(paths, nb.stem)
-            read_json(nb, dict)
         context = book_context(paths.root)
         paths.tmp.mkdir(parents=True, exist_ok=True)
         for nb in notebooks:

@@ -1,8 +1,6 @@
 """Run records (``book/generated/runs/NAME.json``, ``book/edition/runs/NAME.json``): the one reader of what a
-notebook run wrote, the provenance a record names (commit, versions), and the run-costs table rendered from them.
-
-A record (written by :mod:`covbook.book.runner`) holds the notebook, its parameters, the cache key (``hash``),
-the seconds, the device, whether it was a rehearsal, its status, the commit and the SHA-256 of its outputs.
+notebook run wrote (:func:`covbook.book.runner.commit_outcome` writes it), the provenance a record names (commit,
+versions), and the run-costs table rendered from them.
 """
 
 from __future__ import annotations
