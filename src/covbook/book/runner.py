@@ -366,7 +366,6 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     todo = sorted([(i, job) for i, job in order if not job.cached],  # longest first (LPT), unknown first; stable
                   key=lambda t: -math.inf if t[1].expected is None else -t[1].expected)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict = {}  # future -> (tree, plan.Job)
     executor = stop = None
     stopped, previous = False, signal.getsignal(signal.SIGTERM)
@@ -397,7 +396,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         for i, job in todo:
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force, "timeout": job.limit,
-                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(rundirs[i])}
+                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(trees[i][0].tmp / run_id)}
             pending[executor.submit(run_job, payload, stop)] = (i, job)
         while pending:
             for fut in cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)[0]:
@@ -427,8 +426,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         if executor is not None:
             executor.shutdown(wait=not stopped)
         bar.close()
-        for d in rundirs:
-            shutil.rmtree(d, ignore_errors=True)
+        for paths, _ in trees:
+            shutil.rmtree(paths.tmp / run_id, ignore_errors=True)
         if stopped:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
