@@ -253,8 +253,7 @@ def failed_runs(paths: Paths, names: list[str]) -> list[str]:
     """One line per notebook among ``names`` whose last run failed: the error and what to do."""
     out = []
     for name in names:
-        rec = last_failure(paths, name)
-        if rec is not None:
+        if (rec := last_failure(paths, name)) is not None:
             error = str(rec.get("error") or "unknown error").strip().splitlines()[0]
             kept = " (the last good outputs are kept, not used)" if (paths.runs / f"{name}.json").is_file() else ""
             out.append(f"{name}: notebook failed: {error}{kept}; see book/generated/failed/{name}.ipynb, "

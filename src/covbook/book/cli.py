@@ -316,12 +316,10 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
                 print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
                       "from _build/html", file=sys.stderr)
             return 1
-        missing = [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]
-        if missing:
+        if missing := [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]:
             print(f"covbook build: {len(missing)} notebook(s) not run yet ({', '.join(missing)}): "
                   "run `covbook run` first (e.g. `covbook run --profile smoke`)", file=sys.stderr)
             return 1
-        shutil.rmtree(paths.tmp, ignore_errors=True)  # what an interrupted run left must not reach the book
         print(f"covbook build: wrote {write_report(paths).relative_to(paths.root)}")
         _copy_mathjax(paths)
         jb = Path(sys.executable).with_name("jupyter-book")

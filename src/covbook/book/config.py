@@ -260,29 +260,25 @@ def notebook_parameters(path: Path) -> dict[str, object]:
                 params[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError:
                 params[node.targets[0].id] = ast.unparse(node.value)
-    missing = [p for p in COMMON_PARAMETERS if p not in params]
-    if missing:
+    if missing := [p for p in COMMON_PARAMETERS if p not in params]:
         raise UsageError(f"{path.name}: parameters cell must define {', '.join(missing)}")
     return params
 
 
-_KINDS = ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), ((list, tuple), "list"), (type(None), "None"))
-
-
-def _kind(v: object) -> str:
-    return next((name for types, name in _KINDS if isinstance(v, types)), type(v).__name__)
+#: the kinds of value a parameters cell and profiles.yml hold (YAML's and Python literals' own types)
+_KINDS = {bool: "bool", int: "int", float: "float", str: "str", list: "list", tuple: "list", type(None): "None"}
 
 
 def check_value(where: str, value: object, default: object) -> None:
     """Raise :class:`UsageError` unless ``value`` has the type (an int is a float too; each element of a list) and
     sign of the notebook's ``default``, and no number exceeds :data:`PARAMETER_MAX` in size (nor is NaN)."""
-    dk, vk = _kind(default), _kind(value)
-    if dk not in ("bool", "int", "float", "str", "list"):
+    dk, vk = _KINDS.get(type(default)), _KINDS.get(type(value), type(value).__name__)
+    if dk in (None, "None"):
         return
     if vk != dk and not (dk == "float" and vk == "int"):
         raise UsageError(f"{where} = {value!r} is a {vk}, but the notebook's default {default!r} is a {dk}")
     elems = [e for e in default if e is not None] if dk == "list" else []
-    if elems and len({_kind(e) for e in elems}) == 1:
+    if elems and len({_KINDS.get(type(e)) for e in elems}) == 1:
         for i, e in enumerate(value):
             check_value(f"{where}[{i}]", e, elems[0])
     if dk in ("int", "float") and not abs(value) <= PARAMETER_MAX:
