@@ -24,7 +24,7 @@ from covbook.rules import utf8_text
 
 __all__ = ["PACKAGE", "portable", "source_text", "science_hash", "science_modules", "science_files",
            "notebook_science", "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs",
-           "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+           "verify_outputs", "file_digest", "failed_runs"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
 
@@ -240,20 +240,16 @@ def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
     return problems
 
 
-def last_failure(paths: Paths, name: str) -> dict | None:
-    """The record of ``name``'s last run if it failed (``book/generated/failed/NAME.json``), else ``None``."""
-    path = paths.failed / f"{name}.json"
-    try:
-        return read_json(path, dict) if path.is_file() else None
-    except (OSError, DamagedFile):
-        return {"error": f"its failure record {path.name} is unreadable"}
-
-
 def failed_runs(paths: Paths, names: list[str]) -> list[str]:
-    """One line per notebook among ``names`` whose last run failed: the error and what to do."""
+    """One line per notebook among ``names`` whose last run failed (``failed/NAME.json``): the error, what to do."""
     out = []
     for name in names:
-        if (rec := last_failure(paths, name)) is not None:
+        path = paths.failed / f"{name}.json"
+        try:
+            rec = read_json(path, dict) if path.is_file() else None
+        except (OSError, DamagedFile):
+            rec = {"error": f"its failure record {path.name} is unreadable"}
+        if rec is not None:
             error = str(rec.get("error") or "unknown error").strip().splitlines()[0]
             kept = " (the last good outputs are kept, not used)" if (paths.runs / f"{name}.json").is_file() else ""
             out.append(f"{name}: notebook failed: {error}{kept}; see book/generated/failed/{name}.ipynb, "
