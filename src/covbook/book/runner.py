@@ -252,8 +252,8 @@ def _put(src: Path, dst: Path) -> None:
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
     """The one place where a run's outputs enter a tree: its notebook and claims, then its run record (naming their
-    SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs.  The record is
-    written in the job's own folder first (no one else reads it there), so every move is one rename."""
+    SHA-256) moved into place (:func:`_put`), the record written in the job's own folder first.  A failure writes
+    ``failed/`` and leaves the last good outputs."""
     name, error, meta = outcome["name"], outcome["error"], outcome["meta"]
     nb, claims, record = (Path(outcome["dir"]) / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
     if error is None:
