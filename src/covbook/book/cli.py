@@ -16,6 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -166,10 +168,10 @@ def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     _inputs(paths, args.notebooks)
     if args.plan:
-        from covbook.book.plan import plan_jobs, planned_device, print_plan
+        from covbook.book.plan import plan_jobs, print_plan
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
-                         rehearse=args.rehearse, resolved_device=planned_device(args.device))
+                         rehearse=args.rehearse, resolved_device="cuda" if args.device == "cuda" else None)
         return print_plan(jobs, profile=args.profile, device=args.device, rehearse=args.rehearse, workers=args.jobs)
     from covbook.book.runner import run_notebooks
 
@@ -222,8 +224,6 @@ def _broken(paths: Paths, command: str, find: Callable[[Paths, list[str]], list[
 
 
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
-    import time
-
     from covbook.book.cache import damaged_outputs, failed_runs
     from covbook.book.checks import check
     from covbook.book.config import load_profiles
@@ -371,8 +371,6 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
     """Rewrite each executed notebook as published (:func:`covbook.book.standalone.standalone_file`), its setup cell
     installing from the repository; its run record follows it (:func:`covbook.book.runner.commit_rewritten`)."""
-    import tempfile
-
     from covbook.book.cache import verify_outputs
     from covbook.book.repository import ENV, resolve_repository
     from covbook.book.runner import commit_rewritten

@@ -1,9 +1,7 @@
 """Where the pipeline reads and writes, the profiles file, and a notebook's parameters.
 
-A profile (``smoke``, ``quick``, ``full``) is a set of papermill parameters per notebook in
-``notebooks/profiles.yml`` (its header documents the format).  A notebook's ``parameters`` cell is the
-reference for names, types and signs: a profile value that disagrees is a usage error before any kernel
-starts.  This module imports no science, so ``covbook check``, ``clean`` and ``build`` start fast.
+A profile is a set of papermill parameters per notebook in ``notebooks/profiles.yml`` (its header documents the
+format); a notebook's ``parameters`` cell is the reference for names, types and signs.  No science is imported here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Run notebooks on a Dask cluster: ``covbook run|sweep --cluster SPEC``.
 
-``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread workers, closed at the end), ``tcp://HOST:PORT`` (a
-running ``dask scheduler``) or ``PATH.json`` (its scheduler file).  The client plans the jobs, submits each to
-``client.get_executor()`` and alone moves the outputs into place (:func:`covbook.book.runner.run_trees`).  Workers
-share the client's filesystem and run its checkout (as on SLURM).  A job whose worker dies runs again on another
-(:data:`ALLOWED_FAILURES`); a stop sets a Dask ``Event`` the jobs poll.
+The client submits each job to ``client.get_executor()`` and alone moves the outputs into place
+(:func:`covbook.book.runner.run_trees`); workers share its filesystem and checkout (as on SLURM).  A job whose worker
+dies runs again on another (:data:`ALLOWED_FAILURES`); a stop sets a Dask ``Event`` the jobs poll.
 """
 
 from __future__ import annotations

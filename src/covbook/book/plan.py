@@ -1,8 +1,6 @@
-"""``covbook run --plan`` and each run's order and time limits: the work each notebook will do, and its time.
-
-The work is its ``work:`` expression in ``notebooks/profiles.yml``; the time the last measured run of that work on
-the device (``notebooks/timings/*.json``, shipped, overlaid with ``.covbook/timings.json``), else the nearest one
-scaled by the work ratio (:func:`estimate`), an upper end.
+"""``covbook run --plan`` and each run's jobs, order and time limits: a notebook's work is its ``work:`` expression in
+``notebooks/profiles.yml``, its time the last measured run of that work on the device (``notebooks/timings/*.json``
+overlaid with ``.covbook/timings.json``), else the nearest one scaled by the work ratio (:func:`estimate`).
 """
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ from covbook.book.config import (
 )
 
 __all__ = ["Job", "plan_jobs", "work_of", "estimate", "print_plan", "DEFAULT_LIMITS",
-           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time", "planned_device"]
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
@@ -81,7 +79,6 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
                 job.expected, job.how = estimate(job.work, measured_runs(paths, name, dev, spec["expr"], defaults))
         except (UsageError, OSError, TypeError, ValueError) as err:
             job.how = f"cannot estimate: {err}"
-        # the time limit: --timeout, else LIMIT_FACTOR times the estimate (at least LIMIT_FLOOR), else the profile's
         limit = DEFAULT_LIMITS[profile] if job.expected is None else max(LIMIT_FLOOR, LIMIT_FACTOR * job.expected)
         job.limit = float(timeout or limit)
         jobs.append(job)
@@ -153,18 +150,13 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def planned_device(device: str) -> str:
-    """The device a plan is made for: ``cuda`` as asked (planning for a GPU needs none here), else resolved."""
-    return "cuda" if device == "cuda" else resolve_device(device)
-
-
 def print_plan(jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
     """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
     ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
     from covbook.book.render import render
 
-    dev = jobs[0].device if jobs else planned_device(device)
+    dev = jobs[0].device if jobs else device
     known = [job.expected for job in jobs if job.expected is not None]
     rows = [(job.name, "(no work: key in profiles.yml)" if job.work is None else f"{job.work:.3g} {job.unit}".strip(),
              _fmt_seconds(job.expected), job.how) for job in jobs]

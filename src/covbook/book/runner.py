@@ -1,9 +1,6 @@
-"""Execute the book's notebooks (jupytext -> papermill -> ``book/generated/``).
-
-A job (:func:`run_job`) runs one notebook as papermill in a child process of its own process group, on a
-``concurrent.futures`` executor: threads here (:class:`LocalPool`) or a Dask cluster's
-(:mod:`covbook.book.distributed`).  A stop (Ctrl-C, SIGTERM, the time limit) kills the group.  The child writes
-into ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place
+"""Execute the book's notebooks: each job (:func:`run_job`) runs papermill in a child process of its own process
+group, on a ``concurrent.futures`` executor (:class:`LocalPool`'s threads, or a Dask cluster's); a stop kills the
+group.  The child writes into ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place
 (:func:`commit_outcome`, the run record last), so a half-written run is never current.
 """
 
@@ -74,9 +71,6 @@ class Stopped(Exception):
     """The run was stopped before this job finished (Ctrl-C, SIGTERM): not finished, not failed."""
 
 
-# ----------------------------------------------------------------------------- in the notebook's process
-
-
 def _device_name(device: str) -> str:
     """The device a notebook ran on, in words: ``cpu``, or ``cuda (the GPU's name)`` (imports torch only then)."""
     if device == "cpu":
@@ -124,9 +118,8 @@ def _cpu_seconds() -> float:
 
 
 def execute(job: dict) -> dict:
-    """Execute one notebook with papermill into ``job["dir"]`` (its notebook and claims); returns ``error``
-    (``None`` when it ran whole and recorded its claims), ``device_used`` and ``cpu_seconds`` (its kernel's, and
-    this process's after its imports)."""
+    """Execute one notebook with papermill into ``job["dir"]`` (its notebook and claims); returns ``error`` (``None``
+    when it ran whole and recorded its claims), ``device_used`` and ``cpu_seconds`` (its kernel's and this one's)."""
     import jupytext
     import nbformat
     import papermill as pm
@@ -168,15 +161,6 @@ def execute(job: dict) -> dict:
         else:
             error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
     return {"error": error, "device_used": _device_name(job["device"]), "cpu_seconds": _cpu_seconds() - cpu}
-
-
-def _child(job_file: str) -> int:
-    """The notebook's process: run the job in ``job_file``, write its outcome next to it."""
-    write_json_atomic(Path(job_file).with_name("outcome.json"), execute(read_json(job_file, dict)))
-    return 0
-
-
-# ----------------------------------------------------------------------------- in the covbook process, or a Dask worker
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -460,5 +444,5 @@ def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str 
                      progress=progress, rehearse=rehearse, timeout=timeout)[0]
 
 
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+if __name__ == "__main__":  # the notebook's process (run_job starts it): the job's outcome next to its file
+    write_json_atomic(Path(sys.argv[1]).with_name("outcome.json"), execute(read_json(sys.argv[1], dict)))
