@@ -71,15 +71,6 @@ class Stopped(Exception):
     """The run was stopped before this job finished (Ctrl-C, SIGTERM): not finished, not failed."""
 
 
-def _device_name(device: str) -> str:
-    """The device a notebook ran on, in words: ``cpu``, or ``cuda (the GPU's name)`` (imports torch only then)."""
-    if device == "cpu":
-        return "cpu"
-    import torch
-
-    return f"cuda ({torch.cuda.get_device_name(torch.device(device))})"
-
-
 def _running_cell(nb_path: Path) -> str:
     """The cell that was running when the notebook stopped: the last one papermill started (it saves its copy of
     the notebook at each cell's start, with the start time)."""
@@ -160,7 +151,12 @@ def execute(job: dict) -> dict:
             error = f"the kernel died in {_running_cell(nb_file)} ({err}; out of memory, or a crash in native code)"
         else:
             error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
-    return {"error": error, "device_used": _device_name(job["device"]), "cpu_seconds": _cpu_seconds() - cpu}
+    used = job["device"]  # the device in words: cpu, or cuda (the GPU's name); torch imported only then
+    if used != "cpu":
+        import torch
+
+        used = f"cuda ({torch.cuda.get_device_name(torch.device(used))})"
+    return {"error": error, "device_used": used, "cpu_seconds": _cpu_seconds() - cpu}
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -192,8 +188,7 @@ def run_job(job: dict, stop) -> dict:
     name, limit = job["name"], job.get("timeout")
     if stop.is_set():
         raise Stopped(name)
-    paths = Paths(Path(job["root"]))
-    prune_checkpoints(paths, name, job["digest"], force=bool(job.get("force")))
+    prune_checkpoints(Paths(Path(job["root"])), name, job["digest"], force=bool(job.get("force")))
     Path(job["rundir"]).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=job["rundir"]))
     job_file = folder / f"{name}.job.json"

@@ -120,8 +120,6 @@ def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *,
     or the ``cluster`` (:class:`covbook.book.distributed.Cluster`), then calibrate and write the JSON and the page."""
     from covbook.book.runner import LocalPool, run_trees  # the execution machinery, only when a sweep runs
 
-    if not seeds:
-        raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
     _calibrations(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
     engine = cluster if cluster is not None else LocalPool(jobs, f"{jobs} local job(s)")
