@@ -23,6 +23,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
+from covbook.book.lock import Busy, tree_lock
 
 try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
     from covbook.book.config import (
@@ -144,7 +145,6 @@ def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
     """Hold the tree's lock and the ``--cluster``'s Dask cluster (``None``: local processes) for the block; a bad
     ``--cluster`` is a usage error.  An interrupted run says what finished and is kept and what did not, and exits
     130 (143 for SIGTERM)."""
-    from covbook.book.lock import tree_lock
     from covbook.book.runner import Interrupted
 
     engine = nullcontext(None)
@@ -403,8 +403,6 @@ COMMANDS = {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd
 
 
 def main(argv: list[str] | None = None) -> int:
-    from covbook.book.lock import Busy
-
     args = parser().parse_args(argv)
     stop_on_sigterm()  # SIGTERM (CI systems, `timeout`) is handled like Ctrl-C
     try:
