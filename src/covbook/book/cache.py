@@ -49,16 +49,14 @@ def portable(text: str) -> str:
 
 
 def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> list[Path]:
-    """The science files among ``files`` (default: every ``.py`` file of ``package``), sorted: those outside
-    the pipeline (``book/``), hidden folders and ``__pycache__``."""
+    """The science files among ``files`` (default: all of ``package``), sorted: not in ``book/``, hidden or caches."""
     return sorted(f for f in (package.rglob("*.py") if files is None else files)
                   if f.is_file() and (package / "book") not in f.parents
                   and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
 def source_text(f: Path, root: Path | None = None) -> str:
-    """The text of source ``f`` (named relative to ``root``); a :class:`UsageError` naming the file, byte and line
-    when it is not UTF-8."""
+    """The text of source ``f``; a :class:`UsageError` naming it (relative to ``root``) when it is not UTF-8."""
     try:
         return utf8_text(f, f.relative_to(root) if root is not None and f.is_relative_to(root) else f)
     except ValueError as err:
@@ -157,8 +155,7 @@ def resolve_device(device: str) -> str:
 
 
 def content_hash(nb_path: Path, params: dict, science: str, device: str, env: dict | None = None) -> str:
-    """The cache key of one notebook run (``device``: the resolved device, ``cpu`` or ``cuda``; ``env``: the
-    :func:`environment` it ran in, this one's by default)."""
+    """The cache key of one notebook run on the resolved ``device``, in environment ``env`` (default: this one)."""
     h = hashlib.sha256(nb_path.read_bytes())
     for part in (json.dumps(params, sort_keys=True, default=str), science,
                  json.dumps(environment() if env is None else env, sort_keys=True), device):
@@ -205,8 +202,7 @@ def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict 
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if the outputs of ``name`` parse, are those its run record names, and were made by a successful run with
-    key ``digest``."""
+    """Whether ``name``'s outputs are whole, those its record names, of a successful run with key ``digest``."""
     try:
         rec = verify_outputs(paths, name)
     except (OSError, DamagedFile):
@@ -228,8 +224,7 @@ def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:
 
 
 def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
-    """One line per damaged output among ``names`` (the book's run and the stored runs): the file and the command
-    that repairs it."""
+    """One line per damaged output of ``names`` (the book's run, the stored runs) and the command repairing it."""
     problems = []
     for name, folder in ((n, f) for n in names for f in (paths.generated, paths.root / "book" / "edition")):
         try:

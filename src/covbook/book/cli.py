@@ -128,8 +128,7 @@ def _say(lines: Iterable[str], prefix: str = "  ") -> None:
 
 
 def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
-    """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
-    the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
+    """The notebooks ``names`` select; a :class:`UsageError` for a source not UTF-8 or an invalid rules file."""
     from covbook.book.cache import source_text
     from covbook.book.checks import read_rules
 
@@ -369,8 +368,7 @@ def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
-    """Rewrite each executed notebook as published (:func:`covbook.book.standalone.standalone_file`), its setup cell
-    installing from the repository; its run record follows it (:func:`covbook.book.runner.commit_rewritten`)."""
+    """Rewrite each executed notebook as published (setup cell: install from the repository), its record following."""
     from covbook.book.cache import verify_outputs
     from covbook.book.repository import ENV, resolve_repository
     from covbook.book.runner import commit_rewritten

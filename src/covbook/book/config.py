@@ -168,8 +168,7 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
 
 
 def oserror_text(err: OSError) -> str:
-    """An OS error in one line: what failed, on which file; a ``shutil.Error`` (one entry per file) by its first
-    entry and a count."""
+    """An OS error in one line: what failed, on which file (a ``shutil.Error``: its first entry and a count)."""
     entries = err.args[0] if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) else []
     if entries:
         first = entries[0] if isinstance(entries[0], tuple) and len(entries[0]) == 3 else ("", "", entries[0])

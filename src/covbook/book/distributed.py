@@ -62,8 +62,7 @@ def parse_cluster(spec: str) -> tuple[str, object]:
 
 @contextmanager
 def open_cluster(spec: str) -> Iterator[Cluster]:
-    """Start (``local:N``) or connect to a Dask cluster for the block; a bad spec, no Dask or a scheduler that
-    cannot be reached is a :class:`UsageError`."""
+    """Start (``local:N``) or connect to a Dask cluster for the block; failing that, a :class:`UsageError`."""
     kind, value = parse_cluster(spec)
     try:
         import dask

@@ -56,8 +56,7 @@ class Job:
 
 def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
               resolved_device: str | None = None, force: bool = False, timeout: float | None = None) -> list[Job]:
-    """Resolve notebooks, parameters, cache keys, whether each is cached (never with ``force``) and its estimate;
-    every usage error is raised here, before any kernel."""
+    """The jobs of ``names``: parameters, keys, cached (never with ``force``), estimates; usage errors raised here."""
     chosen = select(paths, names)
     profiles = load_profiles(paths.profiles)
     if unknown_nb := sorted(set(profiles) - set(discover(paths))):
@@ -152,8 +151,7 @@ def _fmt_seconds(s: float | None) -> str:
 
 def print_plan(jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
-    ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
+    """Print ``covbook run --plan`` for ``jobs`` (with ``workers``: the wall time, that many at a time); return 0."""
     from covbook.book.render import render
 
     dev = jobs[0].device if jobs else device

@@ -75,8 +75,7 @@ def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", 
 
 
 def git(root: Path, *args: str) -> str | None:
-    """The output of ``git ARGS`` in ``root`` when ``root`` is the top of its own git checkout (a project copied
-    inside another checkout is not that checkout's), else None."""
+    """``git ARGS``'s output in ``root`` when it is the top of its own checkout (not one inside another), else None."""
     def run(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout
 

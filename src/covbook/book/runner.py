@@ -72,8 +72,7 @@ class Stopped(Exception):
 
 
 def _running_cell(nb_path: Path) -> str:
-    """The cell that was running when the notebook stopped: the last one papermill started (it saves its copy of
-    the notebook at each cell's start, with the start time)."""
+    """The cell that was running when the notebook stopped: the last one papermill saved with a start time."""
     try:
         nb = read_json(nb_path, dict)
     except (OSError, DamagedFile):
@@ -222,8 +221,7 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically: moved next to it first (a copy where ``book/generated`` is a link to
-    another filesystem), then renamed."""
+    """Move file ``src`` to ``dst`` atomically: next to it first (a copy across filesystems), then a rename."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(src, tmp := dst.with_name(f".{dst.name}.tmp"))
     os.replace(tmp, dst)
@@ -263,8 +261,7 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
 
 
 def commit_job(fut: cf.Future, paths: Paths, name: str) -> Result | None:
-    """Commit a finished job's outcome into ``paths`` (:func:`commit_outcome`); a failed Result when the job raised
-    (a killed cluster worker); ``None`` when the run's stop reached it first."""
+    """:func:`commit_outcome` of a finished job; a failed Result if it raised (a killed worker), None if stopped."""
     try:
         outcome = fut.result()
     except Stopped:
@@ -295,8 +292,7 @@ def checkpoint_folder(paths: Paths, name: str, digest: str) -> Path:
 
 
 def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = False) -> Path:
-    """Remove everything in ``checkpoints/NAME/`` but the current key's folder (other keys can never be used
-    again), and with ``force`` that one too; returns the current folder."""
+    """Remove ``checkpoints/NAME/`` but the current key's folder (with ``force`` that too); return that folder."""
     here = checkpoint_folder(paths, name, digest)
     for d in here.parent.iterdir() if here.parent.is_dir() else []:
         if d != here or force:
@@ -306,8 +302,7 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
 
 @dataclass
 class LocalPool:
-    """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
-    does).  :class:`covbook.book.distributed.Cluster` extends it."""
+    """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (``Cluster`` extends it)."""
 
     jobs: int = 1
     label: str = ""
@@ -415,8 +410,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
 
 
 def record_timings(ran: list[tuple[Paths, object, Result]], profile_key: str) -> None:
-    """Keep the latest run time per notebook, device and profile of each successful ``(tree, plan.Job, Result)``
-    in its tree's ``.covbook/timings.json`` (what ``covbook run --plan`` estimates from)."""
+    """Keep each successful run's time per notebook, device and profile in its tree's ``.covbook/timings.json``."""
     for paths in {paths for paths, _, r in ran if r.status == "ok"}:
         try:
             timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
@@ -432,8 +426,7 @@ def record_timings(ran: list[tuple[Paths, object, Result]], profile_key: str) ->
 def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str = DEFAULT_PROFILE,
                   device: str = "auto", seed: int = 0, jobs: int = 1, force: bool = False, progress: bool = True,
                   rehearse: bool = False, cluster: object | None = None, timeout: float | None = None) -> list[Result]:
-    """Execute (or serve from cache) the selected notebooks of one tree, ``jobs`` at a time here (:class:`LocalPool`)
-    or on ``cluster``'s workers (:func:`run_trees`); the arguments are checked by the command line."""
+    """Execute (or serve from cache) the selected notebooks of one tree on a :class:`LocalPool` or ``cluster``."""
     engine = cluster if cluster is not None else LocalPool(jobs)
     return run_trees(engine, [(paths, seed)], names, profile=profile, device=device, force=force,
                      progress=progress, rehearse=rehearse, timeout=timeout)[0]
