@@ -189,7 +189,6 @@ def test_cache_key_covers_notebook_parameters_versions_and_device(tmp_path, monk
 
 
 def test_the_real_package_hash_excludes_covbook_book():
-    assert cache.PIPELINE == cache.PACKAGE / "book"
     assert len(cache.science_hash()) == 64
 
 
@@ -371,8 +370,8 @@ def test_help_shows_a_default_only_where_there_is_one(capsys) -> None:
 
 @pytest.mark.parametrize("command, module, function, kept", [
     (["run", "--profile", "smoke"], "runner", "run_notebooks", "finished and kept: 01_alpha (ok)"),
-    (["sweep", "--seeds", "0-1"], "sweep", "run_sweep", "finished and kept: 1 notebook run(s)"),
-    (["edition", "smoke"], "edition", "make", "stored: 01_alpha"),
+    (["sweep", "--seeds", "0-1"], "sweep", "run_sweep", "finished and kept: 01_alpha (ok)"),
+    (["edition", "smoke"], "edition", "make", "finished and kept: 01_alpha (ok)"),
 ])
 def test_an_interrupted_run_names_what_it_kept_and_exits_as_its_signal_says(project, monkeypatch, capsys, command,
                                                                            module, function, kept):

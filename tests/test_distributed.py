@@ -53,10 +53,17 @@ def test_parse_cluster_accepts_the_three_spellings(tmp_path):
     assert parse_cluster(str(f)) == ("file", f)
 
 
-@pytest.mark.parametrize("spec", ["local:0", "local:x", "local:", "http://h:1", "tcp://", "node7:8786", "nothere.json"])
+@pytest.mark.parametrize("spec", ["local:0", "local:x", "local:", "node7:8786", "tcp://", "tcp://h:0", "nothere.json"])
 def test_parse_cluster_refuses_anything_else(spec):
     with pytest.raises(UsageError, match="--cluster"):
         parse_cluster(spec)
+
+
+@pytest.mark.parametrize("spec", ["http://h:1"])
+def test_an_address_dask_refuses_is_a_usage_error(project, spec):
+    res = covbook(project, "run", "--cluster", spec)
+    assert res.returncode == 2 and f"--cluster {spec}: cannot connect" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not (project / "book" / "generated" / "runs").exists()
 
 
 def test_cluster_usage_errors_exit_2_before_any_kernel(project):
@@ -111,7 +118,7 @@ def _outputs(tree: Path, name: str) -> list:
 @pytest.mark.notebooks
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc")
 def test_sweep_on_local_2_matches_the_local_pool_and_survives_a_killed_worker(tmp_path):
-    seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", "--replace", *FAST]
+    seeds = ["--seeds", "0-1", "--profile", "smoke", "--device", "cpu", "--no-progress", *FAST]
     local = _tiny_project(tmp_path / "local")
     res = covbook(local, "sweep", *seeds, "--jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -96,17 +96,20 @@ class _Recorder:
     def resolve_device(self, device: str) -> str:
         return "cpu"
 
-    def executor(self, n_jobs: int) -> cf.Executor:
-        return cf.ThreadPoolExecutor(1)
+    def executor(self, n_jobs: int) -> _Recorder:
+        return self
 
     def stop_signal(self, run_id: str) -> threading.Event:
         return threading.Event()
 
-    def submit(self, executor, job: dict, stop) -> cf.Future:
+    def submit(self, fn, job: dict, stop) -> cf.Future:
         self.order.append(job["name"])
         fut: cf.Future = cf.Future()
         fut.set_exception(RuntimeError("not run"))
         return fut
+
+    def shutdown(self, wait: bool) -> None:
+        pass
 
 
 def test_run_trees_submits_the_longest_job_first_and_reports_in_the_notebooks_order(project):

@@ -53,21 +53,6 @@ def test_build_before_any_run_says_run_first(project):
     assert not (project / "_build").exists()
 
 
-def test_sweep_refuses_to_replace_a_larger_calibration(project):
-    cal = project / "book" / "calibration.json"
-    cal.write_text(json.dumps({"profiles": {"smoke": {"01_alpha": {
-        "profile": "smoke", "seeds": list(range(1000, 1010)), "out_of_sample": True, "claims": []}}}}))
-    res = covbook(project, "sweep", "--seeds", "1000-1002", "01")
-    assert res.returncode == 2 and "--replace" in res.stderr and "01_alpha (10 seeds, out of sample)" in res.stderr
-    assert not (project / "book" / "generated").exists()  # refused before anything ran
-    # development seeds never replace an out-of-sample calibration silently, even with more seeds
-    res = covbook(project, "sweep", "--seeds", "0-19", "01")
-    assert res.returncode == 2 and "development seeds" in res.stderr
-    # another profile is calibrated apart: nothing of it is replaced (this sweep runs; it is refused by nothing)
-    res = covbook(project, "sweep", "--seeds", "1000", "01", "--profile", "quick", "--rejudge")
-    assert "--replace" not in res.stderr
-
-
 # ----------------------------------------------------------------------------- slim installs
 
 

@@ -12,7 +12,7 @@ from covbook._jsonio import DamagedFile
 from covbook._validate import resolve_device
 from covbook.book import cache, checks, plan
 from covbook.book.config import DEFAULT_PROFILE, PROFILE_TABLE, PROFILES, UsageError, load_profiles, profile_table
-from covbook.book.records import RunRecord, read_run, run_ok
+from covbook.book.records import RunRecord, read_run
 from helpers import ROOT
 
 
@@ -66,20 +66,19 @@ def test_device_names() -> None:
 
 
 def test_run_records(tmp_path) -> None:
-    assert read_run(tmp_path / "none.json") is None and not run_ok(tmp_path / "none.json")
+    assert read_run(tmp_path / "none.json") is None
     f = tmp_path / "r.json"
     f.write_text(json.dumps({"notebook": "01_a", "status": "ok", "hash": "k", "seconds": 2, "device_used": "cpu",
                              "parameters": {"profile": "smoke", "seed": 4}, "outputs": {"claims": "x"}}))
     r = read_run(f)
-    assert isinstance(r, RunRecord) and r.ok and run_ok(f)
+    assert isinstance(r, RunRecord) and r.ok
     assert (r.profile, r.seed, r.key, r.seconds, r.device_used, r.rehearsal) == ("smoke", 4, "k", 2.0, "cpu", False)
     assert r.outputs == {"claims": "x"} and r.get("notebook") == "01_a" and r.error is None
     f.write_text(json.dumps({"status": "failed", "error": "boom"}))
-    assert read_run(f).error == "boom" and not run_ok(f) and read_run(f).parameters == {}
+    assert read_run(f).error == "boom" and not read_run(f).ok and read_run(f).parameters == {}
     f.write_text("{not json")
     with pytest.raises(DamagedFile):
         read_run(f)
-    assert not run_ok(f)
     f.write_text(json.dumps({"status": "ok", "parameters": [1]}))
     with pytest.raises(DamagedFile, match="parameters"):
         read_run(f)

@@ -85,7 +85,7 @@ def test_a_calibration_of_the_wrong_shape_is_refused_never_rewritten(tmp_path, c
 
     fake_run(seed_root(Paths(proj), "smoke", 0) / "book" / "generated", "01_alpha", [claim("a", "01_alpha")], seed=0)
     (proj / "book" / "calibration.json").write_text(content)
-    res = covbook(proj, "sweep", "--seeds", "0-0", "--rejudge", "01")
+    res = covbook(proj, "sweep", "--seeds", "0-0", "01")
     assert res.returncode == 2 and "calibration.json" in res.stderr and "git checkout" in res.stderr, res.stderr
     assert (proj / "book" / "calibration.json").read_text() == content
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from claims_fixtures import claim, fake_project, fake_run, write_rules
+from claims_fixtures import claim, fake_project, fake_run
+from covbook._jsonio import DamagedFile
 from covbook.book.config import Paths, UsageError
 from covbook.book.sweep import (
     DEVELOPMENT_SEEDS,
@@ -134,31 +135,30 @@ def test_a_significance_claim_is_flagged_by_failures_not_by_spread(tmp_path):
     assert rows[0]["sd_over_se"] is None and not rows[0]["flagged"]
 
 
-def test_a_stored_sweep_is_rejudged_against_changed_rules_without_running(tmp_path):
+def test_a_stored_seeds_claims_edited_by_hand_are_refused(tmp_path):
     proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
     paths = Paths(proj)
-    for seed in (0, 1, 2):
+    for seed in (0, 1):
         gen = seed_root(paths, "smoke", seed) / "book" / "generated"
-        fake_run(gen, "01_alpha", [claim("a", "01_alpha", measured=1.0 + 0.2 * seed)], seed=seed)
-    res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
-    assert res.returncode == 0, res.stderr
-    rows = json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"]["claims"]
-    assert rows[0]["passed"] == 3
-    narrow = claim("a", "01_alpha")
-    narrow["_rule"].update(window="fixed", interval=[0.9, 1.1])  # seeds 1 and 2 (1.2, 1.4) now fail
-    write_rules(proj, "01_alpha", [narrow])
-    res = covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
-    rows = json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"]["claims"]
-    assert res.returncode == 1 and rows[0]["fail_seeds"] == [1, 2] and rows[0]["flagged"]
-    # the rejudged entry keeps the commit that made the measurements (the sweep's), not the rules' HEAD
-    data = json.loads((proj / "book" / "calibration.json").read_text())
-    data["profiles"]["smoke"]["01_alpha"]["commit"] = "abc1234"
-    (proj / "book" / "calibration.json").write_text(json.dumps(data))
-    covbook(proj, "sweep", "--seeds", "0-2", "--rejudge")
-    assert json.loads((proj / "book" / "calibration.json").read_text())["profiles"]["smoke"]["01_alpha"][
-        "commit"] == "abc1234"
-    res = covbook(proj, "sweep", "--seeds", "5-6", "--rejudge", "--replace")  # (without it: the 3-seed entry)
-    assert res.returncode == 2 and "no stored sweep" in res.stderr
+        fake_run(gen, "01_alpha", [claim("a", "01_alpha")], seed=seed)
+    f = seed_root(paths, "smoke", 1) / "book" / "generated" / "claims" / "01_alpha.json"
+    data = json.loads(f.read_text())
+    data[0]["value"] = 1.2345  # edited; its run record still names the measured file's SHA-256
+    f.write_text(json.dumps(data))
+    with pytest.raises(DamagedFile, match="not the file its run record 01_alpha.json was committed with; run the "
+                       "sweep again, which re-makes it: covbook sweep --seeds 0-1 --profile smoke 01"):
+        calibrate(paths, "smoke", [0, 1], ["01_alpha"])
+
+
+def test_a_damaged_calibration_is_refused_before_any_kernel_and_restored_from_git(tmp_path):
+    content = '{"profiles": '
+    proj = fake_project(tmp_path, {"01_alpha": [claim("a", "01_alpha")]})
+    (proj / "book" / "calibration.json").write_text(content)
+    res = covbook(proj, "sweep", "--seeds", "0", "01", "--no-progress")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "book/calibration.json: damaged" in res.stderr and "git checkout -- book/calibration.json" in res.stderr
+    assert (proj / "book" / "calibration.json").read_text() == content  # never rewritten
+    assert not seed_root(Paths(proj), "smoke", 0).exists()
 
 
 def test_chance_flags_follow_the_flag_rule():
@@ -197,8 +197,7 @@ def test_page_counts_failing_evaluations_against_chance_per_profile(tmp_path):
     for seed in (1000, 1001, 1002):
         gen = seed_root(paths, "smoke", seed) / "book" / "generated"
         fake_run(gen, "01_alpha", [claim("c", "01_alpha", measured=1.0 + 0.01 * (seed - 1000))], seed=seed)
-    res = covbook(proj, "sweep", "--seeds", "1000-1002", "--rejudge")
-    assert res.returncode == 0, res.stderr
+    _write(paths, calibrate(paths, "smoke", [1000, 1001, 1002], ["01_alpha"]), {})
     data = json.loads((proj / "book" / "calibration.json").read_text())
     entry = data["profiles"]["smoke"]["01_alpha"]
     assert entry["out_of_sample"] and data["development_seeds"] == DEVELOPMENT_SEEDS.as_json()

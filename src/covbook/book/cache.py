@@ -24,10 +24,9 @@ from covbook.rules import utf8_text
 
 __all__ = ["PACKAGE", "portable", "source_text", "science_hash", "science_modules", "science_files",
            "notebook_science", "environment", "resolve_device", "content_hash", "is_cached", "damaged_outputs",
-           "verify_outputs", "file_digest", "failed_runs", "last_failure"]
+           "verify_outputs", "file_digest", "failed_runs"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/covbook
-PIPELINE = PACKAGE / "book"
 
 
 @lru_cache(maxsize=4096)
@@ -50,16 +49,14 @@ def portable(text: str) -> str:
 
 
 def science_files(package: Path = PACKAGE, files: list[Path] | None = None) -> list[Path]:
-    """The science files among ``files`` (default: every ``.py`` file of ``package``), sorted: those outside
-    the pipeline (``book/``), hidden folders and ``__pycache__``."""
+    """The science files among ``files`` (default: all of ``package``), sorted: not in ``book/``, hidden or caches."""
     return sorted(f for f in (package.rglob("*.py") if files is None else files)
                   if f.is_file() and (package / "book") not in f.parents
                   and not any(part.startswith(".") or part == "__pycache__" for part in f.relative_to(package).parts))
 
 
 def source_text(f: Path, root: Path | None = None) -> str:
-    """The text of source ``f`` (named relative to ``root``); a :class:`UsageError` naming the file, byte and line
-    when it is not UTF-8."""
+    """The text of source ``f``; a :class:`UsageError` naming it (relative to ``root``) when it is not UTF-8."""
     try:
         return utf8_text(f, f.relative_to(root) if root is not None and f.is_relative_to(root) else f)
     except ValueError as err:
@@ -158,8 +155,7 @@ def resolve_device(device: str) -> str:
 
 
 def content_hash(nb_path: Path, params: dict, science: str, device: str, env: dict | None = None) -> str:
-    """The cache key of one notebook run (``device``: the resolved device, ``cpu`` or ``cuda``; ``env``: the
-    :func:`environment` it ran in, this one's by default)."""
+    """The cache key of one notebook run on the resolved ``device``, in environment ``env`` (default: this one)."""
     h = hashlib.sha256(nb_path.read_bytes())
     for part in (json.dumps(params, sort_keys=True, default=str), science,
                  json.dumps(environment() if env is None else env, sort_keys=True), device):
@@ -169,11 +165,7 @@ def content_hash(nb_path: Path, params: dict, science: str, device: str, env: di
 
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes (what a run record says it was committed with)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict | None:
@@ -183,9 +175,8 @@ def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict 
     a run record, or the record of a failed run)."""
     from covbook.claims import measurement_from_json
 
-    folder = paths.generated if folder is None else folder
-    rec_path, claims_path, nb_path = folder / "runs" / f"{name}.json", folder / "claims" / f"{name}.json", \
-        folder / f"{name}.ipynb"
+    folder = folder or paths.generated
+    rec_path, claims_path, nb_path = (folder / f for f in (f"runs/{name}.json", f"claims/{name}.json", f"{name}.ipynb"))
     rec = read_run(rec_path)
     if folder != paths.generated and (rec is None or not rec.ok):
         if rec is not None or claims_path.is_file() or nb_path.is_file():
@@ -211,16 +202,12 @@ def verify_outputs(paths: Paths, name: str, folder: Path | None = None) -> dict 
 
 
 def is_cached(paths: Paths, name: str, digest: str) -> bool:
-    """True if all three outputs of ``name`` exist, parse, match, and were made by a successful run with key
-    ``digest``."""
-    if not all(p.is_file() for p in (paths.runs / f"{name}.json", paths.claims / f"{name}.json",
-                                     paths.generated / f"{name}.ipynb")):
-        return False
+    """Whether ``name``'s outputs are whole, those its record names, of a successful run with key ``digest``."""
     try:
         rec = verify_outputs(paths, name)
     except (OSError, DamagedFile):
         return False
-    return rec is not None and rec.ok and rec.key == digest
+    return rec is not None and rec.ok and rec.key == digest and set(rec.outputs) >= {"claims", "notebook"}
 
 
 def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:
@@ -237,8 +224,7 @@ def _repair_command(paths: Paths, name: str, folder: Path | None = None) -> str:
 
 
 def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
-    """One line per damaged output among ``names`` (the book's run and the stored runs): the file and the command
-    that repairs it."""
+    """One line per damaged output of ``names`` (the book's run, the stored runs) and the command repairing it."""
     problems = []
     for name, folder in ((n, f) for n in names for f in (paths.generated, paths.root / "book" / "edition")):
         try:
@@ -249,20 +235,15 @@ def damaged_outputs(paths: Paths, names: list[str]) -> list[str]:
     return problems
 
 
-def last_failure(paths: Paths, name: str) -> dict | None:
-    """The record of ``name``'s last run if it failed (``book/generated/failed/NAME.json``), else ``None``."""
-    path = paths.failed / f"{name}.json"
-    try:
-        return read_json(path, dict) if path.is_file() else None
-    except (OSError, DamagedFile):
-        return {"error": f"its failure record {path.name} is unreadable"}
-
-
 def failed_runs(paths: Paths, names: list[str]) -> list[str]:
-    """One line per notebook among ``names`` whose last run failed: the error and what to do."""
+    """One line per notebook among ``names`` whose last run failed (``failed/NAME.json``): the error, what to do."""
     out = []
     for name in names:
-        rec = last_failure(paths, name)
+        path = paths.failed / f"{name}.json"
+        try:
+            rec = read_json(path, dict) if path.is_file() else None
+        except (OSError, DamagedFile):
+            rec = {"error": f"its failure record {path.name} is unreadable"}
         if rec is not None:
             error = str(rec.get("error") or "unknown error").strip().splitlines()[0]
             kept = " (the last good outputs are kept, not used)" if (paths.runs / f"{name}.json").is_file() else ""

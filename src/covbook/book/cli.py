@@ -16,11 +16,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
+from covbook.book.lock import Busy, tree_lock
 
 try:  # importing the configuration reads the profiles table of notebooks/profiles.yml
     from covbook.book.config import (
@@ -30,7 +33,6 @@ try:  # importing the configuration reads the profiles table of notebooks/profil
         Paths,
         Terminated,
         UsageError,
-        die_with_parent,
         discover,
         oserror_text,
         project_root,
@@ -42,6 +44,7 @@ except ValueError as _err:  # a damaged profiles table: one line, a usage error,
     raise SystemExit(2) from None
 
 __all__ = ["main", "parser"]
+
 
 def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse ``type``: ``cast(text)`` where ``ok`` holds, else a usage error saying ``expected``."""
@@ -56,24 +59,6 @@ def _number(cast: type, expected: str, ok: Callable[[float], bool]) -> Callable[
         return x
 
     return parse
-
-
-def _seed(text: str) -> int:
-    """An argparse ``type``: a seed from 0 to :data:`covbook.book.sweep.SEED_MAX` (what the kernels accept)."""
-    from covbook.book.sweep import SEED_MAX
-
-    return _number(int, "a non-negative integer below 2**63", lambda n: 0 <= n <= SEED_MAX)(text)
-
-
-def _cluster_spec(text: str) -> str:
-    """An argparse ``type`` for ``--cluster``: :func:`covbook.book.distributed.parse_cluster` accepts it."""
-    from covbook.book.distributed import parse_cluster
-
-    try:
-        parse_cluster(text)
-    except UsageError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("--cluster: ").removeprefix("--cluster ")) from None
-    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,20 +85,19 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--no-progress", action="store_true", help="no progress bar")
     runs.add_argument("--force", action="store_true", help="ignore the cache (and retrain checkpoints)")
     cluster = _Parser(add_help=False)
-    cluster.add_argument("--cluster", metavar="SPEC", type=_cluster_spec, help=(
-        "run each (notebook, seed) job on a Dask cluster instead of --jobs local processes: local:N (a local "
-        "cluster of N worker processes), tcp://HOST:PORT (a running `dask scheduler`) or PATH.json (its "
-        "--scheduler-file); workers share this filesystem and run this checkout; needs the cluster extra: "
-        "pip install -e '.[cluster]'"))
+    cluster.add_argument("--cluster", metavar="SPEC", help=(
+        "run each (notebook, seed) job on a Dask cluster: local:N (N worker processes here), tcp://HOST:PORT (a "
+        "`dask scheduler`) or PATH.json (its --scheduler-file), its workers on this filesystem and checkout"))
     sizes = "sizes from notebooks/profiles.yml"
     seconds = _number(float, "a positive number of seconds", lambda x: 0 < x < math.inf)
     r = sub.add_parser("run", parents=[wait, runs, cluster], help="execute notebooks into book/generated")
     r.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_covariance_readout (default: all)")
     r.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help=sizes + " (default: %(default)s)")
-    r.add_argument("--seed", type=_seed, default=0, help="seed of every random generator (default: %(default)s)")
+    r.add_argument("--seed", type=_number(int, "a non-negative integer below 2**63", lambda n: 0 <= n < 2**63),
+                   default=0, help="seed of every random generator (default: %(default)s)")
     r.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="each notebook's time limit (default: 5x the plan's estimate, at least 10 min; "
-                        "without an estimate 20 min smoke, 2 h quick, 12 h full)")
+                        "without one, the profile's time_limit in profiles.yml)")
     r.add_argument("--plan", action="store_true", help="print the work and a time estimate per notebook; run nothing")
     r.add_argument("--rehearse", action="store_true",
                    help="the profile's shapes at short lengths (the parameters under `lengths:` in profiles.yml)")
@@ -125,10 +109,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", required=True,
                    help="inclusive range A-B, e.g. 0-9 (required; at most 10000 seeds, each at most 2**63 - 1)")
     s.add_argument("--profile", choices=PROFILES, default="smoke", help=sizes + " (default: %(default)s)")
-    s.add_argument("--rejudge", action="store_true",
-                   help="run nothing: judge the sweep's stored measurements against the current rules")
-    s.add_argument("--replace", action="store_true", help="replace a notebook's calibration in "
-                   "book/calibration.json made with more seeds or another profile")
     sub.add_parser("build", parents=[wait], help="write the reproduction report and build the HTML book")
     e = sub.add_parser("edition", parents=[wait, runs],
                        help="run the chapters at a profile and store them in book/edition (the published runs)")
@@ -148,8 +128,7 @@ def _say(lines: Iterable[str], prefix: str = "  ") -> None:
 
 
 def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
-    """The notebooks ``names`` select, each UTF-8 text with a valid rules file: a :class:`UsageError` naming
-    the file otherwise, before any kernel starts (a kernel would fail on them in its first claim)."""
+    """The notebooks ``names`` select; a :class:`UsageError` for a source not UTF-8 or an invalid rules file."""
     from covbook.book.cache import source_text
     from covbook.book.checks import read_rules
 
@@ -161,17 +140,14 @@ def _inputs(paths: Paths, names: list[str] | None) -> list[str]:
 
 
 @contextmanager
-def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Iterator[object]:
-    """Hold the tree's lock and the ``--cluster``'s Dask executor (``None``: local processes) for the block.
-
-    A bad ``--cluster`` (or one with ``--jobs``) is a usage error before the lock.  An interrupted run says what
-    finished and is kept and what did not, and exits 130 (143 for SIGTERM).
-    """
-    from covbook.book.lock import tree_lock
+def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
+    """Hold the tree's lock and the ``--cluster``'s Dask cluster (``None``: local processes) for the block; a bad
+    ``--cluster`` is a usage error.  An interrupted run says what finished and is kept and what did not, and exits
+    130 (143 for SIGTERM)."""
     from covbook.book.runner import Interrupted
 
     engine = nullcontext(None)
-    if cluster and getattr(args, "cluster", None) is not None:
+    if getattr(args, "cluster", None) is not None:
         if args.jobs is not None:
             raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
         from covbook.book.distributed import open_cluster
@@ -181,33 +157,21 @@ def _writer(args: argparse.Namespace, paths: Paths, cluster: bool = True) -> Ite
     try:
         with tree_lock(paths.lock, command, wait=args.wait), engine as executor:
             yield executor
-    except Interrupted as stop:
-        if args.command == "edition":
-            kept = "stored: " + (", ".join(r.name for r in stop.results if r.status != "failed") or "none")
-        elif args.command == "sweep":
-            kept = f"finished and kept: {len(stop.results)} notebook run(s)"
-        else:
-            kept = "finished and kept: " + (", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none")
-        print(f"covbook {args.command}: {stop.how}; {kept}; not finished: {', '.join(stop.unfinished) or 'none'}",
-              file=sys.stderr)
+    except Interrupted as stop:  # (an edition stores the chapters that finished ok)
+        kept = ", ".join(f"{r.name} ({r.status})" for r in stop.results) or "none"
+        print(f"covbook {args.command}: {stop.how}; finished and kept: {kept}; not finished: "
+              f"{', '.join(stop.unfinished) or 'none'}", file=sys.stderr)
         raise SystemExit(stop.exit_status) from None
-
-
-def _failures(failed: list, problems: list[str]) -> int:
-    """Print the failed notebooks (with their errors) and the problems on stderr; 1 if there is any, else 0."""
-    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
-    return 1 if failed or problems else 0
 
 
 def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     _inputs(paths, args.notebooks)
     if args.plan:
-        from covbook.book.plan import plan_jobs, planned_device, print_plan
+        from covbook.book.plan import plan_jobs, print_plan
 
         jobs = plan_jobs(paths, args.notebooks, profile=args.profile, device=args.device, seed=args.seed,
-                         rehearse=args.rehearse, resolved_device=planned_device(args.device))
-        return print_plan(paths, jobs, profile=args.profile, device=args.device, rehearse=args.rehearse,
-                          workers=args.jobs)
+                         rehearse=args.rehearse, resolved_device="cuda" if args.device == "cuda" else None)
+        return print_plan(jobs, profile=args.profile, device=args.device, rehearse=args.rehearse, workers=args.jobs)
     from covbook.book.runner import run_notebooks
 
     with _writer(args, paths) as engine:
@@ -231,7 +195,8 @@ def cmd_run(args: argparse.Namespace, paths: Paths) -> int:
     print(f"covbook run: {sum(r.status == 'ok' for r in results)} executed, "
           f"{sum(r.status == 'cached' for r in results)} cached, {len(failed)} failed "
           f"({sum(r.seconds for r in results):.1f} s of notebook time){claims_text}")
-    return _failures(failed, problems)
+    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
+    return 1 if failed or problems else 0
 
 
 def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
@@ -245,23 +210,19 @@ def cmd_edition(args: argparse.Namespace, paths: Paths) -> int:
     size = sum(f.stat().st_size for f in (paths.root / edition.EDITION).rglob("*") if f.is_file())
     print(f"covbook edition: {len(results) - len(failed)} of {len(results)} chapters stored in {edition.EDITION} "
           f"({args.profile}, {device}; {size / 2**20:.1f} MiB)")
-    return _failures(failed, edition.edition_problems(paths)[0])
+    problems = edition.edition_problems(paths)[0]
+    _say([f"FAILED {r.name}: {r.error}" for r in failed] + problems)
+    return 1 if failed or problems else 0
 
 
 def _broken(paths: Paths, command: str, find: Callable[[Paths, list[str]], list[str]]) -> list[str]:
     """The notebooks ``find`` (``cache.damaged_outputs`` or ``cache.failed_runs``) reports; its lines printed."""
-    names = []
-    for name in discover(paths):
-        lines = find(paths, [name])
-        _say(lines, f"covbook {command}: ")
-        if lines:
-            names.append(name)
-    return names
+    found = {name: find(paths, [name]) for name in discover(paths)}
+    _say([line for lines in found.values() for line in lines], f"covbook {command}: ")
+    return [name for name, lines in found.items() if lines]
 
 
 def cmd_check(args: argparse.Namespace, paths: Paths) -> int:
-    import time
-
     from covbook.book.cache import damaged_outputs, failed_runs
     from covbook.book.checks import check
     from covbook.book.config import load_profiles
@@ -303,14 +264,13 @@ def _forget_pages(paths: Paths, names: list[str]) -> None:
 
 
 def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
-    """Run the book build as a child that dies with covbook; returns its status and the chapters it warned about.
-    On Ctrl-C or SIGTERM its process group is stopped before the exception goes on."""
+    """Run the book build in a process group of its own; returns its status and the chapters it warned about.
+    On Ctrl-C or SIGTERM its process group is stopped, and Sphinx's memory of the pages it read forgotten."""
     from covbook.book.runner import kill_group
 
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, start_new_session=True,
-                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+                            errors="replace", bufsize=1, start_new_session=True)
     warned: set[str] = set()
     try:
         for line in proc.stdout:
@@ -322,6 +282,7 @@ def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         kill_group(proc)
+        shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
         raise
 
 
@@ -342,7 +303,6 @@ def _copy_mathjax(paths: Paths) -> None:
 def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     from covbook.book.cache import damaged_outputs, failed_runs, source_text
     from covbook.book.report import write_report
-    from covbook.book.runner import clean_stale
 
     for src in discover(paths).values():
         source_text(src, paths.root)  # each chapter UTF-8 text (a usage error naming the file otherwise)
@@ -355,26 +315,19 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
                 print(f"covbook build: not built: {len(failed)} notebook(s) failed; their old pages were removed "
                       "from _build/html", file=sys.stderr)
             return 1
-        missing = [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]
-        if missing:
+        if missing := [n for n in discover(paths) if not (paths.generated / f"{n}.ipynb").is_file()]:
             print(f"covbook build: {len(missing)} notebook(s) not run yet ({', '.join(missing)}): "
                   "run `covbook run` first (e.g. `covbook run --profile smoke`)", file=sys.stderr)
             return 1
-        clean_stale(paths)  # what an interrupted run left must not reach the book
         print(f"covbook build: wrote {write_report(paths).relative_to(paths.root)}")
         _copy_mathjax(paths)
         jb = Path(sys.executable).with_name("jupyter-book")
         if not jb.is_file():
             raise UsageError(f"jupyter-book is not installed next to {sys.executable}; run `make setup`")
-        doctrees = paths.root / "_build" / ".doctrees"  # Sphinx's memory of the pages it read
-        try:
-            status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
-                                            "--keep-going"], paths)
-        except KeyboardInterrupt:
-            shutil.rmtree(doctrees, ignore_errors=True)
-            raise
+        status, warned = _jupyter_book([str(jb), "build", "book/", "--config", "_config.yml", "-W", "-n",
+                                        "--keep-going"], paths)
         if status:  # Sphinx re-reads only changed pages: the next build must read them all, or -W would pass
-            shutil.rmtree(doctrees, ignore_errors=True)
+            shutil.rmtree(paths.root / "_build" / ".doctrees", ignore_errors=True)
             _forget_pages(paths, sorted(warned))
             if warned:
                 print(f"covbook build: failed; removed the pages of {', '.join(sorted(warned))} from _build/html",
@@ -387,35 +340,14 @@ def cmd_build(args: argparse.Namespace, paths: Paths) -> int:
     return 0
 
 
-def _refuse_smaller_calibration(paths: Paths, names: list[str], seeds: list[int], args: argparse.Namespace) -> None:
-    """A :class:`UsageError`, unless ``--replace``, when the sweep (or the rejudge of stored seeds) would replace
-    a calibration of this profile at more seeds, or an out-of-sample one by one at development seeds; and, before
-    anything runs, when ``book/calibration.json`` (which the sweep merges into) is damaged."""
-    from covbook.book.sweep import DEVELOPMENT_SEEDS, _profiles, _read_json
-
-    old = _profiles(_read_json(paths)).get(args.profile, {})
-    in_sample = any(s in DEVELOPMENT_SEEDS for s in seeds)
-    worse = [f"{n} ({len(old[n].get('seeds', []))} seeds" + (", out of sample)" if old[n].get("out_of_sample") else ")")
-             for n in names if isinstance(old.get(n), dict) and not args.replace
-             and (len(old[n].get("seeds", [])) > len(seeds) or (in_sample and old[n].get("out_of_sample")))]
-    if worse:
-        raise UsageError(f"book/calibration.json holds a {args.profile} calibration this "
-                         f"{'rejudge' if args.rejudge else 'sweep'} ({len(seeds)} seeds"
-                         + (", development seeds" if in_sample else "") + f") would replace: {', '.join(worse)}; "
-                         "pass --replace to replace it")
-
-
 def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.sweep import parse_seeds, rejudge_sweep, run_sweep
+    from covbook.book.sweep import parse_seeds, run_sweep
 
     seeds = parse_seeds(args.seeds)
-    _refuse_smaller_calibration(paths, _inputs(paths, args.notebooks), seeds, args)
-    with _writer(args, paths, cluster=not args.rejudge) as engine:
-        if args.rejudge:
-            data = rejudge_sweep(paths, seeds, args.notebooks, profile=args.profile)
-        else:
-            data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
-                             jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
+    _inputs(paths, args.notebooks)
+    with _writer(args, paths) as engine:
+        data = run_sweep(paths, seeds, args.notebooks, profile=args.profile, device=args.device,
+                         jobs=args.jobs or 1, force=args.force, progress=not args.no_progress, cluster=engine)
     flagged = [f"{n}:{r['id']}" for n, e in data.items() for r in e["claims"] if r["flagged"]]
     failed = [n for n, e in data.items() if e["failed_seeds"]]
     print(f"covbook sweep: {sum(len(e['claims']) for e in data.values())} claims, {len(flagged)} flagged; "
@@ -426,28 +358,17 @@ def cmd_sweep(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_clean(args: argparse.Namespace, paths: Paths) -> int:
-    from covbook.book.runner import clean_stale
-
     with _writer(args, paths):
-        stale = clean_stale(paths)
         targets = [p for p in (paths.generated, paths.root / "_build", paths.tmp) if p.exists()]
         for p in targets:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    if targets:
-        print(f"covbook clean: removed {', '.join(str(p.relative_to(paths.root)) for p in targets)}")
-    elif stale:
-        print(f"covbook clean: removed {len(stale)} leftover(s) of interrupted runs")
-    else:
-        print("covbook clean: nothing to remove")
+    removed = ", ".join(str(p.relative_to(paths.root)) for p in targets)
+    print(f"covbook clean: {'removed ' + removed if targets else 'nothing to remove'}")
     return 0
 
 
 def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
-    """Rewrite each executed notebook as published (:func:`covbook.book.standalone.standalone_file`), its setup cell
-    installing from the repository; its run record follows it (:func:`covbook.book.runner.commit_rewritten`)."""
-    import tempfile
-
-    from covbook._jsonio import read_json
+    """Rewrite each executed notebook as published (setup cell: install from the repository), its record following."""
     from covbook.book.cache import verify_outputs
     from covbook.book.repository import ENV, resolve_repository
     from covbook.book.runner import commit_rewritten
@@ -461,9 +382,8 @@ def cmd_publish(args: argparse.Namespace, paths: Paths) -> int:
         raise UsageError(f"the repository is not known; set {ENV}=owner/name")
     notebooks, filled = sorted(paths.generated.glob("[0-9][0-9]_*.ipynb")), []
     with _writer(args, paths):
-        for nb in notebooks:  # every input checked before the first is rewritten
+        for nb in notebooks:  # every input checked (parsed, the file its record names) before the first is rewritten
             verify_outputs(paths, nb.stem)
-            read_json(nb, dict)
         context = book_context(paths.root)
         paths.tmp.mkdir(parents=True, exist_ok=True)
         for nb in notebooks:
@@ -481,8 +401,6 @@ COMMANDS = {"run": cmd_run, "check": cmd_check, "build": cmd_build, "clean": cmd
 
 
 def main(argv: list[str] | None = None) -> int:
-    from covbook.book.lock import Busy
-
     args = parser().parse_args(argv)
     stop_on_sigterm()  # SIGTERM (CI systems, `timeout`) is handled like Ctrl-C
     try:

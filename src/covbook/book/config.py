@@ -1,9 +1,7 @@
 """Where the pipeline reads and writes, the profiles file, and a notebook's parameters.
 
-A profile (``smoke``, ``quick``, ``full``) is a set of papermill parameters per notebook in
-``notebooks/profiles.yml`` (its header documents the format).  A notebook's ``parameters`` cell is the
-reference for names, types and signs: a profile value that disagrees is a usage error before any kernel
-starts.  This module imports no science, so ``covbook check``, ``clean`` and ``build`` start fast.
+A profile is a set of papermill parameters per notebook in ``notebooks/profiles.yml`` (its header documents the
+format); a notebook's ``parameters`` cell is the reference for names, types and signs.  No science is imported here.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
     "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
     "discover", "select", "load_profiles", "myst_code_cells", "notebook_parameters", "resolve_parameters", "Terminated",
-    "stop_on_sigterm", "die_with_parent", "oserror_text",
+    "stop_on_sigterm", "oserror_text",
 ]
 
 
@@ -35,7 +33,7 @@ class Profile:
     """One profile of ``notebooks/profiles.yml``'s ``profiles:`` table (smallest first)."""
 
     name: str  # --profile NAME
-    description: str  # what it is for
+    description: str = ""  # what it is for
     defaults: bool = False  # its sizes are the notebooks' own parameters cells (one profile: the default)
     power: bool = False  # the book is built at it: an evidence claim without power fails `covbook check`
     time_limit: int = 3600  # a notebook's time limit in seconds when `covbook run --plan` has no estimate
@@ -43,19 +41,19 @@ class Profile:
 
 def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile]:
     """``{name: Profile}`` from the ``profiles:`` mapping of a profiles file; :class:`UsageError` if malformed."""
-    keys = {"description", "defaults", "power", "time_limit"}
+    keys = "description, defaults, power, time_limit"
     if not isinstance(raw, dict) or not raw:
-        raise UsageError(f"{where}: `profiles:` must map profile names to {{description, defaults, power, time_limit}}")
+        raise UsageError(f"{where}: `profiles:` must map profile names to {{{keys}}}")
     table = {}
     for name, spec in raw.items():
-        if not isinstance(name, str) or not name.isidentifier() or not isinstance(spec, dict) \
-                or not set(spec) <= keys or not isinstance(spec.get("description", ""), str):
-            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {sorted(keys)}")
-        limit = spec.get("time_limit", 3600)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        try:
+            table[name] = p = Profile(name, **spec)
+        except TypeError:  # not a mapping, or a key that is no field of Profile
+            p = None
+        if p is None or not str(name).isidentifier() or not isinstance(p.description, str):
+            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {{{keys}}}")
+        if isinstance(p.time_limit, bool) or not isinstance(p.time_limit, int) or p.time_limit < 1:
             raise UsageError(f"{where}: profile {name}.time_limit must be a positive number of seconds")
-        table[name] = Profile(name, spec.get("description", ""), bool(spec.get("defaults", False)),
-                              bool(spec.get("power", False)), limit)
     if sum(p.defaults for p in table.values()) != 1:
         raise UsageError(f"{where}: exactly one profile must have `defaults: true` (the notebooks' own parameters)")
     return table
@@ -71,22 +69,17 @@ def _read_yaml(path: Path) -> object:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UsageError(f"{path}{where}: YAML syntax error: {problem}") from None
+        raise UsageError(f"{path}{where}: YAML syntax error: {getattr(err, 'problem', None) or err}") from None
     except UnicodeDecodeError as err:
         raise UsageError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read: {err.strerror}") from None
 
 
-def _packaged_profiles() -> dict[str, Profile]:
-    path = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
-    raw = _read_yaml(path)
-    return profile_table(raw.get("profiles") if isinstance(raw, dict) else None, str(path))
-
-
+_PACKAGED = Path(__file__).resolve().parents[1] / "profiles.yml"  # notebooks/profiles.yml in a checkout (a link)
+_RAW = _read_yaml(_PACKAGED)
 #: Every profile, smallest first, from the ``profiles:`` table of notebooks/profiles.yml.
-PROFILE_TABLE = _packaged_profiles()
+PROFILE_TABLE = profile_table(_RAW.get("profiles") if isinstance(_RAW, dict) else None, str(_PACKAGED))
 PROFILES = tuple(PROFILE_TABLE)
 #: The profile whose sizes are the notebooks' own parameters cells (``covbook run``'s default).
 DEFAULT_PROFILE = next(p.name for p in PROFILE_TABLE.values() if p.defaults)
@@ -101,12 +94,9 @@ _FUNCS = {"len": len, "sum": sum, "max": max, "min": min}
 
 def expression_value(expr: str, params: dict, *, where: str, calls: bool = True,
                      error: type[Exception] = UsageError) -> object:
-    """Evaluate an expression of a notebook's parameters from ``profiles.yml`` (``work:``, ``replicates:``).
-
-    Names, numbers and ``+ - * / // **``; with ``calls`` also lists and ``len``/``sum``/``max``/``min``
-    (without, every name must be a number).  Nothing else is evaluated.  A bad expression raises ``error``
-    with a message that starts with ``where``; the caller checks the value's type and range.
-    """
+    """Evaluate an expression of a notebook's parameters from ``profiles.yml`` (``work:``, ``replicates:``): names,
+    numbers and ``+ - * / // **``; with ``calls`` also lists and ``len``/``sum``/``max``/``min`` (without, every name
+    must be a number).  Nothing else is evaluated; a bad expression raises ``error``, its message led by ``where``."""
 
     def ev(node: ast.AST) -> object:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
@@ -148,17 +138,6 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def die_with_parent() -> None:
-    """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing):
-    a child of a covbook command killed with ``kill -9`` does not outlive it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "generated": "book/generated",
            "claims": "book/generated/claims", "runs": "book/generated/runs", "failed": "book/generated/failed",
            "checkpoints": "book/generated/checkpoints", "state": ".covbook", "tmp": ".covbook/tmp",
@@ -167,13 +146,9 @@ _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "gene
 
 @dataclass(frozen=True)
 class Paths:
-    """Where the pipeline reads and writes under the project ``root`` (``_LAYOUT``: ``paths.runs`` is
-    ``root/book/generated/runs``).
-
-    ``generated``: the executed notebooks, their ``claims``, run records (``runs``), ``failed`` runs and training
-    ``checkpoints`` (one folder per notebook and cache key).  ``state`` (``.covbook/``, never read by the book
-    build): the ``lock``, run temporaries (``tmp/<run-id>/``) and measured run ``timings`` (for ``--plan``).
-    """
+    """Where the pipeline reads and writes under the project ``root``: ``paths.runs`` is ``root/book/generated/runs``
+    (``_LAYOUT``); ``.covbook/`` (``state``: the lock, run temporaries, measured ``timings``) is never read by the
+    book build."""
 
     root: Path
 
@@ -193,8 +168,7 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
 
 
 def oserror_text(err: OSError) -> str:
-    """An OS error in one line: what failed, on which file; a ``shutil.Error`` (one entry per file) by its first
-    entry and a count."""
+    """An OS error in one line: what failed, on which file (a ``shutil.Error``: its first entry and a count)."""
     entries = err.args[0] if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) else []
     if entries:
         first = entries[0] if isinstance(entries[0], tuple) and len(entries[0]) == 3 else ("", "", entries[0])
@@ -220,22 +194,10 @@ def select(paths: Paths, names: list[str] | None) -> dict[str, Path]:
     return chosen or available
 
 
-def _entry_problem(key: str, value: object) -> str | None:
-    """What is wrong with a notebook's ``lengths`` or ``work`` entry, or ``None`` (``replicates``: see power)."""
-    if key == "lengths" and not (isinstance(value, (list, dict)) and all(isinstance(v, str) for v in value)):
-        return ("must be a list of parameter names, or a mapping of parameter names to rehearsal values "
-                "(null: the smoke value)")
-    if key == "work" and not (isinstance(value, dict) and isinstance(value.get("expr"), str)
-                              and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
-        return "must be a mapping {expr: '...', unit: '...'}"
-    return None
-
-
 def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
-    """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``.
-
-    Raises :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed.
-    """
+    """Read the profiles file: ``{notebook: {profile: {param: value}, "lengths": [...], "work": {...}}}``; a
+    :class:`UsageError` naming the file (and the line, for a YAML syntax error) on anything malformed
+    (``replicates``: checked by :mod:`covbook.book.power`)."""
     path = Path(path)
     raw = _read_yaml(path) or {}
     if not isinstance(raw, dict):
@@ -247,15 +209,19 @@ def load_profiles(path: str | os.PathLike) -> dict[str, dict]:
         if not isinstance(per, dict):
             raise UsageError(f"{path}: entry {nb!r} must map profile names to parameters")
         for key, value in per.items():
+            if key == "lengths" and not (isinstance(value, (list, dict)) and all(isinstance(v, str) for v in value)):
+                raise UsageError(f"{path}: {nb}.lengths must be a list of parameter names, or a mapping of parameter "
+                                 "names to rehearsal values (null: the smoke value)")
+            if key == "work" and not (isinstance(value, dict) and isinstance(value.get("expr"), str)
+                                      and isinstance(value.get("unit", ""), str) and set(value) <= {"expr", "unit"}):
+                raise UsageError(f"{path}: {nb}.work must be a mapping {{expr: '...', unit: '...'}}")
             if key in entry_keys:
-                if problem := _entry_problem(key, value):
-                    raise UsageError(f"{path}: {nb}.{key} {problem}")
-            elif key not in PROFILES:
+                continue
+            if key not in PROFILES:
                 raise UsageError(f"{path}: {nb}: unknown profile {key!r}; valid: {', '.join(PROFILES + entry_keys)}")
-            elif value is not None and not isinstance(value, dict):
+            if value is not None and not isinstance(value, dict):
                 raise UsageError(f"{path}: {nb}.{key} must be a mapping of parameter names to values")
-            else:
-                per[key] = value or {}
+            per[key] = value or {}
     return raw
 
 
@@ -267,49 +233,49 @@ def myst_code_cells(text: str) -> list[tuple[dict, str]]:
 
 
 def notebook_parameters(path: Path) -> dict[str, object]:
-    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text)."""
-    text = Path(path).read_text(encoding="utf-8")
-    cells = [src for opts, src in myst_code_cells(text) if "parameters" in (opts.get("tags") or [])]
-    if len(cells) != 1:
-        raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(cells)}")
-    try:
-        body = ast.parse(cells[0]).body
-    except SyntaxError as err:
-        raise UsageError(f"{path.name}: the parameters cell is not valid Python: {err.msg}") from None
+    """Names and default values of the notebook's ``parameters`` cell (an expression that is no literal: its text);
+    a syntax error in any code cell (magics and shell escapes aside) is a :class:`UsageError`, before any kernel."""
+    tagged = []
+    for index, (opts, source) in enumerate(myst_code_cells(Path(path).read_text(encoding="utf-8"))):
+        if source.lstrip().startswith("%%"):
+            continue
+        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                 for ln in source.splitlines()]
+        try:
+            body = ast.parse("\n".join(lines), filename=path.name).body
+        except SyntaxError as err:
+            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
+                             "(found before any kernel started)") from None
+        if "parameters" in (opts.get("tags") or []):
+            tagged.append(body)
+    if len(tagged) != 1:
+        raise UsageError(f"{path.name}: expected exactly one code cell tagged 'parameters', found {len(tagged)}")
     params: dict[str, object] = {}
-    for node in body:
+    for node in tagged[0]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 params[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError:
                 params[node.targets[0].id] = ast.unparse(node.value)
-    missing = [p for p in COMMON_PARAMETERS if p not in params]
-    if missing:
+    if missing := [p for p in COMMON_PARAMETERS if p not in params]:
         raise UsageError(f"{path.name}: parameters cell must define {', '.join(missing)}")
     return params
 
 
-_KINDS = ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), ((list, tuple), "list"), (type(None), "None"))
-
-
-def _kind(v: object) -> str:
-    return next((name for types, name in _KINDS if isinstance(v, types)), type(v).__name__)
+#: the kinds of value a parameters cell and profiles.yml hold (YAML's and Python literals' own types)
+_KINDS = {bool: "bool", int: "int", float: "float", str: "str", list: "list", tuple: "list", type(None): "None"}
 
 
 def check_value(where: str, value: object, default: object) -> None:
-    """Raise :class:`UsageError` unless ``value`` has the type and sign of the notebook's ``default``.
-
-    int where the default is an int; int or float where it is a float; the same for each element of a list; a
-    positive (negative) default wants a positive (negative) value; no number exceeds :data:`PARAMETER_MAX` in size
-    (nor is NaN).  A default of ``None`` or another type is not checked.
-    """
-    dk, vk = _kind(default), _kind(value)
-    if dk not in ("bool", "int", "float", "str", "list"):
+    """Raise :class:`UsageError` unless ``value`` has the type (an int is a float too; each element of a list) and
+    sign of the notebook's ``default``, and no number exceeds :data:`PARAMETER_MAX` in size (nor is NaN)."""
+    dk, vk = _KINDS.get(type(default)), _KINDS.get(type(value), type(value).__name__)
+    if dk in (None, "None"):
         return
     if vk != dk and not (dk == "float" and vk == "int"):
         raise UsageError(f"{where} = {value!r} is a {vk}, but the notebook's default {default!r} is a {dk}")
     elems = [e for e in default if e is not None] if dk == "list" else []
-    if elems and len({_kind(e) for e in elems}) == 1:
+    if elems and len({_KINDS.get(type(e)) for e in elems}) == 1:
         for i, e in enumerate(value):
             check_value(f"{where}[{i}]", e, elems[0])
     if dk in ("int", "float") and not abs(value) <= PARAMETER_MAX:
@@ -321,16 +287,10 @@ def check_value(where: str, value: object, default: object) -> None:
 
 def resolve_parameters(name: str, defaults: dict[str, object], profiles: dict, profile: str, device: str, seed: int,
                        *, rehearse: bool = False) -> dict[str, object]:
-    """Parameters injected into notebook ``name`` for ``profile``.
-
-    With ``rehearse``, the parameters listed under the notebook's ``lengths`` key take the value given there
-    (when ``lengths`` is a mapping), else their ``smoke`` value, else the notebook's default: the profile's
-    shapes at short lengths.  Unknown names, and values of the wrong type or sign, are usage errors.
-    """
-    if profile not in PROFILES:
-        raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-    entry = profiles.get(name, {})
-    where = f"notebooks/profiles.yml: {name}"
+    """Parameters injected into notebook ``name`` for ``profile``; unknown names, and values of the wrong type or
+    sign, are usage errors.  With ``rehearse`` (the profile's shapes at short lengths) each parameter under the
+    notebook's ``lengths`` takes the value given there, else its ``smoke`` value, else the notebook's default."""
+    entry, where = profiles.get(name, {}), f"notebooks/profiles.yml: {name}"
     overrides = dict(entry.get(profile, {}))
     if unknown := sorted(set(overrides) - set(defaults)):
         raise UsageError(f"{where}.{profile} sets unknown parameter(s) {', '.join(unknown)}; "

@@ -1,10 +1,8 @@
 """Run notebooks on a Dask cluster: ``covbook run|sweep --cluster SPEC``.
 
-``SPEC``: ``local:N`` (a ``LocalCluster`` of N one-thread workers, closed at the end), ``tcp://HOST:PORT`` (a
-running ``dask scheduler``) or ``PATH.json`` (its scheduler file).  The client plans the jobs, submits each to
-``client.get_executor()`` and alone moves the outputs into place (:func:`covbook.book.runner.run_trees`).  Workers
-share the client's filesystem (as on SLURM) and must run the same covbook code (checked per job).  A job whose
-worker dies runs again on another (:data:`ALLOWED_FAILURES`); a stop sets a Dask ``Event`` the jobs poll.
+The client submits each job to ``client.get_executor()`` and alone moves the outputs into place
+(:func:`covbook.book.runner.run_trees`); workers share its filesystem and checkout (as on SLURM).  A job whose worker
+dies runs again on another (:data:`ALLOWED_FAILURES`); a stop sets a Dask ``Event`` the jobs poll.
 """
 
 from __future__ import annotations
@@ -18,22 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import UsageError
-from covbook.book.runner import run_job
+from covbook.book.runner import LocalPool
 
-__all__ = ["Cluster", "parse_cluster", "open_cluster", "run_on_worker", "ALLOWED_FAILURES"]
+__all__ = ["Cluster", "parse_cluster", "open_cluster", "ALLOWED_FAILURES"]
 
-EXTRA = "pip install -e '.[cluster]'"
 ALLOWED_FAILURES = 3  # worker deaths a job survives on a local cluster before it is reported failed
 CONNECT_TIMEOUT_S = 20
-SCHEMES = ("tcp", "tls", "ws", "wss")
 LOCAL_WORKERS_PER_CPU = 4  # ``local:N`` starts N worker processes on this machine: at most this many per CPU
 
 
 def parse_cluster(spec: str) -> tuple[str, object]:
-    """``("local", N)`` (1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` per CPU), ``("address", "tcp://...")`` or
-    ``("file", Path)``; a :class:`UsageError` otherwise.
+    """``("local", N)`` (1 <= N <= :data:`LOCAL_WORKERS_PER_CPU` per CPU), ``("file", Path)`` (a scheduler file
+    that exists) or ``("address", spec)`` (Dask reads it when it connects); a :class:`UsageError` otherwise.
 
     Examples
     --------
@@ -49,64 +44,52 @@ def parse_cluster(spec: str) -> tuple[str, object]:
                              f"({LOCAL_WORKERS_PER_CPU} per CPU of this machine; for more, start a `dask scheduler` "
                              f"and workers and pass tcp://HOST:PORT), got {spec!r}")
         return "local", int(n)
-    if "://" in spec:
-        try:
-            url = urlsplit(spec)
-            ok = url.scheme in SCHEMES and url.hostname and (url.port is None or 1 <= url.port <= 65535)
-        except ValueError:  # a port that is no number, or out of 0-65535; an unclosed [IPv6 address
-            ok = False
-        if not ok:
-            raise UsageError(f"--cluster: a scheduler address is SCHEME://HOST:PORT with a port from 1 to 65535 "
-                             f"(SCHEME: {', '.join(SCHEMES)}), got {spec!r}")
-        return "address", spec
     if spec.endswith(".json"):
-        if not Path(spec).is_file():
+        if not Path(spec).is_file():  # Dask would wait for it forever
             raise UsageError(f"--cluster: no scheduler file {spec} (start one with "
                              f"`dask scheduler --scheduler-file {spec}`)")
-        expected = 'an object with the scheduler\'s "address", as `dask scheduler --scheduler-file` writes it'
-        try:
-            info = read_json(spec, dict)
-        except (DamagedFile, OSError) as err:
-            raise UsageError(f"--cluster: scheduler file {spec}: {getattr(err, 'reason', err)}; "
-                             f"expected {expected}") from None
-        if not isinstance(info.get("address"), str):
-            raise UsageError(f"--cluster: scheduler file {spec} names no address; expected {expected}")
         return "file", Path(spec)
-    raise UsageError("--cluster must be local:N (N worker processes here), a scheduler address tcp://HOST:PORT "
-                     f"or a scheduler file PATH.json; got {spec!r}")
+    try:  # no host, or a port out of 1-65535: Dask would try to connect until its timeout
+        url = urlsplit(spec)
+        ok = "://" in spec and bool(url.hostname) and url.port != 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError("--cluster must be local:N (N worker processes here), a scheduler file PATH.json or a "
+                         f"scheduler address SCHEME://HOST:PORT with a port from 1 to 65535; got {spec!r}")
+    return "address", spec
 
 
 @contextmanager
 def open_cluster(spec: str) -> Iterator[Cluster]:
-    """Start (``local:N``) or connect to a Dask cluster for the block; a bad spec, no Dask or no scheduler is a
-    :class:`UsageError`."""
+    """Start (``local:N``) or connect to a Dask cluster for the block; failing that, a :class:`UsageError`."""
     kind, value = parse_cluster(spec)
     try:
         import dask
         from distributed import Client, LocalCluster
     except ImportError as err:
-        raise UsageError(f"--cluster needs Dask distributed, the optional cluster extra: {EXTRA}") from err
+        raise UsageError("--cluster needs Dask distributed (the cluster extra): pip install -e '.[cluster]'") from err
     with contextlib.ExitStack() as stack:  # closed in reverse: the client, the local cluster, its scratch folder
         stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}))
-        try:
-            if kind == "local":
-                import logging
+        if kind == "local":
+            import logging
 
-                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="covbook-dask-",
-                                                                          ignore_cleanup_errors=True))
-                local = stack.enter_context(LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
-                                                         dashboard_address=None, local_directory=scratch,
-                                                         silence_logs=logging.ERROR))
-                client = stack.enter_context(Client(local))
-                client.register_plugin(_own_process_group(), name="covbook-own-process-group")
-            elif kind == "address":
-                client = stack.enter_context(Client(value, timeout=CONNECT_TIMEOUT_S))
-            else:
-                client = stack.enter_context(Client(scheduler_file=str(value), timeout=CONNECT_TIMEOUT_S))
-        except (OSError, TimeoutError) as err:
-            raise UsageError(f"--cluster {spec}: cannot reach the scheduler ({type(err).__name__}: {err})") from err
-        n = value if kind == "local" else 0
-        yield Cluster(client, spec, max(1, (os.cpu_count() or 1) // n) if n > 1 else None)
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="covbook-dask-",
+                                                                      ignore_cleanup_errors=True))
+            local = stack.enter_context(LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
+                                                     dashboard_address=None, local_directory=scratch,
+                                                     silence_logs=logging.ERROR))
+            client = stack.enter_context(Client(local))
+            client.register_plugin(_own_process_group(), name="covbook-own-process-group")
+        else:
+            try:
+                client = stack.enter_context(Client(value if kind == "address" else None, timeout=CONNECT_TIMEOUT_S,
+                                                    scheduler_file=str(value) if kind == "file" else None))
+            except Exception as err:  # noqa: BLE001 - Dask's: an unknown scheme, no port, no scheduler there
+                where = "at the address its file names" if kind == "file" else "at that address"
+                raise UsageError(f"--cluster {spec}: cannot connect to the scheduler {where} "
+                                 f"({type(err).__name__}: {err})") from None
+        yield Cluster(value if kind == "local" else 1, spec, client)
 
 
 def _own_process_group():
@@ -133,62 +116,12 @@ def _own_process_group():
     return OwnProcessGroup()
 
 
-def _identity() -> dict:
-    """What a worker's results depend on: its science code and versions (compared with the client's)."""
-    from covbook.book.cache import environment, science_hash
-
-    return {"science": science_hash(), "environment": environment()}
-
-
-@dataclass(frozen=True)
-class DaskStop:
-    """A cluster run's stop signal, read on a worker: the run's Dask ``Event`` is set, or the scheduler no longer
-    wants this task (cancelled, or its client is gone)."""
-
-    name: str
-
-    def is_set(self) -> bool:
-        from distributed import Event, get_worker
-        from distributed.worker import thread_state
-
-        task = get_worker().state.tasks.get(getattr(thread_state, "key", None))
-        return Event(self.name).is_set() or (task is not None and task.state == "cancelled")
-
-    def set(self) -> None:
-        """Stop the run (on the client)."""
-        from distributed import Event
-
-        Event(self.name).set()
-
-
-def run_on_worker(job: dict, expect: dict, stop: DaskStop) -> dict:
-    """:func:`covbook.book.runner.run_job` on this worker, if it runs the client's code and versions (``expect``)
-    and resolves the job's device alike."""
-    from distributed import get_worker
-
-    from covbook.book.cache import resolve_device
-
-    worker, got = get_worker(), _identity()
-    if got != expect:
-        raise RuntimeError(f"worker {worker.address} runs other covbook code or versions than the client "
-                           f"({got['environment']} against {expect['environment']})")
-    if resolve_device(job["params"].get("device", "auto")) != job["device"]:
-        raise RuntimeError(f"worker {worker.address} resolves device {job['params'].get('device')!r} to another "
-                           f"device than {job['device']!r}; pass --device explicitly")
-    return run_job(job, stop)
-
-
 @dataclass
-class Cluster:
-    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine (the methods of its ``LocalPool``)."""
+class Cluster(LocalPool):
+    """A Dask cluster as :func:`covbook.book.runner.run_trees`' engine: ``jobs`` local workers share the cores
+    (``local:N``; a remote cluster: 1, its workers' environment decides), ``label`` its ``--cluster SPEC``."""
 
-    client: object  # distributed.Client
-    spec: str
-    threads: int | None  # COVBOOK_THREADS of each notebook; None: the worker's own environment decides
-
-    @property
-    def label(self) -> str:
-        return self.spec
+    client: object = None  # distributed.Client
 
     def resolve_device(self, device: str) -> str:
         """``auto`` resolved where the notebooks run: on a worker (waits for one)."""
@@ -202,8 +135,8 @@ class Cluster:
     def executor(self, n_jobs: int):
         return self.client.get_executor(pure=False)
 
-    def stop_signal(self, run_id: str) -> DaskStop:
-        return DaskStop(f"covbook-stop-{run_id}")
+    def stop_signal(self, run_id: str):
+        """The run's stop signal, read by its jobs on the workers: a Dask ``Event``."""
+        from distributed import Event
 
-    def submit(self, executor, job: dict, stop: DaskStop):
-        return executor.submit(run_on_worker, job, _identity(), stop, key=f"covbook-{job['name']}-{job['key']}")
+        return Event(f"covbook-stop-{run_id}")

@@ -33,11 +33,8 @@ def _holder(info: Path) -> str:
 
 @contextmanager
 def tree_lock(lock_path: Path, command: str, *, wait: bool = False) -> Iterator[FileLock]:
-    """Hold the tree's lock for the block, recording ``command`` as its holder's (with pid and start time).
-
-    Raises :class:`Busy`, naming the holder, when another process holds it; with ``wait`` it blocks instead,
-    saying so once.
-    """
+    """Hold the tree's lock for the block, recording ``command`` as its holder's (with pid and start time); when
+    another process holds it, :class:`Busy` naming the holder, or with ``wait`` a wait (said once)."""
     info, lock = lock_path.with_name(lock_path.name + ".json"), FileLock(lock_path)
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)

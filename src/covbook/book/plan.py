@@ -1,12 +1,9 @@
-"""``covbook run --plan`` and each run's order and time limits: the work each notebook will do, and its time.
-
-The work is its ``work:`` expression in ``notebooks/profiles.yml``; the time the last measured run of that work on
-the device (``notebooks/timings/*.json``, shipped, overlaid with ``.covbook/timings.json``), else the nearest one
-scaled by the work ratio (:func:`estimate`), an upper end.
+"""``covbook run --plan`` and each run's jobs, order and time limits: a notebook's work is its ``work:`` expression in
+``notebooks/profiles.yml``, its time the last measured run of that work on the device (``notebooks/timings/*.json``
+overlaid with ``.covbook/timings.json``), else the nearest one scaled by the work ratio (:func:`estimate`).
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 from dataclasses import dataclass, field
@@ -22,14 +19,13 @@ from covbook.book.config import (
     discover,
     expression_value,
     load_profiles,
-    myst_code_cells,
     notebook_parameters,
     resolve_parameters,
     select,
 )
 
-__all__ = ["Job", "plan_jobs", "check_cells", "work_of", "estimate", "print_plan", "limit_for", "DEFAULT_LIMITS",
-           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time", "planned_device"]
+__all__ = ["Job", "plan_jobs", "work_of", "estimate", "print_plan", "DEFAULT_LIMITS",
+           "LIMIT_FACTOR", "LIMIT_FLOOR", "SHIPPED", "measured_runs", "wall_time"]
 
 #: a notebook's time limit (seconds) when its time on this device cannot be estimated: per profile
 DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
@@ -37,8 +33,6 @@ DEFAULT_LIMITS = {name: p.time_limit for name, p in PROFILE_TABLE.items()}
 LIMIT_FACTOR = 5.0
 LIMIT_FLOOR = 10 * 60
 SHIPPED = Path("notebooks") / "timings"  # the shipped calibrations (the layout of .covbook/timings.json)
-#: a measured run that cannot be used is skipped
-UNREADABLE = (UsageError, KeyError, TypeError, ValueError, AttributeError)
 
 
 @dataclass
@@ -62,12 +56,10 @@ class Job:
 
 def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: str, seed: int, rehearse: bool = False,
               resolved_device: str | None = None, force: bool = False, timeout: float | None = None) -> list[Job]:
-    """Resolve notebooks, parameters, cache keys, whether each is cached (never with ``force``) and its estimate;
-    every usage error is raised here, before any kernel."""
+    """The jobs of ``names``: parameters, keys, cached (never with ``force``), estimates; usage errors raised here."""
     chosen = select(paths, names)
     profiles = load_profiles(paths.profiles)
-    unknown_nb = sorted(set(profiles) - set(discover(paths)))
-    if unknown_nb:
+    if unknown_nb := sorted(set(profiles) - set(discover(paths))):
         raise UsageError(f"notebooks/profiles.yml names unknown notebook(s): {', '.join(unknown_nb)}")
     if rehearse and profile == DEFAULT_PROFILE:
         raise UsageError(f"--rehearse needs another --profile than {profile}: {profile} is the notebooks' own "
@@ -75,44 +67,21 @@ def plan_jobs(paths: Paths, names: list[str] | None, *, profile: str, device: st
     dev = resolved_device or resolve_device(device)
     jobs = []
     for name, path in chosen.items():
-        check_cells(path)
         defaults = notebook_parameters(path)
         params = resolve_parameters(name, defaults, profiles, profile, device, seed, rehearse=rehearse)
         job = Job(name, path, params, content_hash(path, params, notebook_science(path), dev), dev, defaults)
         job.cached = not force and is_cached(paths, name, job.digest)
-        _estimate(paths, job, profiles.get(name, {}).get("work"))
-        job.limit = float(timeout) if timeout else limit_for(job.expected, profile)
+        spec, job.how = profiles.get(name, {}).get("work"), "cannot estimate without a work expression"
+        try:
+            if spec:
+                job.work, job.unit = work_of(spec["expr"], {**defaults, **params}), spec.get("unit", "")
+                job.expected, job.how = estimate(job.work, measured_runs(paths, name, dev, spec["expr"], defaults))
+        except (UsageError, OSError, TypeError, ValueError) as err:
+            job.how = f"cannot estimate: {err}"
+        limit = DEFAULT_LIMITS[profile] if job.expected is None else max(LIMIT_FLOOR, LIMIT_FACTOR * job.expected)
+        job.limit = float(timeout or limit)
         jobs.append(job)
     return jobs
-
-
-def _estimate(paths: Paths, job: Job, spec: dict | None) -> None:
-    """Fill ``job``'s work (its ``work:`` ``spec`` on its parameters), estimated seconds and how (:func:`estimate`)."""
-    if not spec:
-        job.how = "cannot estimate without a work expression"
-        return
-    try:
-        job.work, job.unit = work_of(spec["expr"], {**job.defaults, **job.params}), spec.get("unit", "")
-        job.expected, job.how = estimate(job.work, measured_runs(paths, job.name, job.device, spec["expr"],
-                                                                 job.defaults))
-    except (UsageError, OSError, TypeError, ValueError) as err:
-        job.how = f"cannot estimate: {err}"
-
-
-def check_cells(path: Path) -> None:
-    """Parse every code cell of a MyST notebook: a syntax error is a :class:`UsageError`.
-    Line magics and shell escapes (``%...``, ``!...``) are skipped, and cells under a cell magic (``%%...``)."""
-    cells = [source for _, source in myst_code_cells(path.read_text(encoding="utf-8"))]
-    for index, source in enumerate(cells):
-        if source.lstrip().startswith("%%"):
-            continue
-        lines = [ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-                 for ln in source.splitlines()]
-        try:
-            ast.parse("\n".join(lines), filename=path.name)
-        except SyntaxError as err:
-            raise UsageError(f"{path.name}: code cell {index + 1} line {err.lineno}: {err.msg} "
-                             f"(found before any kernel started)") from None
 
 
 def work_of(expr: str, params: dict) -> float:
@@ -135,7 +104,7 @@ def measured_runs(paths: Paths, name: str, device: str, expr: str, defaults: dic
         except (DamagedFile, AttributeError):
             continue
         for key, t in runs.items() if isinstance(runs, dict) else ():
-            with contextlib.suppress(*UNREADABLE):
+            with contextlib.suppress(UsageError, KeyError, TypeError, ValueError, AttributeError):  # unusable: skip
                 found[key] = (work_of(expr, {**defaults, **t["parameters"]}), float(t["seconds"]),
                               key + (f", {f.stem}" if f != paths.timings else ""))
     return sorted(found.values())
@@ -172,13 +141,6 @@ def wall_time(seconds: list[float], jobs: int) -> float:
     return max(loads)
 
 
-def limit_for(high: float | None, profile: str) -> float:
-    """The time limit of a job whose estimate is ``high`` seconds (``None``: no estimate)."""
-    if high is None:
-        return float(DEFAULT_LIMITS.get(profile, max(DEFAULT_LIMITS.values())))
-    return max(LIMIT_FLOOR, LIMIT_FACTOR * high)
-
-
 def _fmt_seconds(s: float | None) -> str:
     if s is None:
         return "?"
@@ -187,19 +149,12 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def planned_device(device: str) -> str:
-    """The device a plan is made for: ``cuda`` as asked (planning for a GPU needs none here), else resolved."""
-    return "cuda" if device == "cuda" else resolve_device(device)
-
-
-def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
+def print_plan(jobs: list[Job], *, profile: str, device: str, rehearse: bool = False,
                workers: int | None = None) -> int:
-    """Print the plan of ``covbook run`` for its planned ``jobs`` (:func:`plan_jobs`); returns 0.  With
-    ``workers``, also the wall time of the estimated notebooks run that many at a time (:func:`wall_time`)."""
-    from covbook.book.power import plan_lines
+    """Print ``covbook run --plan`` for ``jobs`` (with ``workers``: the wall time, that many at a time); return 0."""
     from covbook.book.render import render
 
-    dev = jobs[0].device if jobs else planned_device(device)
+    dev = jobs[0].device if jobs else device
     known = [job.expected for job in jobs if job.expected is not None]
     rows = [(job.name, "(no work: key in profiles.yml)" if job.work is None else f"{job.work:.3g} {job.unit}".strip(),
              _fmt_seconds(job.expected), job.how) for job in jobs]
@@ -207,7 +162,4 @@ def print_plan(paths: Paths, jobs: list[Job], *, profile: str, device: str, rehe
                  w0=max((len(r[0]) for r in rows), default=8), w1=max((len(r[1]) for r in rows), default=8),
                  total=_fmt_seconds(sum(known)), unknown=[job.name for job in jobs if job.expected is None],
                  workers=workers, wall=_fmt_seconds(wall_time(known, workers)) if workers and known else None), end="")
-    lines = plan_lines(paths.root, [job.name for job in jobs], profile)  # each evidence claim's predicted power
-    if lines:
-        print("\n".join(["Power, predicted from the last runs' standard errors (covbook.book.power):", *lines]))
     return 0

@@ -1,25 +1,22 @@
 """Run records (``book/generated/runs/NAME.json``, ``book/edition/runs/NAME.json``): the one reader of what a
-notebook run wrote, the provenance a record names (commit, versions), and the run-costs table rendered from them.
-
-A record (written by :mod:`covbook.book.runner`) holds the notebook, its parameters, the cache key (``hash``),
-the seconds, the device, whether it was a rehearsal, its status, the commit and the SHA-256 of its outputs.
+notebook run wrote (:func:`covbook.book.runner.commit_outcome` writes it), the provenance a record names (commit,
+versions), and the run-costs table rendered from them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json
 from covbook.book.config import Paths
 
-__all__ = ["RunRecord", "read_run", "run_ok", "versions", "git", "git_commit", "CostRow", "run_costs",
-           "run_costs_markdown"]
+__all__ = ["RunRecord", "read_run", "versions", "git", "git_commit", "run_costs_markdown"]
 
 
 def _typed(key: str, kind: type | tuple[type, ...], cast=lambda x: x, default=None) -> property:
@@ -51,6 +48,7 @@ class RunRecord(dict):
     device_used = property(lambda self: str(self.get("device_used") or ""), doc="``cpu`` or the GPU, in words.")
     rehearsal = property(lambda self: bool(self.get("rehearsal")), doc="A rehearsal (full shapes, short lengths).")
     seconds = _typed("seconds", (int, float), float)  # wall seconds
+    cpu_seconds = _typed("cpu_seconds", (int, float), float)  # of the notebook's process and its kernel
     outputs = _typed("outputs", Mapping, dict)  # {"claims": sha256, "notebook": sha256} of the committed outputs
     error = property(lambda self: None if (e := self.get("error")) is None else str(e), doc="Why it failed.")
 
@@ -59,15 +57,6 @@ def read_run(path: str | os.PathLike) -> RunRecord | None:
     """The run record at ``path``; ``None`` when there is none.  Raises :class:`DamagedFile` if it does not parse."""
     p = Path(path)
     return RunRecord(read_json(p, dict), p) if p.is_file() else None
-
-
-def run_ok(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds the record of a successful run (a missing or damaged record is not)."""
-    try:
-        rec = read_run(path)
-    except (OSError, DamagedFile):
-        return False
-    return rec is not None and rec.ok
 
 
 def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", "matplotlib", "pandas",
@@ -86,8 +75,7 @@ def versions(packages: tuple[str, ...] = ("covbook", "torch", "numpy", "scipy", 
 
 
 def git(root: Path, *args: str) -> str | None:
-    """The output of ``git ARGS`` in ``root`` when ``root`` is the top of its own git checkout (a project copied
-    inside another checkout is not that checkout's), else None."""
+    """``git ARGS``'s output in ``root`` when it is the top of its own checkout (not one inside another), else None."""
     def run(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout
 
@@ -106,51 +94,17 @@ def git_commit(root: Path) -> str:
     return sha + (" (with uncommitted changes)" if git(root, "status", "--porcelain", "--untracked-files=no") else "")
 
 
-@dataclass(frozen=True)
-class CostRow:
-    """The measured cost of one notebook at one profile on one device, over ``runs`` runs."""
-
-    notebook: str
-    profile: str
-    device: str
-    runs: int
-    wall_median: float
-    wall_min: float
-    wall_max: float
-    cpu_median: float | None
-
-
-def _records(paths: Paths) -> list[RunRecord]:
-    """The successful, timed run records (no rehearsal) of the book's run, then of each stored sweep seed."""
-    folders = [paths.runs] + [Paths(s).runs for s in sorted((paths.generated / "sweep").glob("*/seed-*"))]
-    out = []
-    for f in (f for folder in folders for f in sorted(folder.glob("[0-9][0-9]_*.json"))):
-        try:
-            rec = read_run(f)
-        except (OSError, DamagedFile):
-            continue  # `covbook check` names a damaged record; a cost table does not stop the build
-        if rec is not None and rec.ok and not rec.rehearsal and rec.seconds is not None and rec.profile:
-            out.append(rec)
-    return out
-
-
-def run_costs(paths: Paths) -> list[CostRow]:
-    """One :class:`CostRow` per (notebook, profile, device) of the records, sorted by those three."""
-    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
-    for rec in _records(paths):
-        device = rec.device_used or str(rec.parameters.get("device") or "?")  # the resolved device, else the asked one
-        groups.setdefault((str(rec.get("notebook", "")), rec.profile, device), []).append(rec)
-    rows = []
-    for key, recs in sorted(groups.items()):
-        wall = [r.seconds for r in recs]  # (n,)
-        cpu = [float(r["cpu_seconds"]) for r in recs if isinstance(r.get("cpu_seconds"), int | float)]
-        rows.append(CostRow(*key, len(recs), statistics.median(wall), min(wall), max(wall),
-                            statistics.median(cpu) if cpu else None))
-    return rows
-
-
 def run_costs_markdown(paths: Paths) -> str:
-    """The run-costs table of the reproduction page (Markdown), or one line saying there is no record yet."""
+    """The run-costs table of the reproduction page (Markdown): per notebook, profile and device, the wall and CPU
+    seconds of the successful timed runs (no rehearsal) of the book's run and of each stored sweep seed."""
     from covbook.book.render import render
 
-    return render("costs.md.j2", rows=run_costs(paths))
+    runs: dict[tuple[str, str, str], list[RunRecord]] = {}
+    sweeps = sorted((paths.generated / "sweep").glob("*/seed-*/book/generated/runs"))
+    for f in (f for folder in [paths.runs, *sweeps] for f in sorted(folder.glob("[0-9][0-9]_*.json"))):
+        with contextlib.suppress(OSError, DamagedFile):  # `covbook check` names a damaged record, not the build
+            rec = read_run(f)
+            if rec.ok and not rec.rehearsal and rec.seconds is not None and rec.profile:
+                device = rec.device_used or str(rec.parameters.get("device") or "?")  # the resolved one, else asked
+                runs.setdefault((str(rec.get("notebook", "")), rec.profile, device), []).append(rec)
+    return render("costs.md.j2", groups=sorted(runs.items()), median=statistics.median)

@@ -1,9 +1,6 @@
-"""Execute the book's notebooks (jupytext -> papermill -> ``book/generated/``).
-
-A job (:func:`run_job`) runs one notebook as papermill in a child process of its own process group, on a
-``concurrent.futures`` executor: threads here (:class:`LocalPool`) or a Dask cluster's
-(:mod:`covbook.book.distributed`).  A stop (Ctrl-C, SIGTERM, the time limit) kills the group.  The child writes
-into ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place
+"""Execute the book's notebooks: each job (:func:`run_job`) runs papermill in a child process of its own process
+group, on a ``concurrent.futures`` executor (:class:`LocalPool`'s threads, or a Dask cluster's); a stop kills the
+group.  The child writes into ``.covbook/tmp/<run-id>/``; the ``covbook`` process alone moves the outputs into place
 (:func:`commit_outcome`, the run record last), so a half-written run is never current.
 """
 
@@ -11,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import errno
 import json
 import math
 import os
@@ -30,22 +26,14 @@ from pathlib import Path
 
 from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
-from covbook.book.config import (
-    DEFAULT_PROFILE,
-    Paths,
-    Terminated,
-    die_with_parent,
-    oserror_text,
-)
-from covbook.book.records import git_commit
+from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, oserror_text
+from covbook.book.records import git_commit, read_run
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
-           "clean_stale", "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
+           "commit_outcome", "commit_job", "commit_rewritten", "checkpoint_folder",
            "prune_checkpoints", "record_timings", "CHECKPOINT_ENV"]
 
 KERNEL = "covbook"  # installed by `make setup` (ipykernel install --name covbook)
-#: glibc keeps freed memory instead of unmapping large blocks (measured: a third of the system time)
-KERNEL_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34), "MALLOC_TOP_PAD_": str(1 << 28)}
 STOP_GRACE_S = 3.0  # SIGTERM, then SIGKILL, for a notebook's process group
 POLL_S = 0.5  # how often a job looks at the run's stop signal
 #: the folder a notebook keeps its checkpoints in (read by covbook.session.checkpoint_dir)
@@ -83,21 +71,8 @@ class Stopped(Exception):
     """The run was stopped before this job finished (Ctrl-C, SIGTERM): not finished, not failed."""
 
 
-# ----------------------------------------------------------------------------- in the notebook's process
-
-
-def _device_name(device: str) -> str:
-    """The device a notebook ran on, in words: ``cpu``, or ``cuda (the GPU's name)`` (imports torch only then)."""
-    if device == "cpu":
-        return "cpu"
-    import torch
-
-    return f"cuda ({torch.cuda.get_device_name(torch.device(device))})"
-
-
 def _running_cell(nb_path: Path) -> str:
-    """The cell that was running when the notebook stopped: the last one papermill started (it saves its copy of
-    the notebook at each cell's start, with the start time)."""
+    """The cell that was running when the notebook stopped: the last one papermill saved with a start time."""
     try:
         nb = read_json(nb_path, dict)
     except (OSError, DamagedFile):
@@ -133,9 +108,8 @@ def _cpu_seconds() -> float:
 
 
 def execute(job: dict) -> dict:
-    """Execute one notebook with papermill into ``job["dir"]`` (its notebook and claims); returns ``error``
-    (``None`` when it ran whole and recorded its claims), ``device_used`` and ``cpu_seconds`` (its kernel's, and
-    this process's after its imports)."""
+    """Execute one notebook with papermill into ``job["dir"]`` (its notebook and claims); returns ``error`` (``None``
+    when it ran whole and recorded its claims), ``device_used`` and ``cpu_seconds`` (its kernel's and this one's)."""
     import jupytext
     import nbformat
     import papermill as pm
@@ -153,9 +127,6 @@ def execute(job: dict) -> dict:
     os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
     if job.get("threads"):
         os.environ["COVBOOK_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(job["threads"])
-    for key, value in KERNEL_MALLOC.items():  # read by the kernel's C library when it starts
-        os.environ.setdefault(key, value)
-    error = None
     try:
         for var, sub in KERNEL_HOMES.items():
             os.environ[var] = str(paths.state / "home" / sub)
@@ -179,37 +150,25 @@ def execute(job: dict) -> dict:
             error = f"the kernel died in {_running_cell(nb_file)} ({err}; out of memory, or a crash in native code)"
         else:
             error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
-    return {"error": error, "device_used": _device_name(job["device"]), "cpu_seconds": _cpu_seconds() - cpu}
+    used = job["device"]  # the device in words: cpu, or cuda (the GPU's name); torch imported only then
+    if used != "cpu":
+        import torch
 
-
-def _kill_kernel(signum: int, frame: object) -> None:
-    """SIGTERM in the notebook's process: SIGKILL its kernel (a session of its own, which the group's kill does
-    not reach), then exit."""
-    import psutil  # ipykernel's own dependency
-
-    for kid in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
-    os._exit(128 + signum)
-
-
-def _child(job_file: str) -> int:
-    """The notebook's process: run the job in ``job_file``, write its outcome next to it; it dies with the thread
-    that waits for it (Linux), and its kernel a second later (ipykernel watches its parent)."""
-    die_with_parent()
-    job = read_json(job_file, dict)
-    if os.getppid() != job["parent"]:  # the parent died before it could be watched
-        return 1
-    signal.signal(signal.SIGTERM, _kill_kernel)
-    write_json_atomic(Path(job_file).with_name("outcome.json"), execute(job))
-    return 0
-
-
-# ----------------------------------------------------------------------------- in the covbook process, or a Dask worker
+        used = f"cuda ({torch.cuda.get_device_name(torch.device(used))})"
+    return {"error": error, "device_used": used, "cpu_seconds": _cpu_seconds() - cpu}
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM ``proc``'s process group (a notebook's handler kills its kernel), SIGKILL after :data:`STOP_GRACE_S`."""
+    """SIGKILL ``proc``'s descendants (a notebook's kernel runs in a session of its own, which the group's kill does
+    not reach), then SIGTERM its process group, SIGKILL after :data:`STOP_GRACE_S`."""
+    import psutil  # ipykernel's own dependency
+
+    if proc.poll() is not None:  # reaped: its pid may be another process's now
+        return
+    with contextlib.suppress(psutil.Error):
+        for kid in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                kid.kill()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if proc.poll() is not None:
             return
@@ -222,33 +181,28 @@ def kill_group(proc: subprocess.Popen) -> None:
 def run_job(job: dict, stop) -> dict:
     """Run one notebook in a child process; returns its outcome, not yet in the tree (for :func:`commit_outcome`).
 
-    ``job``: name, params, digest, device, threads, rehearse, force, ``timeout`` (seconds, or ``None``), ``root``,
-    ``rundir`` (where its temporary folder goes).  ``stop.is_set()``: true once the run is stopped; then the child
-    is killed and :class:`Stopped` raised.  Each call has a folder of its own: a job run again (its cluster
-    worker died) never meets the files of the first attempt.
-    """
+    ``job``: :func:`run_trees`' payload.  Once ``stop.is_set()`` the child is killed and :class:`Stopped` raised.
+    Each call has a folder of its own under ``job["rundir"]``: a job run again (its cluster worker died) never meets
+    the files of the first attempt."""
     name, limit = job["name"], job.get("timeout")
     if stop.is_set():
         raise Stopped(name)
-    paths = Paths(Path(job["root"]))
-    prune_checkpoints(paths, name, job["digest"], force=bool(job.get("force")))
+    prune_checkpoints(Paths(Path(job["root"])), name, job["digest"], force=bool(job.get("force")))
     Path(job["rundir"]).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=job["rundir"]))
     job_file = folder / f"{name}.job.json"
-    write_json_atomic(job_file, {**job, "dir": str(folder), "parent": os.getpid()})
+    write_json_atomic(job_file, {**job, "dir": str(folder)})
     start = time.monotonic()
     with open(folder / "log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     overdue = False
     try:
-        while not overdue:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=POLL_S)
-                break
+        while proc.poll() is None and not (overdue := bool(limit) and time.monotonic() - start > limit):
             if stop.is_set():
                 raise Stopped(name)
-            overdue = bool(limit) and time.monotonic() - start > limit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_S)
     finally:
         kill_group(proc)
     try:
@@ -267,28 +221,18 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically: renamed, or (across filesystems) copied next to ``dst`` first."""
+    """Move file ``src`` to ``dst`` atomically: next to it first (a copy across filesystems), then a rename."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(src, dst)
-    except OSError as err:
-        if err.errno != errno.EXDEV:
-            raise
-        tmp = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}")
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
-        finally:
-            tmp.unlink(missing_ok=True)
+    shutil.move(src, tmp := dst.with_name(f".{dst.name}.tmp"))
+    os.replace(tmp, dst)
 
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
     """The one place where a run's outputs enter a tree: its notebook and claims, then its run record (naming their
-    SHA-256) moved into place.  A failure writes ``failed/`` and leaves the last good outputs.  The record is
-    written in the job's own folder first (no one else reads it there), so every move is one rename."""
-    name, error, folder = outcome["name"], outcome["error"], Path(outcome["dir"])
-    meta = outcome["meta"]
-    nb, claims, record = (folder / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
+    SHA-256) moved into place (:func:`_put`), the record written in the job's own folder first.  A failure writes
+    ``failed/`` and leaves the last good outputs."""
+    name, error, meta = outcome["name"], outcome["error"], outcome["meta"]
+    nb, claims, record = (Path(outcome["dir"]) / f"{name}{s}" for s in (".ipynb", ".claims.json", ".run.json"))
     if error is None:
         try:
             outputs = {"notebook": file_digest(nb), "claims": file_digest(claims)}
@@ -299,7 +243,8 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
         except OSError as err:
             error = f"could not write the outputs: {oserror_text(err)}; the run is not served"
         else:
-            _forget_failure(paths, name)  # a failed copy no longer applies
+            for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):  # no longer applies
+                stale.unlink(missing_ok=True)
             return Result(name, "ok", meta["seconds"], None, meta["device_used"], meta["cpu_seconds"])
     with contextlib.suppress(OSError):  # best effort: the error still reaches the summary
         try:
@@ -315,15 +260,8 @@ def commit_outcome(paths: Paths, outcome: dict) -> Result:
     return Result(name, "failed", meta["seconds"], error, meta["device_used"], meta["cpu_seconds"])
 
 
-def _forget_failure(paths: Paths, name: str) -> None:
-    """Remove the failed copy of ``name`` and its record from ``failed/``."""
-    for stale in (paths.failed / f"{name}.ipynb", paths.failed / f"{name}.json"):
-        stale.unlink(missing_ok=True)
-
-
 def commit_job(fut: cf.Future, paths: Paths, name: str) -> Result | None:
-    """Commit a finished job's outcome into ``paths`` (:func:`commit_outcome`); a failed Result when the job raised
-    (a killed cluster worker); ``None`` when the run's stop reached it first."""
+    """:func:`commit_outcome` of a finished job; a failed Result if it raised (a killed worker), None if stopped."""
     try:
         outcome = fut.result()
     except Stopped:
@@ -336,8 +274,6 @@ def commit_job(fut: cf.Future, paths: Paths, name: str) -> Result | None:
 def commit_rewritten(paths: Paths, name: str, new_nb: Path) -> None:
     """Put ``new_nb``, a rewritten copy of chapter ``name``'s executed notebook, in its place, then its run record
     (naming ``new_nb``'s SHA-256, written next to it) when that named the old one: it stays served from the cache."""
-    from covbook.book.records import read_run
-
     nb_path, rec_path = paths.generated / f"{name}.ipynb", paths.runs / f"{name}.json"
     rec = read_run(rec_path)
     outputs = rec.outputs if rec is not None else None
@@ -356,8 +292,7 @@ def checkpoint_folder(paths: Paths, name: str, digest: str) -> Path:
 
 
 def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = False) -> Path:
-    """Remove everything in ``checkpoints/NAME/`` but the current key's folder (other keys can never be used
-    again), and with ``force`` that one too; returns the current folder."""
+    """Remove ``checkpoints/NAME/`` but the current key's folder (with ``force`` that too); return that folder."""
     here = checkpoint_folder(paths, name, digest)
     for d in here.parent.iterdir() if here.parent.is_dir() else []:
         if d != here or force:
@@ -365,29 +300,18 @@ def prune_checkpoints(paths: Paths, name: str, digest: str, *, force: bool = Fal
     return here
 
 
-def clean_stale(paths: Paths) -> list[str]:
-    """Remove (holding the tree's lock) and return the temporary folders earlier runs left in ``.covbook/tmp``."""
-    removed = sorted(paths.tmp.iterdir()) if paths.tmp.is_dir() else []
-    for d in removed:
-        shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    return [str(d) for d in removed]
-
-
 @dataclass
 class LocalPool:
-    """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (as a Dask worker's thread
-    does).  :class:`covbook.book.distributed.Cluster` has the same methods."""
+    """Jobs on this machine: ``jobs`` threads, each waiting on its notebook's process (``Cluster`` extends it)."""
 
     jobs: int = 1
     label: str = ""
+    resolve_device = staticmethod(resolve_device)
 
     @property
     def threads(self) -> int | None:
         """COVBOOK_THREADS of each notebook: the cores shared out between the jobs (``None``: one job, all)."""
         return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else None
-
-    def resolve_device(self, device: str) -> str:
-        return resolve_device(device)
 
     def executor(self, n_jobs: int) -> cf.Executor:
         return cf.ThreadPoolExecutor(min(self.jobs, n_jobs), thread_name_prefix="covbook-job")
@@ -395,20 +319,14 @@ class LocalPool:
     def stop_signal(self, run_id: str) -> threading.Event:
         return threading.Event()
 
-    def submit(self, executor: cf.Executor, job: dict, stop) -> cf.Future:
-        return executor.submit(run_job, job, stop)
-
 
 def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *, profile: str, device: str,
               force: bool = False, progress: bool = True, rehearse: bool = False,
               timeout: float | None = None) -> list[list[Result]]:
     """Run ``names`` in every (tree, seed) of ``trees`` on ``engine`` (a :class:`LocalPool` or a
-    :class:`covbook.book.distributed.Cluster`), all jobs at once, holding every tree's lock; Results per tree, in
-    the notebooks' order.
-
-    The jobs (:func:`covbook.book.plan.plan_jobs`) are submitted longest first by the plan's estimate (unknown ones
-    first).  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other error stops the jobs before it goes on.
-    """
+    :class:`covbook.book.distributed.Cluster`), all jobs at once, longest first by the plan's estimate (unknown ones
+    first); Results per tree, in the notebooks' order.  Raises :class:`Interrupted` on Ctrl-C or SIGTERM; any other
+    error stops the jobs before it goes on."""
     from tqdm import tqdm
 
     from covbook.book.plan import plan_jobs
@@ -422,7 +340,6 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
     todo = sorted([(i, job) for i, job in order if not job.cached],  # longest first (LPT), unknown first; stable
                   key=lambda t: -math.inf if t[1].expected is None else -t[1].expected)
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    rundirs = [paths.tmp / run_id for paths, _ in trees]
     pending: dict = {}  # future -> (tree, plan.Job)
     executor = stop = None
     stopped, previous = False, signal.getsignal(signal.SIGTERM)
@@ -441,22 +358,20 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         return name if len(trees) == 1 else f"{name} (seed {trees[i][1]})"
 
     try:
-        for paths, _ in trees:
-            clean_stale(paths)
+        for paths, _ in trees:  # what earlier runs left (we hold the tree's lock)
+            shutil.rmtree(paths.tmp, ignore_errors=True)
         for i, job in order:
-            if job.cached:
-                _forget_failure(trees[i][0], job.name)  # a failure under this key no longer applies
+            if job.cached:  # a failure under this key no longer applies
+                for stale in (trees[i][0].failed / f"{job.name}.ipynb", trees[i][0].failed / f"{job.name}.json"):
+                    stale.unlink(missing_ok=True)
                 finished(i, job.name, Result(job.name, "cached", 0.0))
-        if todo:
-            for d in rundirs:
-                d.mkdir(parents=True, exist_ok=True)
+        if todo:  # (each job makes its tree's folder of the run, rundir)
             stop, executor = engine.stop_signal(run_id), engine.executor(len(todo))
         for i, job in todo:
             payload = {"name": job.name, "params": job.params, "digest": job.digest, "device": job.device,
                        "threads": engine.threads, "rehearse": rehearse, "force": force, "timeout": job.limit,
-                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(rundirs[i]),
-                       "key": f"seed{trees[i][1]}-{run_id}"}
-            pending[engine.submit(executor, payload, stop)] = (i, job)
+                       "commit": commits[i], "root": str(trees[i][0].root), "rundir": str(trees[i][0].tmp / run_id)}
+            pending[executor.submit(run_job, payload, stop)] = (i, job)
         while pending:
             for fut in cf.wait(list(pending), timeout=0.2, return_when=cf.FIRST_COMPLETED)[0]:
                 i, job = pending.pop(fut)
@@ -485,8 +400,8 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
         if executor is not None:
             executor.shutdown(wait=not stopped)
         bar.close()
-        for d in rundirs:
-            shutil.rmtree(d, ignore_errors=True)
+        for paths, _ in trees:
+            shutil.rmtree(paths.tmp / run_id, ignore_errors=True)
         if stopped:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
@@ -495,8 +410,7 @@ def run_trees(engine, trees: list[tuple[Paths, int]], names: list[str] | None, *
 
 
 def record_timings(ran: list[tuple[Paths, object, Result]], profile_key: str) -> None:
-    """Keep the latest run time per notebook, device and profile of each successful ``(tree, plan.Job, Result)``
-    in its tree's ``.covbook/timings.json`` (what ``covbook run --plan`` estimates from)."""
+    """Keep each successful run's time per notebook, device and profile in its tree's ``.covbook/timings.json``."""
     for paths in {paths for paths, _, r in ran if r.status == "ok"}:
         try:
             timings = read_json(paths.timings, dict) if paths.timings.is_file() else {}
@@ -512,12 +426,11 @@ def record_timings(ran: list[tuple[Paths, object, Result]], profile_key: str) ->
 def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str = DEFAULT_PROFILE,
                   device: str = "auto", seed: int = 0, jobs: int = 1, force: bool = False, progress: bool = True,
                   rehearse: bool = False, cluster: object | None = None, timeout: float | None = None) -> list[Result]:
-    """Execute (or serve from cache) the selected notebooks of one tree, ``jobs`` at a time here (:class:`LocalPool`)
-    or on ``cluster``'s workers (:func:`run_trees`); the arguments are checked by the command line."""
+    """Execute (or serve from cache) the selected notebooks of one tree on a :class:`LocalPool` or ``cluster``."""
     engine = cluster if cluster is not None else LocalPool(jobs)
     return run_trees(engine, [(paths, seed)], names, profile=profile, device=device, force=force,
                      progress=progress, rehearse=rehearse, timeout=timeout)[0]
 
 
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+if __name__ == "__main__":  # the notebook's process (run_job starts it): the job's outcome next to its file
+    write_json_atomic(Path(sys.argv[1]).with_name("outcome.json"), execute(read_json(sys.argv[1], dict)))

@@ -1,13 +1,10 @@
 """Calibration: run the notebooks at many seeds and compare each claim's failure rate with its level.
 
 ``covbook sweep --seeds A-B`` runs the chosen notebooks at every seed, each seed in a shadow project
-``book/generated/sweep/<profile>/seed-N/`` (its ``notebooks`` links to the real ones, so the runner and its
-cache serve it and the book's own outputs are untouched), then writes ``book/calibration.json`` (per
-notebook and claim: passes, failing and missing seeds, mean, SD, SD/SE and the binomial tail of the
-failures; committed, so that a fresh clone's book shows it) and ``book/generated/calibration.md``.  A claim
-is *flagged* when it fails at :data:`FLAG_FAILURES` seeds or more, when its SD/SE exceeds
-:data:`FLAG_SPREAD`, or when some seed did not record it: fix its window, prediction or statistic, never
-the seed.
+``book/generated/sweep/<profile>/seed-N/`` (its ``notebooks`` links to the real ones), then writes
+``book/calibration.json`` (committed, so that a fresh clone's book shows it) and ``book/generated/calibration.md``.
+A claim is *flagged* when it fails at :data:`FLAG_FAILURES` seeds or more, when its SD/SE exceeds
+:data:`FLAG_SPREAD`, or when some seed did not record it: fix its window, prediction or statistic, never the seed.
 """
 
 from __future__ import annotations
@@ -15,19 +12,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import time
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.cache import last_failure, verify_outputs
+from covbook.book.cache import failed_runs, verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
-from covbook.book.records import git, git_commit, run_ok
-from covbook.book.render import render, seed_text, write_page
+from covbook.book.records import git, git_commit
+from covbook.book.render import render, write_page
 from covbook.claims import LEVEL, Claim, Z, load_claims, write_json_atomic
 
-__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "rejudge_sweep", "calibrate",
+__all__ = ["parse_seeds", "SEED_MAX", "SEEDS_MAX", "seed_root", "run_sweep", "calibrate",
            "binomial_tail", "write_calibration_page", "CALIBRATION_JSON"]
 
 CALIBRATION_JSON = Path("book") / "calibration.json"
@@ -82,13 +80,10 @@ def parse_seeds(text: str) -> list[int]:
     >>> parse_seeds("0-3")
     [0, 1, 2, 3]
     """
-    expected = f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}"
-    parts = text.strip().split("-")
-    if len(parts) > 2 or not all(p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 19 for p in parts):
-        raise UsageError(expected)  # 19 digits hold SEED_MAX (and int() refuses thousands of digits)
-    lo, hi = int(parts[0]), int(parts[-1])
+    m = re.fullmatch(r"\s*(\d{1,19})\s*(?:-\s*(\d{1,19})\s*)?", text, re.ASCII)  # 19 digits hold SEED_MAX
+    lo, hi = (int(m[1]), int(m[2] or m[1])) if m else (1, 0)
     if hi < lo or hi > SEED_MAX:
-        raise UsageError(expected)
+        raise UsageError(f"--seeds must be A-B or A with integers 0 <= A <= B <= 2**63 - 1, got {text!r}")
     if hi - lo + 1 > SEEDS_MAX:
         raise UsageError(f"--seeds {text} names {hi - lo + 1} seeds; a sweep runs at most {SEEDS_MAX}")
     return list(range(lo, hi + 1))
@@ -121,77 +116,31 @@ def _shadow(paths: Paths, root: Path) -> Paths:
 def run_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke",
               device: str = "auto", jobs: int = 1, force: bool = False, progress: bool = True, log=print,
               cluster: object | None = None) -> dict:
-    """Run ``names`` (default all) at every seed, then calibrate and write the JSON and the page.
+    """Run ``names`` (default all) at every seed, every (notebook, seed) job at once on ``jobs`` local processes
+    or the ``cluster`` (:class:`covbook.book.distributed.Cluster`), then calibrate and write the JSON and the page."""
+    from covbook.book.runner import LocalPool, run_trees  # the execution machinery, only when a sweep runs
 
-    On a ``cluster`` (:class:`covbook.book.distributed.Cluster`) every (notebook, seed) job is submitted at once.
-    """
-    from covbook.book.runner import run_notebooks, run_trees  # the execution machinery, only when a sweep runs
-
-    if not seeds:
-        raise UsageError("--seeds names no seed")
     chosen = list(select(paths, names))
+    _calibrations(paths)  # a damaged calibration file (which the sweep merges into): a usage error before any kernel
+    engine = cluster if cluster is not None else LocalPool(jobs, f"{jobs} local job(s)")
+    trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
+    start = time.perf_counter()
+    by_seed = run_trees(engine, trees, chosen, profile=profile, device=device, force=force, progress=progress)
+    log(f"covbook sweep: {len(seeds)} seed(s) on {engine.label} ({time.perf_counter() - start:.1f} s)")
     failed: dict[str, list[int]] = {}
-    if cluster is not None:
-        start = time.perf_counter()
-        trees = [(_shadow(paths, seed_root(paths, profile, seed)), seed) for seed in seeds]
-        by_seed = dict(zip(seeds, run_trees(cluster, trees, chosen, profile=profile, device=device, force=force,
-                                            progress=progress)))
-        log(f"covbook sweep: {len(seeds)} seed(s) on {cluster.spec} ({time.perf_counter() - start:.1f} s)")
-    for seed in seeds:
-        start = time.perf_counter()
-        if cluster is None:
-            sp = _shadow(paths, seed_root(paths, profile, seed))
-            results = run_notebooks(sp, chosen, profile=profile, device=device, seed=seed, jobs=jobs, force=force,
-                                    progress=progress)
-        else:
-            results = by_seed[seed]
+    for seed, results in zip(seeds, by_seed, strict=True):
         bad = [r.name for r in results if r.status == "failed"]
         for name in bad:
             failed.setdefault(name, []).append(seed)
-        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed"
-            + ("" if cluster else f" ({time.perf_counter() - start:.1f} s)"))
+        log(f"covbook sweep: seed {seed}: {len(results) - len(bad)} ok, {len(bad)} failed")
     return _write(paths, calibrate(paths, profile, seeds, chosen), failed)
-
-
-def rejudge_sweep(paths: Paths, seeds: list[int], names: list[str] | None = None, *, profile: str = "smoke") -> dict:
-    """Judge a stored sweep's measurements against the current rules (nothing runs); write the JSON and the page.
-
-    A seed whose notebook failed counts as failed, as in :func:`run_sweep`; one that never ran is refused.
-    """
-    if not seeds:
-        raise UsageError("--seeds names no seed")
-    chosen = list(select(paths, names))
-    failed: dict[str, list[int]] = {}
-    never: dict[str, list[int]] = {}
-    for seed in seeds:
-        sp = Paths(seed_root(paths, profile, seed))
-        for name in chosen:
-            if not (sp.runs / f"{name}.json").is_file() and last_failure(sp, name) is None:
-                never.setdefault(name, []).append(seed)
-            elif not run_ok(sp.runs / f"{name}.json") or last_failure(sp, name) is not None:
-                failed.setdefault(name, []).append(seed)
-    again = f"covbook sweep --seeds {seeds[0]}-{seeds[-1]} --profile {profile}"
-    if all(len(never.get(n, [])) == len(seeds) for n in chosen):
-        raise UsageError(f"no stored sweep at profile {profile} for seeds {seeds[0]}–{seeds[-1]}: run `{again}` "
-                         "first")
-    if never:
-        raise UsageError("; ".join(f"{n} never ran at seed(s) {seed_text(s)}" for n, s in never.items())
-                         + f" (profile {profile}): rejudge only the stored seeds, or run them: `{again} "
-                         + " ".join(n.split("_", 1)[0] for n in never) + "`")
-    data = calibrate(paths, profile, seeds, chosen)
-    before = _profiles(_read_json(paths)).get(profile, {})
-    for name, entry in data.items():  # the measurements are the stored sweep's: keep the commit that made them
-        old = before.get(name, {})
-        if old.get("seeds") == entry["seeds"] and old.get("commit"):
-            entry["commit"] = old["commit"]
-    return _write(paths, data, failed)
 
 
 def _write(paths: Paths, data: dict, failed: dict[str, list[int]]) -> dict:
     """Merge ``data`` (one profile's entries) into ``book/calibration.json``, then write the page."""
     for name, entry in data.items():
         entry["failed_seeds"] = failed.get(name, [])
-    profiles = _profiles(_read_json(paths))
+    profiles = _calibrations(paths)
     profile = next(iter(data.values()))["profile"] if data else "smoke"
     profiles[profile] = dict(sorted({**profiles.get(profile, {}), **data}.items()))
     write_json_atomic(paths.root / CALIBRATION_JSON,
@@ -248,41 +197,36 @@ def _claim_row(cid: str, per_seed: dict[int, dict[str, Claim]], seeds: list[int]
 
 
 def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) -> dict[str, dict]:
-    """Per notebook, its entry of ``book/calibration.json``: the sweep and one row per claim.
-
-    A seed's outputs that are not what its run record was committed with (a claims file edited by hand) are
-    refused, a :class:`DamagedFile`, never judged as measured.
-    """
-    manifest = {}
-    for name in names:
-        try:
-            manifest[name] = sorted(read_rules(paths, name))
-        except UsageError:
-            manifest[name] = []
-    commit, rules = git_commit(paths.root), rules_commit(paths.root)
+    """Per notebook, its entry of ``book/calibration.json``: the sweep and one row per claim.  A seed's outputs that
+    are not those its run record was committed with are a :class:`DamagedFile`, never judged as measured."""
+    commit = git_commit(paths.root)
+    rules = git(paths.root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"  # the rules' commit
     out: dict[str, dict] = {}
     for name in names:
+        try:
+            ruled = sorted(read_rules(paths, name))  # a claim no seed recorded is missing, not absent
+        except UsageError:
+            ruled = []
         per_seed: dict[int, dict[str, Claim]] = {}
         for seed in seeds:
             sp = Paths(seed_root(paths, profile, seed))
-            if run_ok(sp.runs / f"{name}.json") and (sp.claims / f"{name}.json").is_file() \
-                    and last_failure(sp, name) is None:
-                try:
-                    verify_outputs(sp, name)
-                except DamagedFile as err:
-                    raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
-                                                f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
-                                                f"{name.split('_', 1)[0]}") from None
+            try:
+                rec = verify_outputs(sp, name)
+            except DamagedFile as err:
+                raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
+                                            f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
+                                            f"{name.split('_', 1)[0]}") from None
+            if rec is not None and rec.ok and (sp.claims / f"{name}.json").is_file() and not failed_runs(sp, [name]):
                 per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
-        ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + manifest[name])
-        out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit,
-                     "rules_commit": rules,
+        ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + ruled)
+        out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit, "rules_commit": rules,
                      "out_of_sample": not any(s in DEVELOPMENT_SEEDS for s in seeds),
                      "date": time.strftime("%Y-%m-%d"), "claims": [_claim_row(cid, per_seed, seeds) for cid in ids]}
     return out
 
 
-def _read_json(paths: Paths) -> dict:
+def _calibrations(paths: Paths) -> dict[str, dict]:
+    """``{profile: {notebook: entry}}`` of ``book/calibration.json``; a :class:`UsageError` when it is damaged."""
     f = paths.root / CALIBRATION_JSON
     if not f.is_file():
         return {}
@@ -295,17 +239,7 @@ def _read_json(paths: Paths) -> dict:
     except (UnicodeDecodeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{CALIBRATION_JSON}: damaged ({err}); it holds every chapter's committed calibration: "
                          f"restore it from git (`git checkout -- {CALIBRATION_JSON}`), do not delete it") from None
-    return data
-
-
-def _profiles(data: dict) -> dict[str, dict]:
-    """``{profile: {notebook: entry}}`` of a calibration file (:func:`_read_json` checked its shape)."""
-    return {p: dict(e) for p, e in data.get("profiles", {}).items()}
-
-
-def rules_commit(root: Path) -> str:
-    """The last commit that changed ``notebooks/rules`` (the rules a calibration judges), or ``"unknown"``."""
-    return git(root, "log", "-1", "--format=%h", "--", "notebooks/rules") or "unknown"
+    return tables
 
 
 def _flagged(fails: int, spread: float | None, n: int, missing: list[int]) -> bool:
@@ -378,7 +312,7 @@ def _summary(profile: str, entries: dict) -> dict:
 
 def write_calibration_page(paths: Paths) -> Path:
     """Write ``book/generated/calibration.md`` from ``book/calibration.json`` (or say that none was run)."""
-    profiles = sorted(_profiles(_read_json(paths)).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
+    profiles = sorted(_calibrations(paths).items(), key=lambda kv: _PROFILE_ORDER.get(kv[0], 9))
     return write_page(paths.generated / "calibration.md",
                       render("calibration.md.j2", level=LEVEL, flag_failures=FLAG_FAILURES, flag_spread=FLAG_SPREAD,
                              development_seeds=DEVELOPMENT_SEEDS.text(),
