@@ -35,7 +35,7 @@ class Profile:
     name: str  # --profile NAME
     description: str = ""  # what it is for
     defaults: bool = False  # its sizes are the notebooks' own parameters cells (one profile: the default)
-    power: bool = False  # the book is built at it: an evidence claim without power fails `covbook check`
+    power: bool = False  # the book is built at it: `covbook check` notes each evidence claim without power
     time_limit: int = 3600  # a notebook's time limit in seconds when `covbook run --plan` has no estimate
 
 
