@@ -43,6 +43,9 @@ KERNEL_HOMES = {"MPLCONFIGDIR": "matplotlib", "XDG_CACHE_HOME": "cache", "XDG_CO
                 "XDG_DATA_HOME": "data", "IPYTHONDIR": "ipython", "JUPYTER_CONFIG_DIR": "jupyter/config",
                 "JUPYTER_DATA_DIR": "jupyter/data"}
 STDERR_HIDDEN = {"remove-stderr", "remove-output", "remove-cell"}  # myst-nb shows no stderr under these tags
+#: glibc keeps freed memory instead of returning large blocks to the system (without it, chapters 03 and 06 spend
+#: much of their CPU mapping and unmapping the same arrays again)
+KERNEL_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34), "MALLOC_TOP_PAD_": str(1 << 28)}
 
 
 @dataclass
@@ -127,6 +130,8 @@ def execute(job: dict) -> dict:
     os.environ.pop("MPLBACKEND", None)  # Agg would silently drop every figure
     if job.get("threads"):
         os.environ["COVBOOK_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(job["threads"])
+    for key, value in KERNEL_MALLOC.items():  # read by the kernel's C library when it starts
+        os.environ.setdefault(key, value)
     try:
         for var, sub in KERNEL_HOMES.items():
             os.environ[var] = str(paths.state / "home" / sub)
