@@ -37,6 +37,9 @@ def test_a_new_profile_is_one_entry() -> None:
     ({"a": {"defaults": True, "colour": "red"}}, "keys"),
     ({"a": {"defaults": True, "time_limit": 0}}, "time_limit"),
     ({"a b": {"defaults": True}}, "profile"),
+    ({"a": {"defaults": "true"}}, "true or false"),
+    ({"a": {"defaults": True}, "b": {"power": "no"}}, "true or false"),
+    ({True: {"defaults": True}}, "profile"),
 ])
 def test_bad_profile_tables(raw, match: str) -> None:
     with pytest.raises(UsageError, match=match):

@@ -145,8 +145,7 @@ def test_a_later_run_cleans_what_a_kill_9_left(project):
     child, kernel = kernel_of(proc.pid, "02_beta")
     os.kill(proc.pid, signal.SIGKILL)  # the covbook process: nothing gets to clean up
     proc.wait()
-    os.killpg(child, signal.SIGKILL)  # its notebook's process group (the kernel follows its parent)
-    wait_for(lambda: not alive(child) and not alive(kernel), timeout=10)
+    wait_for(lambda: not alive(child) and not alive(kernel), timeout=10)  # it dies with its parent, its kernel too
     leftovers = list((project / ".covbook" / "tmp").glob("*"))
     assert leftovers  # kill -9 cleaned nothing ...
     (project / "notebooks" / "02_beta.md").write_text(make_notebook("y = 1"))

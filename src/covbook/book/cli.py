@@ -33,6 +33,7 @@ try:  # importing the configuration reads the profiles table of notebooks/profil
         Paths,
         Terminated,
         UsageError,
+        die_with_parent,
         discover,
         oserror_text,
         project_root,
@@ -150,8 +151,9 @@ def _writer(args: argparse.Namespace, paths: Paths) -> Iterator[object]:
     if getattr(args, "cluster", None) is not None:
         if args.jobs is not None:
             raise UsageError("--jobs and --cluster exclude each other (the cluster's workers set how many run at once)")
-        from covbook.book.distributed import open_cluster
+        from covbook.book.distributed import open_cluster, parse_cluster
 
+        parse_cluster(args.cluster)  # a bad spec is a usage error before the lock (which --wait may wait for)
         engine = open_cluster(args.cluster)
     command = "covbook " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"covbook {args.command}"
     try:
@@ -270,7 +272,8 @@ def _jupyter_book(cmd: list[str], paths: Paths) -> tuple[int, set[str]]:
 
     chapter = re.compile(r"generated/(\d\d_[A-Za-z0-9_]+)")
     proc = subprocess.Popen(cmd, cwd=paths.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, start_new_session=True)
+                            errors="replace", bufsize=1, start_new_session=True,
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     warned: set[str] = set()
     try:
         for line in proc.stdout:

@@ -20,7 +20,7 @@ __all__ = [
     "PROFILES", "PROFILE_TABLE", "DEFAULT_PROFILE", "Profile", "profile_table", "COMMON_PARAMETERS", "DEVICES",
     "PROFILES_FILE", "UsageError", "Paths", "project_root", "expression_value",
     "discover", "select", "load_profiles", "myst_code_cells", "notebook_parameters", "resolve_parameters", "Terminated",
-    "stop_on_sigterm", "oserror_text",
+    "stop_on_sigterm", "die_with_parent", "oserror_text",
 ]
 
 
@@ -50,8 +50,10 @@ def profile_table(raw: object, where: str = "profiles.yml") -> dict[str, Profile
             table[name] = p = Profile(name, **spec)
         except TypeError:  # not a mapping, or a key that is no field of Profile
             p = None
-        if p is None or not str(name).isidentifier() or not isinstance(p.description, str):
-            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {{{keys}}}")
+        if (p is None or not isinstance(name, str) or not name.isidentifier() or not isinstance(p.description, str)
+                or not isinstance(p.defaults, bool) or not isinstance(p.power, bool)):
+            raise UsageError(f"{where}: profile {name!r} must be a mapping with keys among {{{keys}}} "
+                             "(defaults and power: true or false)")
         if isinstance(p.time_limit, bool) or not isinstance(p.time_limit, int) or p.time_limit < 1:
             raise UsageError(f"{where}: profile {name}.time_limit must be a positive number of seconds")
     if sum(p.defaults for p in table.values()) != 1:
@@ -136,6 +138,17 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def stop_on_sigterm() -> None:
     """Make SIGTERM raise :class:`Terminated` in the main thread, as Ctrl-C raises ``KeyboardInterrupt``."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing):
+    a child of a covbook command killed with ``kill -9`` never goes on writing into its tree."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 _LAYOUT = {"notebooks": "notebooks", "profiles": "notebooks/profiles.yml", "generated": "book/generated",

@@ -24,9 +24,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
-from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, oserror_text
+from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, die_with_parent, oserror_text
 from covbook.book.records import git_commit, read_run
 
 __all__ = ["Result", "Interrupted", "Stopped", "run_notebooks", "run_trees", "run_job", "kill_group", "LocalPool",
@@ -196,7 +196,7 @@ def run_job(job: dict, stop) -> dict:
     Path(job["rundir"]).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=job["rundir"]))
     job_file = folder / f"{name}.job.json"
-    write_json_atomic(job_file, {**job, "dir": str(folder)})
+    write_json_atomic(job_file, {**job, "dir": str(folder), "parent": os.getpid()})
     start = time.monotonic()
     with open(folder / "log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "covbook.book.runner", str(job_file)], stdout=log,
@@ -226,10 +226,8 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically: next to it first (a copy across filesystems), then a rename."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(src, tmp := dst.with_name(f".{dst.name}.tmp"))
-    os.replace(tmp, dst)
+    """Move file ``src`` to ``dst`` atomically (:func:`covbook._jsonio.atomic_write`: a copy across filesystems)."""
+    atomic_write(dst, lambda tmp: shutil.move(src, tmp))
 
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
@@ -438,4 +436,8 @@ def run_notebooks(paths: Paths, names: list[str] | None = None, *, profile: str 
 
 
 if __name__ == "__main__":  # the notebook's process (run_job starts it): the job's outcome next to its file
-    write_json_atomic(Path(sys.argv[1]).with_name("outcome.json"), execute(read_json(sys.argv[1], dict)))
+    die_with_parent()
+    _job = read_json(sys.argv[1], dict)
+    if os.getppid() != _job["parent"]:  # the parent died before the watch was set
+        sys.exit(1)
+    write_json_atomic(Path(sys.argv[1]).with_name("outcome.json"), execute(_job))
