@@ -100,7 +100,7 @@ def run_costs_markdown(paths: Paths) -> str:
     from covbook.book.render import render
 
     runs: dict[tuple[str, str, str], list[RunRecord]] = {}
-    sweeps = sorted((paths.generated / "sweep").glob("*/seed-*/book/generated/runs"))
+    sweeps = [Paths(s).runs for s in sorted((paths.generated / "sweep").glob("*/seed-*"))]
     for f in (f for folder in [paths.runs, *sweeps] for f in sorted(folder.glob("[0-9][0-9]_*.json"))):
         with contextlib.suppress(OSError, DamagedFile):  # `covbook check` names a damaged record, not the build
             rec = read_run(f)

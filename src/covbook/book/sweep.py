@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from covbook._jsonio import DamagedFile
-from covbook.book.cache import failed_runs, verify_outputs
+from covbook.book.cache import verify_outputs
 from covbook.book.checks import read_rules
 from covbook.book.config import PROFILES, Paths, UsageError, select
 from covbook.book.records import git, git_commit
@@ -210,13 +210,15 @@ def calibrate(paths: Paths, profile: str, seeds: list[int], names: list[str]) ->
         per_seed: dict[int, dict[str, Claim]] = {}
         for seed in seeds:
             sp = Paths(seed_root(paths, profile, seed))
+            if (sp.failed / f"{name}.json").is_file():  # its last run failed: not recorded at this seed
+                continue
             try:
                 rec = verify_outputs(sp, name)
             except DamagedFile as err:
                 raise DamagedFile(err.path, f"{err.reason}; run the sweep again, which re-makes it: covbook sweep "
                                             f"--seeds {seeds[0]}-{seeds[-1]} --profile {profile} "
                                             f"{name.split('_', 1)[0]}") from None
-            if rec is not None and rec.ok and (sp.claims / f"{name}.json").is_file() and not failed_runs(sp, [name]):
+            if rec is not None and rec.ok and (sp.claims / f"{name}.json").is_file():
                 per_seed[seed] = {c.id: c for c in load_claims(sp.claims / f"{name}.json", paths.root)}
         ids = dict.fromkeys([i for cl in per_seed.values() for i in cl] + ruled)
         out[name] = {"profile": profile, "seeds": list(seeds), "commit": commit, "rules_commit": rules,
