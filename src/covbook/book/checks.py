@@ -12,7 +12,7 @@ from covbook._jsonio import DamagedFile
 from covbook.book.config import PROFILE_TABLE, Paths, UsageError, discover
 from covbook.book.records import RunRecord, read_run
 from covbook.claims import Claim, Measurement, judge_file, load_measurements
-from covbook.rules import RULES_DIR, Rule, load_rules
+from covbook.rules import RULES_DIR, Rule, load_rules, rules_path
 
 __all__ = ["Verdict", "check", "read_rules", "judge_chapter", "split_target", "POWER_PROFILES"]
 
@@ -46,7 +46,7 @@ class Verdict:
 
 def read_rules(paths: Paths, name: str) -> dict[str, Rule]:
     """The rules of chapter ``name`` (a :class:`UsageError` naming the file when it is missing or invalid)."""
-    f = paths.root / RULES_DIR / f"{name}.yml"
+    f = rules_path(paths.root, name)
     if not f.is_file():
         raise UsageError(f"{f.relative_to(paths.root)} is missing: every chapter declares its claims' rules there")
     try:

@@ -22,6 +22,7 @@ from covbook.book.config import Paths, UsageError
 from covbook.book.records import read_run
 from covbook.book.standalone import run_claims
 from covbook.claims import Claim, anchor, fmt
+from covbook.rules import rules_path
 
 __all__ = ["setup"]
 
@@ -115,7 +116,11 @@ class ClaimRole(SphinxRole):
                 return [nodes.literal(self.rawtext, self.text)], []
             return [nodes.inline(self.rawtext, f"[unrecorded claim {self.text}]",
                                  classes=["covbook-claim", "covbook-claim-missing"])], []
-        self.env.note_dependency(str(Path(self.env.srcdir) / CLAIMS_DIR / f"{chap}.json"))
+        root = Path(self.env.srcdir).parent  # the verdict follows the measurements and the rules that judge them
+        shown = getattr(self.env.app, "covbook_edition", {}).get(f"generated/{chap}", ("absent",))[0]
+        for dep in (Path(self.env.srcdir) / CLAIMS_DIR / f"{chap}.json", rules_path(root, chap),
+                    *([root / edition.EDITION / "claims" / f"{chap}.json"] if shown == "current" else [])):
+            self.env.note_dependency(str(dep))
         claim, here = store[chap][cid], anchor(chap, cid)
         if self.name == "claim-row":
             return [self.link(f"generated/{chap}", here, f"where {chap} records {cid}", [nodes.literal(text=cid)],
