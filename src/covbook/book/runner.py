@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from covbook._jsonio import DamagedFile, atomic_write, read_json, write_json_atomic
+from covbook._jsonio import DamagedFile, read_json, write_json_atomic
 from covbook.book.cache import file_digest, resolve_device
 from covbook.book.config import DEFAULT_PROFILE, Paths, Terminated, die_with_parent, oserror_text
 from covbook.book.records import git_commit, read_run
@@ -226,8 +226,15 @@ def run_job(job: dict, stop) -> dict:
 
 
 def _put(src: Path, dst: Path) -> None:
-    """Move file ``src`` to ``dst`` atomically (:func:`covbook._jsonio.atomic_write`: a copy across filesystems)."""
-    atomic_write(dst, lambda tmp: shutil.move(src, tmp))
+    """Move file ``src`` to ``dst`` atomically: to a unique name next to it first (a copy across filesystems), then
+    a rename; the temporary is gone whatever happens."""
+    tmp = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.move(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def commit_outcome(paths: Paths, outcome: dict) -> Result:
